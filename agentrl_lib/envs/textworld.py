@@ -1,0 +1,206 @@
+"""TextWorld: generate games with textworld's own generator and play them behind the env protocol.
+
+Two kinds of games (both the Practitioner's Guide's, §3):
+- custom: `tw-make custom --world-size W --nb-objects O --quest-length Q --seed S` (max score 1: dense = sparse);
+- challenges: `tw-simple` (`--rewards dense|balanced|sparse --goal detailed`), `tw-cooking` (`--recipe --take
+  --go --open --cook --cut`), `tw-coin_collector`, `tw-treasure_hunter`, with their own arguments.
+
+Observations are cleaned: no ASCII banner, no `>  -= Room =-0/1` status line, no end-of-game menu.
+
+Introduced in notebooks/00_quickstart.ipynb.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+from .base import GameLoadError, GameRecord, GameSet, GameSetError, StepInfo, StepResult, load_game_set, write_manifest
+
+CHALLENGE_NAMES = ("tw-simple", "tw-cooking", "tw-coin_collector", "tw-treasure_hunter")
+
+_ROOM_HEADER = re.compile(r"^-= .+ =-\s*$", re.M)
+_STATUS_LINE = re.compile(r"\n?>[^\n]*$")  # trailing prompt + status bar, e.g. ">     -= Studio =-0/1"
+_END = re.compile(r"\*\*\* The End \*\*\*.*", re.S)
+
+
+def normalize_action(text: str) -> str:
+    """Lower-case, strip, collapse whitespace, drop trailing punctuation: the form compared with admissible commands."""
+    return re.sub(r"\s+", " ", text.strip().lower()).rstrip(".!?;:")
+
+
+def clean_observation(text: str, first: bool = False) -> str:
+    """Remove TextWorld's display artifacts from a feedback string.
+
+    `first=True` (the reset observation) also drops the ASCII banner and the objective paragraph before the first
+    room header; the objective is given to the agent separately.
+    """
+    if first:
+        m = _ROOM_HEADER.search(text)
+        if m:
+            text = text[m.start():]
+    won_or_lost = _END.search(text)
+    text = _END.sub("", text)
+    text = _STATUS_LINE.sub("", text.rstrip())
+    text = re.sub(r"[ \t]+\n", "\n", text)
+    text = re.sub(r"\n{3,}", "\n\n", text).strip()
+    if won_or_lost:
+        text = (text + "\n\n*** The End ***").strip()
+    return text
+
+
+class TextWorldEnv:
+    """One TextWorld game at a time behind the env protocol (see envs/base.py).
+
+    Args:
+        show_inventory: also request the inventory (adds ~1 ms per step).
+    The reward of a step is the increase of the game score (TextWorld reports the running total).
+    """
+
+    def __init__(self, show_inventory: bool = False):
+        import textworld
+
+        self._infos = textworld.EnvInfos(admissible_commands=True, policy_commands=True, won=True, lost=True,
+                                         score=True, max_score=True, objective=True, inventory=show_inventory)
+        self._env = None
+        self._game: str | None = None
+        self._score = 0.0
+        self._admissible: list[str] = []
+        self._done = True
+
+    def _info(self, state, valid: bool) -> StepInfo:
+        policy = state.get("policy_commands") or []
+        return StepInfo(won=bool(state.get("won")), lost=bool(state.get("lost")), score=float(state.get("score") or 0),
+                        max_score=float(state.get("max_score") or 1), admissible=list(state.get("admissible_commands") or []),
+                        valid=valid, expert_action=policy[0] if policy else None, objective=state.get("objective") or "",
+                        inventory=(state.get("inventory") or "").strip())
+
+    def reset(self, game: str) -> StepResult:
+        """Start `game` (a .z8/.ulx file). Raises GameLoadError if the file cannot be loaded."""
+        import textworld
+
+        if self._env is None or game != self._game:
+            self.close()
+            if not Path(game).is_file():
+                raise GameLoadError(f"game file {game} does not exist")
+            try:
+                self._env = textworld.start(game, request_infos=self._infos)
+                state = self._env.reset()
+            except Exception as e:  # textworld/jericho raise many types for a bad file
+                self._env = None
+                raise GameLoadError(f"TextWorld could not load {game}: {type(e).__name__}: {e}. "
+                                    "The file is corrupted or not a TextWorld game; regenerate the games dir.") from e
+            self._game = game
+        else:
+            state = self._env.reset()
+        self._score, self._done = float(state.get("score") or 0), False
+        self._admissible = list(state.get("admissible_commands") or [])
+        return StepResult(obs=clean_observation(state.feedback, first=True), reward=0.0, done=False,
+                          info=self._info(state, True))
+
+    def step(self, action: str) -> StepResult:
+        """Send one command. Any text is accepted (the game answers as it does, e.g. "That's not a verb I recognise.")."""
+        if self._env is None or self._done:
+            raise RuntimeError("step() called before reset() or after the episode ended")
+        valid = normalize_action(action) in {normalize_action(a) for a in self._admissible}
+        state, score, done = self._env.step(action.replace("\n", " ").strip() or "look")
+        score = float(score or 0)
+        reward, self._score, self._done = score - self._score, score, bool(done)
+        self._admissible = list(state.get("admissible_commands") or [])
+        return StepResult(obs=clean_observation(state.feedback), reward=reward, done=self._done,
+                          info=self._info(state, valid))
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+            self._game = None
+
+
+# ---------------------------------------------------------------------------------------------------------- generation
+def _challenge_settings(name: str, args: str) -> dict[str, Any]:
+    from textworld.challenges import CHALLENGES
+
+    if name not in CHALLENGES:
+        raise ValueError(f"unknown TextWorld challenge {name!r}; known: {sorted(CHALLENGES)}")
+    _, _, add_arguments = CHALLENGES[name]
+    parser = argparse.ArgumentParser(prog=name, add_help=False, exit_on_error=False)
+    add_arguments(parser)
+    try:
+        ns, unknown = parser.parse_known_args(shlex.split(args))
+    except (argparse.ArgumentError, SystemExit) as e:
+        raise ValueError(f"bad arguments {args!r} for {name}: {e}") from e
+    if unknown:
+        raise ValueError(f"unknown arguments {unknown} for {name}; see `tw-make {name} --help`")
+    return vars(ns)
+
+
+def make_textworld_games(out: str | Path, n: int, seed: int = 0, challenge: str | None = None,
+                         challenge_args: str = "", world_size: int = 2, nb_objects: int = 3, quest_length: int = 4,
+                         force: bool = False, progress: bool = True) -> GameSet:
+    """Generate `n` TextWorld games into `out` with textworld's generator and write manifest.json.
+
+    Game i uses seed `seed + i`, so two sets with non-overlapping seed ranges are disjoint by construction
+    (a fingerprint of each game's first observation and walkthrough is stored to check it).
+    If `out` already holds a manifest with the same parameters, it is reused (generation is cached).
+
+    Args:
+        challenge: None for `custom` games (world_size, nb_objects, quest_length as in the paper), or one of
+            CHALLENGE_NAMES with `challenge_args` as on the `tw-make` command line (e.g. "--recipe 1 --take 1 --go 1").
+    Returns: the GameSet. Raises ValueError for bad parameters.
+    """
+    import textworld
+    import textworld.generator
+    from tqdm.auto import tqdm
+
+    if n < 1:
+        raise ValueError(f"n must be >= 1 (got {n})")
+    if challenge is None and min(world_size, nb_objects, quest_length) < 1:
+        raise ValueError("world_size, nb_objects and quest_length must be >= 1")
+    params: dict[str, Any] = {"n": n, "seed": seed, "challenge": challenge or "custom"}
+    if challenge:
+        settings = _challenge_settings(challenge, challenge_args)
+        params["challenge_args"] = challenge_args
+    else:
+        params.update(world_size=world_size, nb_objects=nb_objects, quest_length=quest_length)
+    out = Path(out).expanduser()
+    if (out / "manifest.json").is_file() and not force:
+        try:
+            existing = load_game_set(out)
+            if existing.params == params:
+                return existing
+        except GameSetError:
+            pass
+    out.mkdir(parents=True, exist_ok=True)
+    records = []
+    t0 = time.time()
+    for i in tqdm(range(n), desc=f"make {params['challenge']} games", disable=not progress):
+        s = seed + i
+        opts = textworld.GameOptions()
+        opts.seeds = s
+        opts.path = str(out / f"game_{s:06d}.z8")
+        opts.force_recompile = True
+        if challenge:
+            from textworld.challenges import CHALLENGES
+
+            game = CHALLENGES[challenge][1](dict(settings), opts)
+        else:
+            opts.nb_rooms, opts.nb_objects, opts.quest_length = world_size, nb_objects, quest_length
+            game = textworld.generator.make_game(opts)
+        path = textworld.generator.compile_game(game, opts)
+        walkthrough = list(game.metadata.get("walkthrough") or [])
+        if not walkthrough and game.quests:
+            walkthrough = list(game.quests[0].commands)
+        fp = hashlib.sha1(json.dumps([game.objective, walkthrough, sorted(map(str, game.world.facts))]).encode())
+        records.append(GameRecord(path=path, name=Path(path).stem, seed=s, max_score=float(game.max_score),
+                                  walkthrough=walkthrough, params={"fingerprint": fp.hexdigest()[:16],
+                                                                   "walkthrough_len": len(walkthrough)}))
+    write_manifest(out, "textworld", records, params)
+    gs = load_game_set(out)
+    gs.params["generation_seconds"] = round(time.time() - t0, 1)
+    return gs
