@@ -158,7 +158,7 @@ def load_policy(name: str = EMBEDDED, device: str = "auto", dtype: str = "auto",
     model.to(dev)
     model.eval()
     gc = model.generation_config
-    gc.top_k, gc.top_p, gc.repetition_penalty = 0, 1.0, 1.0
+    gc.top_k, gc.top_p, gc.repetition_penalty = None, 1.0, 1.0
     tok = load_tokenizer(path)
     return model, tok
 
