@@ -74,8 +74,8 @@ class AlgoConfig:
     """Weight of the k3 KL estimate to the frozen reference policy (0 disables the reference model; paper 0.001-0.01)."""
     entropy_coef: float = 0.001
     """Weight of the entropy bonus (StarPO-S: 0.001)."""
-    vf_coef: float = 0.5
-    """Weight of the value loss (PPO only)."""
+    vf_coef: float = 0.1
+    """Weight of the value loss (PPO only; 0.1 as TRL's PPO with a shared backbone)."""
     vf_clip: float = 0.2
     """Clip range of the value prediction around its rollout value (PPO only; 0 disables)."""
     normalize_advantages: bool = True

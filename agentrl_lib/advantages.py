@@ -1,0 +1,118 @@
+"""Advantage estimators as pure tensor functions.
+
+- `gae`: token-level GAE over policy tokens only (PPO with a critic; Practitioner's Guide §4.3, γ = λ = 1).
+- `grpo_advantages`: group-normalised trajectory returns (Shao et al. 2024, DeepSeekMath, eq. 3 outcome supervision).
+- `rloo_advantages`: leave-one-out baseline (Ahmadian et al. 2024, "Back to Basics", eq. 5).
+- `broadcast_to_tokens`: a trajectory-level advantage on every policy token.
+- `top_std_groups`: StarPO-S rollout filtering by within-group reward std (RAGEN §4, Wang et al. 2025).
+
+Introduced in notebooks/00_quickstart.ipynb.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
+        lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised Advantage Estimation over policy tokens only (Schulman et al. 2016, eq. 16).
+
+    Environment and prompt tokens (mask 0) are skipped: the "next state" of a policy token is the next policy token
+    of the same trajectory, so a turn's last token bootstraps from the first token of the next turn.
+
+        δ_t = r_t + γ V_{next(t)} − V_t,      A_t = δ_t + γ λ A_{next(t)},     V_{next(last)} = 0
+
+    Args:
+        rewards: (B, T) float32, turn rewards on turn-end tokens (0 elsewhere).
+        values: (B, T) float32, V(s_t) on policy tokens (ignored elsewhere).
+        mask: (B, T) 0/1 (bool or float), 1 on policy tokens.
+    Returns:
+        (advantages, returns): (B, T) float32 each, zero where mask is 0; returns = advantages + values.
+    """
+    mask = mask.float()
+    B, T = rewards.shape
+    adv = torch.zeros_like(rewards, dtype=torch.float32)
+    next_value = torch.zeros(B, dtype=torch.float32, device=rewards.device)
+    next_adv = torch.zeros(B, dtype=torch.float32, device=rewards.device)
+    for t in reversed(range(T)):
+        m = mask[:, t]
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        a = delta + gamma * lam * next_adv
+        adv[:, t] = a * m
+        # only policy tokens move the "next" pointers; env tokens leave them untouched
+        next_value = torch.where(m > 0, values[:, t].float(), next_value)
+        next_adv = torch.where(m > 0, a, next_adv)
+    returns = (adv + values.float()) * mask
+    return adv, returns
+
+
+def _group_index(group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    uniq, inv = torch.unique(group_ids, return_inverse=True)
+    return uniq, inv
+
+
+def grpo_advantages(returns: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """A_i = (R_i − mean_g R) / (std_g R + eps) within each group g (unbiased std, as TRL's GRPOTrainer).
+
+    A group whose returns are all equal gets advantage 0 (it carries no learning signal).
+
+    Args:
+        returns: (N,) float32 trajectory returns.  group_ids: (N,) int64.
+    Returns: (N,) float32.
+    Raises: ValueError if a group has a single member (no baseline; use group_size >= 2).
+    """
+    _, inv = _group_index(group_ids)
+    adv = torch.zeros_like(returns, dtype=torch.float32)
+    for g in inv.unique():
+        idx = (inv == g).nonzero(as_tuple=True)[0]
+        if len(idx) < 2:
+            raise ValueError("GRPO needs at least 2 trajectories per group (group_size >= 2)")
+        r = returns[idx].float()
+        std = r.std()
+        adv[idx] = 0.0 if std.item() == 0 else (r - r.mean()) / (std + eps)
+    return adv
+
+
+def rloo_advantages(returns: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """A_i = R_i − (1/(G−1)) Σ_{j≠i} R_j within each group (REINFORCE leave-one-out; unbiased baseline).
+
+    Args / Returns: as grpo_advantages. Raises ValueError for a group of size 1.
+    """
+    _, inv = _group_index(group_ids)
+    adv = torch.zeros_like(returns, dtype=torch.float32)
+    for g in inv.unique():
+        idx = (inv == g).nonzero(as_tuple=True)[0]
+        n = len(idx)
+        if n < 2:
+            raise ValueError("RLOO needs at least 2 trajectories per group (group_size >= 2)")
+        r = returns[idx].float()
+        adv[idx] = r - (r.sum() - r) / (n - 1)
+    return adv
+
+
+def broadcast_to_tokens(traj_adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(N,) trajectory advantages → (N, T) on policy tokens (mask 1), 0 elsewhere."""
+    return traj_adv[:, None].float() * mask.float()
+
+
+def top_std_groups(returns: torch.Tensor, group_ids: torch.Tensor, keep_frac: float) -> torch.Tensor:
+    """StarPO-S filter: keep the groups whose within-group return std is among the top `keep_frac` (RAGEN §4.2).
+
+    Returns: (N,) bool, True for trajectories of kept groups (at least one group is kept; ties broken by order).
+    """
+    if keep_frac >= 1.0:
+        return torch.ones_like(returns, dtype=torch.bool)
+    uniq, inv = _group_index(group_ids)
+    stds = torch.stack([returns[inv == g].float().std(unbiased=False) for g in range(len(uniq))])
+    n_keep = max(1, int(round(keep_frac * len(uniq))))
+    kept = torch.argsort(stds, descending=True, stable=True)[:n_keep]
+    return torch.isin(inv, kept)
+
+
+def whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(x − mean) / std over the masked entries; 0 where mask is 0."""
+    m = mask.float()
+    n = m.sum().clamp(min=1)
+    mean = (x * m).sum() / n
+    var = (((x - mean) ** 2) * m).sum() / n
+    return (x - mean) / torch.sqrt(var + eps) * m

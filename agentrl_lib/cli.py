@@ -1,0 +1,213 @@
+"""`agentrl` command line: make-games, eval, sft, train, demo. Each subcommand calls the library functions the
+notebooks call.
+
+    agentrl make-games textworld --challenge tw-cooking --challenge-args "--recipe 1 --take 1 --go 1" --n 16 --out DIR
+    agentrl make-games textworld --world-size 2 --nb-objects 3 --quest-length 4 --n 16 --seed 0 --out DIR
+    agentrl eval --model embedded --games DIR --out eval.json
+    agentrl sft --model embedded --games DIR --out runs/sft
+    agentrl train --algo ppo --reward dense --games DIR --init runs/sft --out runs/ppo
+    agentrl demo
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from .config import ALGOS, REWARDS, ConfigError, RunConfig
+
+
+def _make_games(a) -> None:
+    if a.family == "textworld":
+        from .envs.textworld import make_textworld_games
+
+        gs = make_textworld_games(a.out, a.n, a.seed, challenge=a.challenge, challenge_args=a.challenge_args,
+                                  world_size=a.world_size, nb_objects=a.nb_objects, quest_length=a.quest_length,
+                                  force=a.force)
+    else:
+        from .envs.alfworld_gen import make_alfworld_games
+
+        task_types = a.task_types.split(",") if a.task_types else None
+        gs = make_alfworld_games(a.out, a.n, a.seed, split=a.split, task_types=task_types, force=a.force)
+    lens = [len(g.walkthrough) for g in gs.games]
+    print(f"{len(gs)} {gs.family} games in {gs.root} (manifest.json); walkthrough length "
+          f"{min(lens)}-{max(lens)}, max score {gs.games[0].max_score:g}")
+
+
+def _eval(a) -> None:
+    from .envs.base import load_game_set
+    from .evaluate import evaluate, format_eval, save_eval
+    from .models import load_policy
+
+    games = load_game_set(a.games)
+    if a.max_turns < 1:
+        raise ConfigError(f"--max-turns must be >= 1 (got {a.max_turns})")
+    model, tok = load_policy(a.model, a.device, a.dtype)
+    res = evaluate(model, tok, games, max_turns=a.max_turns, temperature=a.temperature, batch_size=a.batch_size,
+                   show_admissible=a.show_admissible)
+    res["model"], res["games"] = a.model, str(games.root)
+    print(format_eval(res, a.model))
+    if a.out:
+        save_eval(res, a.out)
+        print(f"wrote {a.out}")
+
+
+def _sft(a) -> None:
+    from .envs.base import load_game_set
+    from .sft import sft
+
+    s = sft(a.model, load_game_set(a.games), a.out, epochs=a.epochs, lr=a.lr, batch_size=a.batch_size,
+            max_turns=a.max_turns, seed=a.seed, device=a.device, dtype=a.dtype, lora_rank=a.lora_rank)
+    print(f"SFT on {s['examples']} walkthroughs ({s['assistant_tokens']} action tokens): loss "
+          f"{s['train_loss'][0]:.3f} → {s['train_loss'][-1]:.3f} in {s['seconds']:.0f}s; model in {a.out}/policy")
+
+
+OVERRIDES = {  # CLI flag -> (section, key)
+    "algo": ("algo", "name"), "reward": ("reward", "kind"), "games": ("env", "games"), "max_turns": ("env", "max_turns"),
+    "group_size": ("algo", "group_size"), "steps": ("train", "steps"), "games_per_step": ("train", "games_per_step"),
+    "lr": ("train", "lr"), "epochs": ("train", "epochs"), "minibatch_size": ("train", "minibatch_size"),
+    "kl_coef": ("algo", "kl_coef"), "keep_top_std": ("algo", "keep_top_std"), "seed": ("train", "seed"),
+    "format_penalty": ("reward", "format_penalty"), "temperature": ("train", "temperature"),
+    "lora_rank": ("model", "lora_rank"), "device": ("model", "device"), "dtype": ("model", "dtype"),
+}
+
+
+def build_config(a) -> RunConfig:
+    """Config file (if any) overridden by the flags given on the command line."""
+    data = RunConfig().to_dict() if not a.config else RunConfig.load(a.config).to_dict()
+    for flag, (section, key) in OVERRIDES.items():
+        v = getattr(a, flag, None)
+        if v is not None:
+            data[section][key] = v
+    return RunConfig.from_dict(data)
+
+
+def _train(a) -> None:
+    from .trainer import Trainer
+
+    run_dir = Path(a.out)
+    cfg = RunConfig.load(run_dir / "config.yaml") if a.resume and (run_dir / "config.yaml").is_file() else build_config(a)
+    if not cfg.env.games:
+        raise ConfigError("no games: pass --games DIR (made by `agentrl make-games`) or set env.games in --config")
+    trainer = Trainer(cfg, run_dir, init=a.init, resume=a.resume)
+    try:
+        rows = trainer.train()
+    finally:
+        trainer.close()
+    if rows:
+        last = rows[-1]
+        print(f"done: {len(rows)} steps; last step success {last['success_rate']:.2f}, return {last['return_mean']:+.3f}; "
+              f"metrics in {run_dir}/metrics.jsonl, curves in {run_dir}/learning_curve.png")
+    if cfg.train.eval_games:
+        from .envs.base import load_game_set
+        from .evaluate import evaluate, format_eval, save_eval
+
+        res = evaluate(trainer.policy, trainer.tok, load_game_set(cfg.train.eval_games), max_turns=cfg.env.max_turns)
+        save_eval(res, run_dir / "eval.json")
+        print(format_eval(res, "held-out"))
+
+
+def _demo(a) -> None:
+    from .demo import DemoBudget, run_demo
+
+    fast = a.fast or os.environ.get("AGENTRL_FAST") == "1"
+    budget = DemoBudget.fast() if fast else DemoBudget.full()
+    if a.rl_steps is not None:
+        budget.rl_steps = a.rl_steps
+    run_demo(a.out, budget, algo=a.algo, reward=a.reward, model=a.model, seed=a.seed)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agentrl", description="Multi-turn agentic RL for LLM agents in text games.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    g = sub.add_parser("make-games", help="generate a set of games with a manifest.json")
+    g.add_argument("family", choices=["textworld", "alfworld"])
+    g.add_argument("--out", required=True)
+    g.add_argument("--n", type=int, default=16, help="number of games")
+    g.add_argument("--seed", type=int, default=0, help="game i uses seed + i")
+    g.add_argument("--challenge", choices=["tw-simple", "tw-cooking", "tw-coin_collector", "tw-treasure_hunter"],
+                   help="textworld: a tw-make challenge instead of custom games")
+    g.add_argument("--challenge-args", default="", help='textworld: e.g. "--recipe 1 --take 1 --go 1" or '
+                                                        '"--rewards dense --goal detailed"')
+    g.add_argument("--world-size", type=int, default=2, help="textworld custom: rooms")
+    g.add_argument("--nb-objects", type=int, default=3, help="textworld custom: objects")
+    g.add_argument("--quest-length", type=int, default=4, help="textworld custom: quest length")
+    g.add_argument("--split", default="train", choices=["train", "valid_seen", "valid_unseen"], help="alfworld split")
+    g.add_argument("--task-types", default="", help="alfworld: comma-separated task types (default all six)")
+    g.add_argument("--force", action="store_true", help="regenerate even if a cached identical set exists")
+    g.set_defaults(func=_make_games)
+
+    def model_args(q, default="embedded"):
+        q.add_argument("--model", default=default, help="'embedded', HF id, model dir, SFT dir or run dir")
+        q.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, ...")
+        q.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16")
+
+    e = sub.add_parser("eval", help="success rate on a game set")
+    model_args(e)
+    e.add_argument("--games", required=True)
+    e.add_argument("--out", help="write the result JSON here")
+    e.add_argument("--max-turns", type=int, default=8)
+    e.add_argument("--temperature", type=float, default=0.0)
+    e.add_argument("--batch-size", type=int, default=8)
+    e.add_argument("--show-admissible", action="store_true")
+    e.set_defaults(func=_eval)
+
+    s = sub.add_parser("sft", help="SFT warm-up on the games' walkthroughs (TRL SFTTrainer)")
+    model_args(s)
+    s.add_argument("--games", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--epochs", type=float, default=1.0)
+    s.add_argument("--lr", type=float, default=5e-5)
+    s.add_argument("--batch-size", type=int, default=4)
+    s.add_argument("--max-turns", type=int, default=None)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--lora-rank", type=int, default=0)
+    s.set_defaults(func=_sft)
+
+    t = sub.add_parser("train", help="multi-turn RL (PPO / GRPO / RLOO)")
+    t.add_argument("--out", required=True, help="run directory")
+    t.add_argument("--config", help="YAML config (sections env, reward, algo, model, train); flags override it")
+    t.add_argument("--init", help="start from this model (SFT dir, run dir, HF id; default: model.name)")
+    t.add_argument("--resume", action="store_true", help="continue from the run dir's latest checkpoint")
+    t.add_argument("--algo", choices=ALGOS)
+    t.add_argument("--reward", choices=REWARDS)
+    t.add_argument("--games")
+    for flag, typ in [("--max-turns", int), ("--group-size", int), ("--steps", int), ("--games-per-step", int),
+                      ("--lr", float), ("--epochs", int), ("--minibatch-size", int), ("--kl-coef", float),
+                      ("--keep-top-std", float), ("--seed", int), ("--format-penalty", float),
+                      ("--temperature", float), ("--lora-rank", int)]:
+        t.add_argument(flag, type=typ)
+    t.add_argument("--device")
+    t.add_argument("--dtype")
+    t.set_defaults(func=_train)
+
+    d = sub.add_parser("demo", help="base → SFT → RL on held-out cooking games (≈ 25 min on 2 CPU cores)")
+    d.add_argument("--out", default="runs/demo")
+    d.add_argument("--fast", action="store_true", help="tiny budget (also AGENTRL_FAST=1)")
+    d.add_argument("--algo", default="ppo", choices=ALGOS)
+    d.add_argument("--reward", default="dense", choices=REWARDS)
+    d.add_argument("--model", default="embedded")
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--rl-steps", type=int)
+    d.set_defaults(func=_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    a = build_parser().parse_args(argv)
+    from .envs.base import GameLoadError, GameSetError
+
+    try:
+        a.func(a)
+    except (ConfigError, GameSetError, GameLoadError, FileNotFoundError, FileExistsError, ValueError) as e:
+        print(f"agentrl {a.cmd}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""The recipe end to end (Practitioner's Guide §5): make games → evaluate the base model → SFT warm-up on
+walkthroughs → evaluate → RL → evaluate, all on held-out games, then a table base → SFT → RL.
+
+`agentrl demo` and `make demo` run it; notebooks/00_quickstart.ipynb runs the same steps one cell at a time.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import AlgoConfig, EnvConfig, RewardConfig, RunConfig, TrainConfig
+from .envs.textworld import make_textworld_games
+from .evaluate import evaluate, format_eval, save_eval
+from .models import cache_root, load_policy
+
+
+@dataclass
+class DemoBudget:
+    """Sizes of each stage; `full()` is the `make demo` budget (≈ 25 min on 2 CPU cores), `fast()` the CI one."""
+
+    train_games: int = 16
+    eval_games: int = 16
+    sft_games: int = 16
+    sft_epochs: float = 1.0
+    rl_steps: int = 12
+    games_per_step: int = 2
+    group_size: int = 4
+    max_turns: int = 8
+
+    @classmethod
+    def full(cls) -> "DemoBudget":
+        return cls()
+
+    @classmethod
+    def fast(cls) -> "DemoBudget":
+        return cls(train_games=4, eval_games=4, sft_games=4, sft_epochs=1.0, rl_steps=1, games_per_step=1,
+                   group_size=2, max_turns=6)
+
+
+GAME_FAMILY = {"challenge": "tw-cooking", "challenge_args": "--recipe 1 --take 1 --go 1"}
+"""The demo's games: one-room cooking (read the recipe, take the ingredient, prepare and eat the meal; max score 3,
+walkthrough 5 commands), small enough for a CPU and with intermediate scores for dense rewards."""
+HELD_OUT_SEED = 100_000
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, timeout=5).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo", reward: str = "dense",
+             model: str = "embedded", seed: int = 0, progress: bool = True) -> dict:
+    """Run the whole recipe into `out` and return the summary (also out/summary.json and out/stages.png).
+
+    Stages (held-out = games with seeds from HELD_OUT_SEED, disjoint from the training seeds):
+    1. make training and held-out games;  2. evaluate the base model;  3. SFT on training walkthroughs;
+    4. evaluate;  5. RL (algo, reward) from the SFT model;  6. evaluate the RL model.
+    """
+    from .envs.base import load_game_set  # noqa: F401  (keeps the import graph obvious to readers)
+    from .plots import plot_stage_comparison
+    from .sft import sft
+    from .trainer import Trainer
+
+    budget = budget or DemoBudget.full()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+
+    def say(msg: str) -> None:
+        if progress:
+            print(f"[{time.perf_counter() - t0:6.0f}s] {msg}", flush=True)
+
+    # 1. games (cached under the cache root, keyed by their parameters)
+    games_root = cache_root() / "games"
+    t = time.perf_counter()
+    train = make_textworld_games(games_root / f"cooking-train-s{seed}-n{budget.train_games}", budget.train_games,
+                                 seed=seed, progress=progress, **GAME_FAMILY)
+    held = make_textworld_games(games_root / f"cooking-heldout-s{HELD_OUT_SEED}-n{budget.eval_games}",
+                                budget.eval_games, seed=HELD_OUT_SEED, progress=progress, **GAME_FAMILY)
+    overlap = {g.params.get("fingerprint") for g in train.games} & {g.params.get("fingerprint") for g in held.games}
+    timings["games"] = time.perf_counter() - t
+    say(f"{len(train)} training games, {len(held)} held-out games ({len(overlap)} identical to a training game)")
+
+    def eval_stage(name: str, model_name: str) -> dict:
+        t = time.perf_counter()
+        pol, tok = load_policy(model_name)
+        res = evaluate(pol, tok, held, max_turns=budget.max_turns, progress=progress)
+        save_eval(res, out / f"eval_{name}.json")
+        timings[f"eval_{name}"] = time.perf_counter() - t
+        say(format_eval(res, name))
+        return res
+
+    results = {"base": eval_stage("base", model)}
+
+    # 3. SFT warm-up on the training games' walkthroughs
+    t = time.perf_counter()
+    sft_games = train if budget.sft_games >= len(train) else _subset(train, budget.sft_games)
+    sft_summary = sft(model, sft_games, out / "sft", epochs=budget.sft_epochs, seed=seed, max_turns=budget.max_turns)
+    timings["sft"] = time.perf_counter() - t
+    say(f"SFT on {sft_summary['examples']} walkthroughs: loss {sft_summary['train_loss'][0]:.2f} → "
+        f"{sft_summary['train_loss'][-1]:.2f} in {sft_summary['seconds']:.0f}s")
+    results["SFT"] = eval_stage("sft", str(out / "sft"))
+
+    # 5. RL from the SFT model
+    cfg = RunConfig(env=EnvConfig(games=str(train.root), max_turns=budget.max_turns),
+                    reward=RewardConfig(kind=reward), algo=AlgoConfig(name=algo, group_size=budget.group_size),
+                    train=TrainConfig(steps=budget.rl_steps, games_per_step=budget.games_per_step,
+                                      minibatch_size=4, seed=seed, checkpoint_every=max(budget.rl_steps, 1)))
+    t = time.perf_counter()
+    trainer = Trainer(cfg, out / "rl", init=str(out / "sft"), progress=progress)
+    rows = trainer.train()
+    trainer.close()
+    del trainer
+    timings["rl"] = time.perf_counter() - t
+    results["RL"] = eval_stage("rl", str(out / "rl"))
+    plot_stage_comparison(results, out / "stages.png", title=f"held-out cooking games ({len(held)})")
+
+    summary = {
+        "stages": {k: {m: v[m] for m in ("success_rate", "mean_turns", "invalid_rate", "mean_score_frac")}
+                   for k, v in results.items()},
+        "budget": budget.__dict__, "algo": algo, "reward": reward, "model": model, "seed": seed,
+        "games": GAME_FAMILY, "train_games": str(train.root), "heldout_games": str(held.root),
+        "heldout_identical_to_train": len(overlap),
+        "sft": {k: sft_summary[k] for k in ("examples", "seconds", "train_loss")},
+        "rl": {"steps": len(rows), "step_seconds_median": _median([r["step_seconds"] for r in rows]),
+               "rollout_seconds_median": _median([r["rollout_seconds"] for r in rows]),
+               "update_seconds_median": _median([r["update_seconds"] for r in rows]),
+               "gen_tokens_per_s_median": _median([r["gen_tokens_per_s"] for r in rows]),
+               "train_success_first": rows[0]["success_rate"] if rows else None,
+               "train_success_last": rows[-1]["success_rate"] if rows else None},
+        "timings_seconds": {k: round(v, 1) for k, v in timings.items()},
+        "total_seconds": round(time.perf_counter() - t0, 1),
+        "peak_rss_gb": _peak_rss_gb(), "commit": git_commit(), "cpu_threads": os.cpu_count(),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    if progress:
+        print(format_table(summary))
+    return summary
+
+
+def format_table(summary: dict) -> str:
+    """The base → SFT → RL table as Markdown."""
+    lines = ["| stage | success rate | mean turns | invalid-action rate | score / max |", "|---|---|---|---|---|"]
+    for name, s in summary["stages"].items():
+        lines.append(f"| {name} | {s['success_rate']:.1%} | {s['mean_turns']:.1f} | {s['invalid_rate']:.1%} | "
+                     f"{s['mean_score_frac']:.2f} |")
+    return "\n".join(lines)
+
+
+def _subset(games, n):
+    from .envs.base import GameSet
+
+    return GameSet(root=games.root, family=games.family, games=games.games[:n], params=games.params)
+
+
+def _median(xs: list[float]) -> float | None:
+    xs = sorted(xs)
+    return None if not xs else (xs[len(xs) // 2] if len(xs) % 2 else 0.5 * (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]))
+
+
+def _peak_rss_gb() -> float:
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2, 2)

@@ -1,0 +1,375 @@
+"""ALFWorld (Shridhar et al. 2021, arXiv 2010.03768): household tasks as text games, played with ALFWorld's own
+TextWorld-PDDL engine (textworld.envs.PddlEnv + fast-downward, alfworld's domain and text grammar).
+
+A game is a folder holding `traj_data.json` (task type, pddl_params) and `game.tw-pddl` (JSON: pddl_domain,
+grammar with the goal text, pddl_problem, solvable, walkthrough), the layout of the official `alfworld-download`
+data and of `agentrl_lib.envs.alfworld_gen.make_alfworld_games`.
+
+Speed: the stock env re-parses its text grammar on every step (each admissible command is re-derived from its
+template, ~85% of step time). `AlfWorldEnv` runs the same engine objects but caches what does not change: parsed
+grammar expansions and queries, each operator's command text, the PDDL→SAS translation of a game (so a second reset
+of the same game skips it) and the expert plan while the agent follows it. Rules and text stay the engine's.
+
+Introduced in notebooks/00_quickstart.ipynb.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import hashlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .base import GameLoadError, StepInfo, StepResult
+
+GAME_FILE = "game.tw-pddl"
+TRAJ_FILE = "traj_data.json"
+TASK_TYPES = ("pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
+              "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place")
+"""The six ALFWorld task types (paper, Table 1), in alfworld's own numbering order 1..6."""
+
+_OWN_DATA_DIR = os.path.join(tempfile.gettempdir(), "agentrl_alfworld_data")
+
+
+def prepare_alfworld() -> None:
+    """Make `import alfworld` side-effect free: point `ALFWORLD_DATA` at a temp dir when the user has not set it
+    (alfworld creates `~/.cache/alfworld` otherwise). Call before importing alfworld."""
+    if not os.environ.get("ALFWORLD_DATA"):
+        os.makedirs(_OWN_DATA_DIR, exist_ok=True)
+        os.environ["ALFWORLD_DATA"] = _OWN_DATA_DIR
+
+
+def user_alfworld_data() -> str | None:
+    """The `ALFWORLD_DATA` the user set (None when unset or when it is our own temp default)."""
+    value = os.environ.get("ALFWORLD_DATA")
+    if not value or os.path.abspath(value) == os.path.abspath(_OWN_DATA_DIR):
+        return None
+    return value
+
+
+def normalize_action(text: str) -> str:
+    """Lower-case, strip, collapse whitespace, drop trailing punctuation (ALFWorld commands are lower-case)."""
+    return re.sub(r"\s+", " ", text.strip().lower()).rstrip(".!?;:")
+
+
+_CHECK_ONLY_OPS = {"look", "inventory", "examinereceptacle", "examineobject", "help"}  # effects: `checked` only
+_BANNER = re.compile(r"^\s*-= Welcome to TextWorld, ALFRED! =-\s*")
+_TASK = re.compile(r"Your task is to:\s*(.+?)\s*$", re.S)
+
+
+def clean_observation(text: str) -> str:
+    """Drop TextWorld's welcome banner; keep ALFWorld's text ("You are in the middle of a room..." and
+    "Your task is to: ...")."""
+    text = _BANNER.sub("", text)
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+def read_game(folder: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Read a game folder → (traj_data, game data of game.tw-pddl). Also accepts the path of the game.tw-pddl file.
+
+    Raises:
+        GameLoadError: missing folder/files, invalid JSON, or keys the engine needs are absent.
+    """
+    folder = Path(folder)
+    if folder.is_file() and folder.name == GAME_FILE:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise GameLoadError(f"ALFWorld game folder {folder} does not exist")
+    hint = "the folder is corrupted or not an ALFWorld game; regenerate it (make_alfworld_games) or re-download it"
+    try:
+        data = json.loads((folder / GAME_FILE).read_text())
+        traj = json.loads((folder / TRAJ_FILE).read_text()) if (folder / TRAJ_FILE).is_file() else {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise GameLoadError(f"cannot read ALFWorld game {folder}: {type(e).__name__}: {e}; {hint}") from e
+    missing = [k for k in ("pddl_domain", "grammar", "pddl_problem") if not isinstance(data, dict) or k not in data]
+    if missing:
+        raise GameLoadError(f"{folder / GAME_FILE} lacks {missing}; {hint}")
+    return traj, data
+
+
+# ------------------------------------------------------------------------------------------------ engine-side caches
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=32)
+def _game_logic(domain: str, grammar: str):
+    """Parsed GameLogic (domain + TWL2 grammar) — parsing it with TatSu takes ~0.1-0.3 s; games that differ only in
+    their goal text get separate entries (the grammar text differs)."""
+    from textworld.envs.pddl import logic as pddl_logic
+
+    return pddl_logic.GameLogic(domain=domain, grammar=grammar)
+
+
+_SAS_CACHE: dict[tuple[str, bool], Any] = {}
+
+
+def _cached_pddl2sas(original):
+    def pddl2sas(domain: str, problem: str, verbose: bool = False, optimize=False):
+        key = (_digest(domain + "\0" + problem), bool(optimize))
+        if key not in _SAS_CACHE:
+            if len(_SAS_CACHE) >= 64:
+                _SAS_CACHE.pop(next(iter(_SAS_CACHE)))
+            _SAS_CACHE[key] = original(domain, problem, verbose=verbose, optimize=optimize)
+        return _SAS_CACHE[key]
+
+    return pddl2sas
+
+
+@contextlib.contextmanager
+def _engine_caches():
+    """Within this block textworld's PDDL text generator memoizes its TatSu parses (grammar expansions and
+    conjunctive queries are pure functions of their text) and fast-downward's translation is memoized per problem.
+    Scoped, so a stock env in the same process keeps its own speed."""
+    import fast_downward
+    import textworld.logic
+    from textworld.envs.pddl import textgen
+
+    saved = (textgen._parse_and_convert, textgen.Rule, fast_downward.pddl2sas, textgen.copy_context,
+             textgen.Symbol.copy)
+    textgen._parse_and_convert = _parse_symbols
+    textgen.Rule = _CachedRule
+    fast_downward.pddl2sas = _cached_pddl2sas(saved[2])
+    textgen.copy_context = _copy_context
+    textgen.Symbol.copy = _symbol_copy
+    try:
+        yield
+    finally:
+        (textgen._parse_and_convert, textgen.Rule, fast_downward.pddl2sas, textgen.copy_context,
+         textgen.Symbol.copy) = saved
+
+
+def _copy_context(context):
+    """textgen.copy_context without deep copies: derivation only adds keys to `variables`/`mapping` (so each
+    context gets its own dicts) and never mutates the entity infos and variables they hold."""
+    return {"state": context["state"], "facts": context["facts"], "variables": dict(context["variables"]),
+            "mapping": dict(context["mapping"]), "entity_infos": context["entity_infos"]}
+
+
+def _symbol_copy(self, context):
+    """textgen.Symbol.copy that deep-copies the symbol tree but not the game state, facts and entities that the
+    contexts inside it point to (the stock copy deep-copies the whole PddlState each time)."""
+    memo: dict[int, Any] = {}
+    for ctx in (self.context, context):
+        for key in ("state", "facts", "entity_infos"):
+            if key in ctx:
+                memo[id(ctx[key])] = ctx[key]
+        for info in ctx.get("entity_infos", {}).values():
+            memo[id(info)] = info
+        for k, v in ctx.get("mapping", {}).items():
+            memo[id(k)], memo[id(v)] = k, v
+    new = copy.deepcopy(self, memo)
+    new.context = _copy_context(context)
+    return new
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_symbols_cached(text: str, rule_name: str):
+    from textworld.envs.pddl import textgen
+
+    return textgen._Converter().walk(textgen._PARSER.parse(text, rule_name=rule_name))
+
+
+def _parse_symbols(text, rule_name="symbols", **_):
+    return copy.deepcopy(_parse_symbols_cached(text, rule_name))  # symbols get their context set: copy
+
+
+def _make_cached_rule():
+    import textworld.logic
+
+    class CachedRule(textworld.logic.Rule):
+        @classmethod
+        @functools.lru_cache(maxsize=1024)
+        def parse_conjunctive_query(cls, expr: str):
+            return textworld.logic.Rule.parse_conjunctive_query(expr)
+
+    return CachedRule
+
+
+class _LazyRule:
+    """Resolved on first use so importing this module does not import textworld."""
+
+    _cls = None
+
+    def __getattr__(self, name):
+        if _LazyRule._cls is None:
+            _LazyRule._cls = _make_cached_rule()
+        return getattr(_LazyRule._cls, name)
+
+
+_CachedRule = _LazyRule()
+
+
+# ---------------------------------------------------------------------------------------------------------------- env
+class AlfWorldEnv:
+    """One ALFWorld game at a time behind the env protocol (see envs/base.py), on alfworld's TextWorld-PDDL engine.
+
+    Args:
+        expert: compute `info.expert_action`, the next command of a shortest plan from the current state (the
+            game's walkthrough at reset; fast-downward's `replan`, as textworld's `policy_commands`, once the agent
+            leaves it). The plan is kept while the agent follows it, looks, examines, or goes somewhere else when the
+            plan's next step is a "go to"; other deviations replan (1-100 ms in small rooms, up to seconds in
+            kitchens with many objects). False: expert_action is None and steps never plan.
+    `reward` is 1 on the winning step, else 0 (ALFWorld's score is 1 only when won); `max_score` is 1.
+    Observation text is ALFWorld's (banner removed). `info.objective` is the task text ("put some apple on
+    countertop."). Commands are matched after lower-casing and collapsing spaces; an unknown command answers
+    "Nothing happens." as in ALFWorld.
+    """
+
+    def __init__(self, expert: bool = True):
+        prepare_alfworld()
+        try:
+            import fast_downward  # noqa: F401
+            from textworld.envs.pddl.pddl import PddlEnv  # noqa: F401
+        except ImportError as e:  # pragma: no cover - depends on the install
+            raise ImportError("AlfWorldEnv needs alfworld and textworld[pddl]: "
+                              "pip install --no-deps alfworld fast-downward-textworld") from e
+        self.expert = expert
+        self._env = None  # textworld.envs.PddlEnv
+        self._lib = None  # its fast-downward library, kept across games
+        self._game: str | None = None
+        self._done = True
+        self._objective = ""
+        self._commands: dict[str, Any] = {}  # admissible command -> engine action
+        self._cmd_text: dict[str, str] = {}  # operator name -> command text (templates depend on static facts only)
+        self._plan: list[str] | None = None
+        self.walkthrough: list[str] = []
+
+    # plumbing: load one game into textworld's PddlEnv, names demangled as AlfredDemangler does
+    def _load(self, game: str) -> None:
+        from textworld.envs.pddl.pddl import PddlEnv
+
+        traj, data = read_game(game)
+        self._env, self._game = None, None
+        try:
+            import textworld
+
+            if self._lib is None:
+                env = PddlEnv(textworld.EnvInfos())  # loads a private copy of fast-downward's library (33 MB)
+                self._lib = env.downward_lib
+            else:  # reuse this env's library: every PddlState loads its own task into it
+                env = PddlEnv.__new__(PddlEnv)
+                textworld.Environment.__init__(env, textworld.EnvInfos())
+                env.downward_lib = self._lib
+            with _engine_caches():
+                env._game_file = None
+                env._game_data = data
+                env.walkthrough = data.get("walkthrough")
+                env._logic = _game_logic(data["pddl_domain"], data["grammar"])
+                from textworld.envs.pddl import logic as pddl_logic
+
+                env._pddl_state = pddl_logic.PddlState(env.downward_lib, data["pddl_problem"], env._logic)
+                env._entity_infos = env._get_entity_infos()
+            from alfworld.agents.utils.misc import Demangler
+
+            demangler = Demangler(game_infos=env._entity_infos, shuffle=False)
+            for info in env._entity_infos.values():
+                info.name = demangler.demangle_alfred_name(info.id)
+        except GameLoadError:
+            raise
+        except Exception as e:  # noqa: BLE001 - tatsu/fast-downward/textworld raise many types for a bad file
+            raise GameLoadError(f"ALFWorld's engine could not load {game}: {type(e).__name__}: {e}. "
+                                "The game is corrupted or from another alfworld version; regenerate it.") from e
+        self._env, self._game = env, game
+        self._cmd_text = {}
+        self.walkthrough = list(data.get("walkthrough") or [])
+        self.traj_data = traj
+
+    def _derive(self, start: str, context: dict) -> str:
+        return self._env._logic.grammar.derive(start, context)
+
+    def _context(self, action=None) -> dict:
+        env = self._env
+        return {"state": env._pddl_state, "facts": list(env._pddl_state.facts),
+                "variables": {} if action is None else
+                {ph.name: env._entity_infos[v.name] for ph, v in action.mapping.items()},
+                "mapping": {} if action is None else action.mapping, "entity_infos": env._entity_infos}
+
+    def _admissible(self) -> list[str]:
+        """Applicable operators from fast-downward → command text (derived once per operator, then cached)."""
+        env = self._env
+        mapping = {k: info.name for k, info in env._entity_infos.items()}
+        self._commands = {}
+        for action in env._pddl_state.all_applicable_actions():
+            key = action.name + " " + " ".join(v.name for v in action.mapping.values())
+            text = self._cmd_text.get(key)
+            if text is None:
+                action.command_template = self._derive(action.command_template, self._context(action))
+                text = self._cmd_text[key] = action.format_command(mapping)
+            self._commands.setdefault(text, action)
+        return sorted(self._commands)
+
+    def _expert_action(self, won: bool) -> str | None:
+        if not self.expert or won:
+            return None
+        if not self._plan:
+            self._plan = self._env._pddl_state.replan(self._env._entity_infos) or None
+        return self._plan[0] if self._plan else None
+
+    def _result(self, obs: str, reward: float, valid: bool) -> StepResult:
+        won = bool(self._env._pddl_state.check_goal())
+        self._done = won
+        admissible = [] if won else self._admissible()
+        info = StepInfo(won=won, lost=False, score=1.0 if won else 0.0, max_score=1.0, admissible=admissible,
+                        valid=valid, expert_action=self._expert_action(won), objective=self._objective)
+        return StepResult(obs=obs, reward=reward, done=won, info=info)
+
+    def reset(self, game: str) -> StepResult:
+        """Start `game` (a game folder, or its game.tw-pddl). Raises GameLoadError if it cannot be loaded."""
+        from textworld.envs.pddl import logic as pddl_logic
+
+        game = str(game)
+        if self._env is None or game != self._game:
+            self._load(game)
+        env = self._env
+        with _engine_caches():
+            env._pddl_state = pddl_logic.PddlState(env.downward_lib, env._game_data["pddl_problem"], env._logic)
+            intro = self._derive("#intro#", self._context())
+        m = _TASK.search(intro)
+        self._objective = m.group(1).strip() if m else ""
+        self._plan = list(self.walkthrough) or None
+        with _engine_caches():
+            return self._result(clean_observation(intro), 0.0, True)
+
+    def step(self, action: str) -> StepResult:
+        """Send one command. Any text is accepted; one not admissible answers "Nothing happens." (ALFWorld's text)."""
+        if self._env is None or self._done:
+            raise RuntimeError("step() called before reset() or after the episode ended")
+        command = normalize_action(action)
+        engine_action = self._commands.get(command)
+        if engine_action is None:
+            obs, valid = "Nothing happens.", False
+            # the state is unchanged: the plan stays valid
+        else:
+            valid = True
+            if self._plan and self._plan[0] == command:
+                self._plan = self._plan[1:] or None
+            elif self._plan and (engine_action.name in _CHECK_ONLY_OPS or (
+                    engine_action.name == "gotolocation" and self._plan[0].startswith("go to "))):
+                pass  # the rest of the plan is still executable and still shortest: no replanning
+            else:
+                self._plan = None
+            with _engine_caches():
+                self._env._pddl_state.apply(engine_action)
+                obs = self._derive(engine_action.feedback_rule, self._context(engine_action))
+        with _engine_caches():
+            result = self._result(obs.strip(), 0.0, valid)
+        if result.info.won:
+            result.reward = 1.0
+        return result
+
+    def close(self) -> None:
+        if self._lib is not None:
+            try:
+                import fast_downward
+
+                fast_downward.close_lib(self._lib)
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+        self._lib = self._env = self._game = None
+        self._done = True

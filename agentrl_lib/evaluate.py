@@ -1,0 +1,80 @@
+"""Evaluation: play each game of a set once (greedy by default) and report success rate, turns, invalid actions.
+
+Introduced in notebooks/00_quickstart.ipynb.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from .envs.base import GameSet
+from .envs.pool import EnvPool, SerialPool
+from .prompts import ChatFormat
+from .rollout import rollout
+
+
+def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: float = 0.0, batch_size: int = 8,
+             max_new_tokens: int = 24, show_admissible: bool = False, pool: EnvPool | None = None,
+             progress: bool = True) -> dict:
+    """Play every game in `games` once, `batch_size` episodes at a time.
+
+    Returns a dict: success_rate, mean_turns, invalid_rate (share of turns whose action was not admissible),
+    mean_score_frac (score / max_score), n_games, seconds, gen_tokens_per_s, and `per_game` rows (game, won,
+    turns, score, max_score, actions, termination).
+    Raises: ValueError if max_turns < 1 or batch_size < 1.
+    """
+    from tqdm.auto import tqdm
+
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
+    own_pool = pool is None
+    pool = pool or SerialPool(min(batch_size, len(games)), family=games.family)
+    chat = ChatFormat(tokenizer)
+    rows, t0, tokens, gen_s = [], time.perf_counter(), 0, 0.0
+    bar = tqdm(total=len(games), desc="eval", disable=not progress)
+    try:
+        for start in range(0, len(games), pool.size):
+            chunk = games.games[start:start + pool.size]
+            trajs, st = rollout(model, tokenizer, pool, [g.path for g in chunk], max_turns=max_turns,
+                                max_new_tokens=max_new_tokens, temperature=temperature,
+                                show_admissible=show_admissible, chat=chat)
+            tokens, gen_s = tokens + st.generated_tokens, gen_s + st.generate_seconds
+            for g, t in zip(chunk, trajs):
+                rows.append({"game": g.name, "won": t.won, "turns": t.n_turns, "score": t.score,
+                             "max_score": t.max_score, "invalid": sum(not v for v in t.valid),
+                             "actions": t.actions, "termination": t.termination})
+            bar.update(len(chunk))
+            bar.set_postfix(success=f"{sum(r['won'] for r in rows) / len(rows):.2f}")
+    finally:
+        bar.close()
+        if own_pool:
+            pool.close()
+    turns = sum(r["turns"] for r in rows)
+    return {
+        "success_rate": sum(r["won"] for r in rows) / len(rows),
+        "mean_turns": turns / len(rows),
+        "invalid_rate": sum(r["invalid"] for r in rows) / max(turns, 1),
+        "mean_score_frac": sum(r["score"] / max(r["max_score"], 1e-9) for r in rows) / len(rows),
+        "n_games": len(rows),
+        "max_turns": max_turns,
+        "temperature": temperature,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "gen_tokens_per_s": tokens / max(gen_s, 1e-9),
+        "per_game": rows,
+    }
+
+
+def save_eval(result: dict, path: str | Path) -> None:
+    """Write an evaluation result as JSON (atomically)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    tmp.replace(path)
+
+
+def format_eval(result: dict, name: str = "") -> str:
+    """One line: success rate, mean turns, invalid-action rate."""
+    return (f"{name + ': ' if name else ''}success {result['success_rate']:.1%} on {result['n_games']} games, "
+            f"mean turns {result['mean_turns']:.1f}, invalid actions {result['invalid_rate']:.1%}")

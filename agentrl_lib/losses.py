@@ -1,0 +1,81 @@
+"""Losses shared by PPO, GRPO and RLOO: clipped surrogate with decoupled ε_low / ε_high, clipped value loss, k3 KL to
+a reference policy, entropy. Each returns (loss, metrics) so every update logs its own diagnostics.
+
+All token tensors are (B, T) float32 with a (B, T) mask that is 1 on policy tokens; losses average over masked
+tokens of the whole minibatch ("token-mean", as DAPO and TRL's default), so long and short trajectories weigh
+each token equally.
+
+Introduced in notebooks/00_quickstart.ipynb.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of x over entries where mask is 1 (0 if the mask is empty)."""
+    m = mask.float()
+    return (x * m).sum() / m.sum().clamp(min=1.0)
+
+
+def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                clip_low: float = 0.2, clip_high: float = 0.2) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped surrogate (Schulman et al. 2017, eq. 7) with decoupled clip range (DAPO, Yu et al. 2025; StarPO-S):
+
+        ρ_t = exp(log π_θ(a_t) − log π_old(a_t))
+        L = −mean_t min(ρ_t A_t, clip(ρ_t, 1 − ε_low, 1 + ε_high) A_t)
+
+    Returns: loss (scalar), metrics {clip_frac, approx_kl (k3 of π_old to π_θ), ratio_mean}.
+    """
+    log_ratio = logprobs - old_logprobs
+    ratio = torch.exp(log_ratio)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages
+    loss = -masked_mean(torch.min(unclipped, clipped), mask)
+    with torch.no_grad():
+        clip_frac = masked_mean((clipped < unclipped).float(), mask).item()
+        approx_kl = masked_mean(torch.exp(-log_ratio) - 1 + log_ratio, mask).item()
+        ratio_mean = masked_mean(ratio, mask).item()
+    return loss, {"clip_frac": clip_frac, "approx_kl": approx_kl, "ratio_mean": ratio_mean}
+
+
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
+               clip: float = 0.2) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped value loss (PPO2 / CleanRL): ½ mean max((V − R)², (V_old + clip(V − V_old, ±c) − R)²). clip 0 = plain MSE.
+
+    Returns: loss, metrics {value_loss, value_clip_frac}.
+    """
+    err = (values - returns) ** 2
+    if clip > 0:
+        v_clipped = old_values + torch.clamp(values - old_values, -clip, clip)
+        err_clipped = (v_clipped - returns) ** 2
+        loss = 0.5 * masked_mean(torch.max(err, err_clipped), mask)
+        frac = masked_mean((err_clipped > err).float(), mask).item()
+    else:
+        loss = 0.5 * masked_mean(err, mask)
+        frac = 0.0
+    return loss, {"value_loss": loss.item(), "value_clip_frac": frac}
+
+
+def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """k3 estimator of KL(π_θ ‖ π_ref) per token (Schulman 2020, "Approximating KL divergence"), masked mean:
+
+        k3 = exp(log π_ref − log π_θ) − (log π_ref − log π_θ) − 1   (≥ 0, unbiased)
+    """
+    d = ref_logprobs - logprobs
+    return masked_mean(torch.exp(d) - d - 1, mask)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of softmax(logits) along the last dim: (..., V) → (...)."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """1 − Var[R − V] / Var[R] over masked tokens (1 = perfect critic, ≤ 0 = no better than a constant)."""
+    m = mask.bool()
+    r, v = returns[m].float(), values[m].float()
+    if r.numel() < 2 or r.var() == 0:
+        return float("nan")
+    return (1 - (r - v).var() / r.var()).item()

@@ -1,0 +1,105 @@
+"""SFT warm-up on expert multi-turn trajectories (the games' walkthroughs), with TRL's SFTTrainer.
+
+Each walkthrough is replayed in the environment to collect the observations the agent would see, and turned into
+one token sequence with the same ChatFormat the rollouts use, so SFT and RL see the same layout. The loss covers
+the assistant (action) tokens only, each turn's end token included: the examples carry an `assistant_masks`
+column, from which TRL builds labels (-100 elsewhere). SmolLM2's chat template has no `{% generation %}` markers,
+so TRL's `assistant_only_loss=True` cannot find the assistant tokens itself; building the mask here avoids that.
+
+Practitioner's Guide §5: one epoch of SFT on expert trajectories before RL; actor and critic start from it.
+
+Introduced in notebooks/00_quickstart.ipynb.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+from .envs.base import GameSet, make_env
+from .models import load_policy, pick_device, save_policy
+from .prompts import SYSTEM_PROMPT, ChatFormat, feedback_message, first_user_message
+
+log = logging.getLogger(__name__)
+
+
+def expert_examples(games: GameSet, chat: ChatFormat, system_prompt: str = SYSTEM_PROMPT, max_turns: int | None = None,
+                    show_admissible: bool = False) -> list[dict]:
+    """Replay each game's walkthrough and return tokenised examples.
+
+    Returns: list of {'input_ids': list[int], 'assistant_masks': list[int] (1 on action tokens + end token),
+    'game': name}. Games whose walkthrough does not win, or is longer than max_turns, are skipped (logged).
+    """
+    env = make_env(games.family)
+    examples = []
+    try:
+        for g in games.games:
+            if max_turns is not None and len(g.walkthrough) > max_turns:
+                log.warning("skip %s: walkthrough of %d steps exceeds max_turns=%d", g.name, len(g.walkthrough), max_turns)
+                continue
+            res = env.reset(g.path)
+            user = first_user_message(res.info.objective, res.obs, res.info.admissible if show_admissible else None)
+            ids = chat.prompt_ids(system_prompt, user)
+            mask = [0] * len(ids)
+            for k, action in enumerate(g.walkthrough):
+                a = chat.action_ids(action)
+                ids += a
+                mask += [1] * len(a)
+                res = env.step(action)
+                if res.done:
+                    break
+                if k < len(g.walkthrough) - 1:
+                    u = chat.user_turn_ids(feedback_message(res.obs, res.info.admissible if show_admissible else None))
+                    ids += u
+                    mask += [0] * len(u)
+            if not res.info.won:
+                log.warning("skip %s: its walkthrough does not win the game", g.name)
+                continue
+            examples.append({"input_ids": ids, "assistant_masks": mask, "game": g.name})
+    finally:
+        env.close()
+    return examples
+
+
+def sft(model_name: str, games: GameSet, out: str | Path, epochs: float = 1.0, lr: float = 5e-5, batch_size: int = 4,
+        max_turns: int | None = None, seed: int = 0, device: str = "auto", dtype: str = "auto",
+        lora_rank: int = 0) -> dict:
+    """Fine-tune `model_name` on the walkthroughs of `games`; save to `out/policy`.
+
+    Returns a summary dict (examples, tokens, epochs, train_loss per logging step, seconds), also written to
+    out/sft_summary.json.
+    Raises: ValueError if no walkthrough could be replayed.
+    """
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    t0 = time.perf_counter()
+    out = Path(out)
+    model, tok = load_policy(model_name, device, dtype, lora_rank=lora_rank)
+    tok.padding_side = "right"
+    examples = expert_examples(games, ChatFormat(tok), max_turns=max_turns)
+    if not examples:
+        raise ValueError(f"no usable walkthroughs in {games.root}: every game was skipped (see the log)")
+    ds = Dataset.from_list([{k: e[k] for k in ("input_ids", "assistant_masks")} for e in examples])
+    on_gpu = pick_device(device).type == "cuda"
+    args = SFTConfig(output_dir=str(out / "trl"), num_train_epochs=epochs, per_device_train_batch_size=batch_size,
+                     learning_rate=lr, lr_scheduler_type="constant", warmup_steps=0, logging_steps=1,
+                     save_strategy="no", report_to=[], seed=seed, use_cpu=not on_gpu,
+                     bf16=on_gpu and next(model.parameters()).dtype.is_floating_point and
+                     str(next(model.parameters()).dtype) == "torch.bfloat16",
+                     gradient_checkpointing=False, max_length=None, disable_tqdm=True, dataloader_num_workers=0)
+    model.train()
+    trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok)
+    trainer.train()
+    model.eval()
+    tok.padding_side = "left"
+    save_policy(model, tok, out / "policy")
+    losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
+    summary = {"examples": len(examples), "skipped": len(games) - len(examples),
+               "tokens": sum(len(e["input_ids"]) for e in examples),
+               "assistant_tokens": sum(sum(e["assistant_masks"]) for e in examples),
+               "epochs": epochs, "lr": lr, "batch_size": batch_size, "train_loss": losses,
+               "seconds": round(time.perf_counter() - t0, 1), "model": model_name, "games": str(games.root)}
+    (out / "sft_summary.json").write_text(json.dumps(summary, indent=1))
+    return summary

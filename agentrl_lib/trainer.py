@@ -1,0 +1,381 @@
+"""The multi-turn RL loop: rollout → turn rewards → advantages → epochs of minibatch updates → log → checkpoint.
+
+PPO, GRPO and RLOO share everything except the advantage estimator (and PPO's critic):
+
+    for step in 1..N:
+        trajectories = rollout(policy, games × G)                  # batched multi-turn episodes
+        r_turn = turn_rewards(sparse | dense) − format penalty     # on each turn's end token
+        A = GAE(r, V) [PPO]  |  group-normalised R [GRPO]  |  R − leave-one-out mean [RLOO]
+        for epoch, minibatch:  loss = clipped surrogate + c_v·value loss + β·KL(k3) − c_H·entropy
+        log metrics.jsonl; checkpoint atomically
+
+Critic (PPO): a linear value head on the policy's last hidden state — a *shared backbone*, as TRL's
+AutoModelForCausalLMWithValueHead. On a CPU a separate critic would double the cost of every update; the price is
+that value-loss gradients reach the policy's backbone (kept small by vf_coef, 0.1 as in TRL). The paper uses a
+separate critic (lr 1e-5); with a GPU and a bigger model that is the better choice.
+
+Introduced in notebooks/00_quickstart.ipynb.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .advantages import broadcast_to_tokens, gae, grpo_advantages, rloo_advantages, top_std_groups, whiten
+from .config import RunConfig
+from .envs.base import GameSet, load_game_set
+from .envs.pool import EnvPool, SerialPool
+from .losses import entropy_from_logits, explained_variance, kl_k3, masked_mean, policy_loss, value_loss
+from .models import base_model, load_policy, save_policy
+from .prompts import ChatFormat
+from .rewards import place_on_tokens, turn_rewards
+from .rollout import Trajectory, rollout
+
+
+class ValueHead(nn.Module):
+    """V(s_t) = w·h_t + b on the backbone's last hidden state h_t (float32). Initialised to output 0."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.linear = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.linear.weight)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.linear(hidden.float()).squeeze(-1)
+
+
+def collate(trajs: list[Trajectory], pad_id: int, device) -> dict[str, torch.Tensor]:
+    """Right-pad trajectories into (B, T) tensors: input_ids long, attention_mask long, mask float (policy tokens),
+    old_logprobs float32."""
+    T = max(len(t.ids) for t in trajs)
+    B = len(trajs)
+    ids = torch.full((B, T), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, T), dtype=torch.long)
+    mask = torch.zeros((B, T), dtype=torch.float32)
+    old = torch.zeros((B, T), dtype=torch.float32)
+    for i, t in enumerate(trajs):
+        n = len(t.ids)
+        ids[i, :n] = torch.tensor(t.ids)
+        attn[i, :n] = 1
+        mask[i, :n] = torch.tensor(t.mask, dtype=torch.float32)
+        old[i, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
+    return {k: v.to(device) for k, v in dict(input_ids=ids, attention_mask=attn, mask=mask, old_logprobs=old).items()}
+
+
+def token_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor,
+                  temperature: float = 1.0, value_head: ValueHead | None = None,
+                  with_entropy: bool = False) -> dict[str, torch.Tensor]:
+    """Log-probs (and values, entropy) of the policy tokens of a batch, computing the output layer only there.
+
+    Token t is predicted from the hidden state at t − 1, so logits are taken at positions t − 1 for every t with
+    mask[t] = 1; the 49k-wide output layer runs on policy tokens only (a large share of a full forward on CPU).
+
+    Args:
+        input_ids, attention_mask: (B, T) long, right-padded.  mask: (B, T) 0/1, policy tokens.
+        temperature: logits are divided by it (the rollout's sampling temperature, so π_old and π_θ match).
+    Returns:
+        dict with 'logprobs' (B, T) float32; 'values' (B, T) if value_head; 'entropy' (B, T) if with_entropy.
+        All are 0 where mask is 0.
+    """
+    base = base_model(model)
+    backbone = base.get_decoder() if hasattr(base, "get_decoder") else base.model
+    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
+    sel = mask[:, 1:].bool()  # (B, T-1): position t-1 predicts token t
+    h = hidden[:, :-1][sel]  # (N, H)
+    logits = base.get_output_embeddings()(h).float() / max(temperature, 1e-6)  # (N, V)
+    targets = input_ids[:, 1:][sel]
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, targets[:, None]).squeeze(-1)  # (N,)
+    B, T = input_ids.shape
+    zeros = torch.zeros(B, T - 1, device=input_ids.device)
+
+    def scatter(x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([torch.zeros(B, 1, device=input_ids.device), zeros.masked_scatter(sel, x)], dim=1)
+
+    out = {"logprobs": scatter(logp)}
+    if value_head is not None:
+        out["values"] = scatter(value_head(h))
+    if with_entropy:
+        out["entropy"] = scatter(entropy_from_logits(logits))
+    return out
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class Trainer:
+    """Multi-turn RL trainer for one run directory.
+
+    Args:
+        config: the RunConfig (config.env.games must name a games dir).
+        run_dir: where config.yaml, metrics.jsonl, checkpoints/ and learning_curve.png go.
+        init: model to start from ('embedded', HF id, dir, SFT output or run dir); default config.model.name.
+        resume: continue from run_dir's latest checkpoint (its config is reused; `config` must match).
+        pool: an EnvPool with >= games_per_step * group_size slots (default: a SerialPool).
+    Raises:
+        GameSetError / FileNotFoundError / ConfigError: bad games dir, model path or config.
+    """
+
+    def __init__(self, config: RunConfig, run_dir: str | Path, init: str | None = None, resume: bool = False,
+                 pool: EnvPool | None = None, progress: bool = True):
+        config.validate()
+        self.cfg, self.run_dir, self.progress = config, Path(run_dir), progress
+        self.games: GameSet = load_game_set(config.env.games)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.ckpt_root = self.run_dir / "checkpoints"
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.start_step = 0
+        latest = self.ckpt_root / "latest"
+        model_name = init or config.model.name
+        if resume:
+            if not latest.is_file():
+                raise FileNotFoundError(f"--resume: {self.run_dir} has no checkpoint yet (no checkpoints/latest)")
+            ckpt = self.ckpt_root / latest.read_text().strip()
+            model_name = str(ckpt / "policy")
+            self.start_step = json.loads((ckpt / "state.json").read_text())["step"]
+        elif latest.is_file():
+            raise FileExistsError(f"{self.run_dir} already holds a run; pass --resume to continue it or pick a new --out")
+        config.save(self.run_dir / "config.yaml")
+        mc = config.model
+        self.policy, self.tok = load_policy(model_name, mc.device, mc.dtype,
+                                            lora_rank=0 if resume else mc.lora_rank, lora_alpha=mc.lora_alpha)
+        self.device = next(self.policy.parameters()).device
+        self.chat = ChatFormat(self.tok)
+        hidden = base_model(self.policy).config.hidden_size
+        self.value_head = ValueHead(hidden).to(self.device) if config.algo.name == "ppo" else None
+        self.ref = None
+        if config.algo.kl_coef > 0 and mc.lora_rank == 0:
+            self.ref = copy.deepcopy(self.policy).eval().requires_grad_(False)
+        groups = [{"params": [p for p in self.policy.parameters() if p.requires_grad], "lr": config.train.lr}]
+        if self.value_head is not None:
+            groups.append({"params": list(self.value_head.parameters()), "lr": config.train.value_lr})
+        self.opt = torch.optim.AdamW(groups, weight_decay=0.0)
+        if resume:
+            self._load_state(ckpt)
+        n_episodes = config.train.games_per_step * config.algo.group_size
+        self.pool = pool or SerialPool(n_episodes, family=self.games.family, show_inventory=config.env.show_inventory)
+        if self.pool.size < n_episodes:
+            raise ValueError(f"pool has {self.pool.size} slots; the run needs {n_episodes} (games_per_step*group_size)")
+
+    # ------------------------------------------------------------------------------------------------ the loop
+    def train(self) -> list[dict]:
+        """Run config.train.steps iterations (from the checkpoint's step when resuming). Returns all metrics rows."""
+        cfg = self.cfg
+        rows = self._read_metrics()
+        for step in range(self.start_step, cfg.train.steps):
+            row = self.step(step)
+            rows.append(row)
+            with open(self.metrics_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            if self.progress:
+                print(f"step {step + 1}/{cfg.train.steps}  success {row['success_rate']:.2f}  return "
+                      f"{row['return_mean']:+.3f}  invalid {row['invalid_rate']:.2f}  turns {row['mean_turns']:.1f}  "
+                      f"entropy {row['entropy']:.3f}  {row['step_seconds']:.0f}s", flush=True)
+            if (step + 1) % cfg.train.checkpoint_every == 0 or step + 1 == cfg.train.steps:
+                self.save_checkpoint(step + 1)
+        from .plots import plot_learning_curves
+
+        if rows:
+            plot_learning_curves(rows, self.run_dir / "learning_curve.png", title=f"{cfg.algo.name} / {cfg.reward.kind}")
+        return rows
+
+    def step(self, step: int) -> dict:
+        """One iteration: rollout, rewards, advantages, update. Returns its metrics row."""
+        cfg, t0 = self.cfg, time.perf_counter()
+        # plumbing: the same step always samples the same games and tokens (resumable, reproducible)
+        rng = random.Random(cfg.train.seed * 1_000_003 + step)
+        torch.manual_seed(cfg.train.seed * 1_000_003 + step)
+        games = rng.sample(self.games.games, k=min(cfg.train.games_per_step, len(self.games)))
+        if len(games) < cfg.train.games_per_step:
+            games += rng.choices(self.games.games, k=cfg.train.games_per_step - len(games))
+        episode_games = [g.path for g in games for _ in range(cfg.algo.group_size)]
+        group_ids = [k for k in range(len(games)) for _ in range(cfg.algo.group_size)]
+
+        # ALGO: 1. rollout — G episodes per game, all batched
+        self.policy.eval()
+        trajs, rstats = rollout(self.policy, self.tok, self.pool, episode_games, group_ids, cfg.env.max_turns,
+                                cfg.train.max_new_tokens, cfg.train.temperature, cfg.env.show_admissible,
+                                cfg.env.show_inventory, chat=self.chat)
+        trajs_ok = [t for t in trajs if t.n_turns > 0]
+        t_rollout = time.perf_counter() - t0
+
+        # ALGO: 2. turn rewards on turn-end tokens
+        rewards = [turn_rewards(cfg.reward.kind, t.env_rewards, t.max_score, t.won, t.valid, cfg.reward.format_penalty)
+                   for t in trajs_ok]
+        returns = torch.tensor([sum(r) for r in rewards], dtype=torch.float32)
+        gids = torch.tensor([t.group for t in trajs_ok])
+        batch = collate(trajs_ok, self.tok.pad_token_id, self.device)
+        T = batch["input_ids"].shape[1]
+        tok_rewards = torch.stack([place_on_tokens(r, t.turn_ends, T) for r, t in zip(rewards, trajs_ok)]).to(self.device)
+        mask = batch["mask"]
+
+        # ALGO: 3. advantages
+        m: dict[str, float] = {}
+        keep = top_std_groups(returns, gids, cfg.algo.keep_top_std)  # StarPO-S filter (keeps all at 1.0)
+        with torch.no_grad():
+            if cfg.algo.name == "ppo":
+                old = token_forward(self.policy, batch["input_ids"], batch["attention_mask"], mask,
+                                    cfg.train.temperature, self.value_head)
+                old_values = old["values"]
+                adv, ret = gae(tok_rewards, old_values, mask, cfg.algo.gamma, cfg.algo.lam)
+                m["explained_variance"] = explained_variance(old_values, ret, mask)
+                m["logprob_mismatch"] = ((old["logprobs"] - batch["old_logprobs"]).abs() * mask).max().item()
+                if cfg.algo.normalize_advantages:
+                    adv = whiten(adv, mask * keep[:, None].to(mask))
+            else:
+                old_values, ret = torch.zeros_like(mask), torch.zeros_like(mask)
+                est = grpo_advantages(returns, gids, cfg.algo.grpo_std_eps) if cfg.algo.name == "grpo" \
+                    else rloo_advantages(returns, gids)
+                adv = broadcast_to_tokens(est.to(self.device), mask)
+            ref_logp = None
+            if cfg.algo.kl_coef > 0:
+                ref_logp = self._ref_logprobs(batch)
+        train_mask = mask * keep[:, None].to(mask)
+
+        # ALGO: 4. epochs of minibatch updates on the clipped surrogate
+        t1 = time.perf_counter()
+        self.policy.train()
+        upd = self._update(batch, adv, ret, old_values, ref_logp, train_mask)
+        self.policy.eval()
+        t_update = time.perf_counter() - t1
+
+        # plumbing: metrics
+        grp_std = [returns[gids == g].std(unbiased=False).item() for g in gids.unique()] if len(trajs_ok) else [0.0]
+        n_turns = sum(t.n_turns for t in trajs_ok)
+        m.update(upd)
+        m.update({
+            "step": step + 1,
+            "episodes": len(trajs),
+            "success_rate": sum(t.won for t in trajs) / len(trajs),
+            "return_mean": returns.mean().item() if len(returns) else 0.0,
+            "return_std": returns.std(unbiased=False).item() if len(returns) else 0.0,
+            "reward_mean": (sum(sum(r) for r in rewards) / max(n_turns, 1)),
+            "group_return_std": sum(grp_std) / len(grp_std),
+            "kept_fraction": keep.float().mean().item() if len(keep) else 0.0,
+            "mean_turns": n_turns / max(len(trajs_ok), 1),
+            "invalid_rate": sum(not v for t in trajs_ok for v in t.valid) / max(n_turns, 1),
+            "truncated_rate": sum(x for t in trajs_ok for x in t.truncated) / max(n_turns, 1),
+            "env_errors": sum(t.termination.startswith("env_error") for t in trajs),
+            "generated_tokens": rstats.generated_tokens,
+            "gen_tokens_per_s": rstats.tokens_per_second,
+            "policy_tokens": int(mask.sum().item()),
+            "seq_len_max": T,
+            "rollout_seconds": t_rollout,
+            "update_seconds": t_update,
+            "step_seconds": time.perf_counter() - t0,
+        })
+        return m
+
+    def _ref_logprobs(self, batch) -> torch.Tensor:
+        if self.ref is not None:
+            return token_forward(self.ref, batch["input_ids"], batch["attention_mask"], batch["mask"],
+                                 self.cfg.train.temperature)["logprobs"]
+        with self.policy.disable_adapter():  # LoRA: the reference is the base model
+            return token_forward(self.policy, batch["input_ids"], batch["attention_mask"], batch["mask"],
+                                 self.cfg.train.temperature)["logprobs"]
+
+    def _update(self, batch, adv, ret, old_values, ref_logp, train_mask) -> dict[str, float]:
+        cfg = self.cfg
+        B = batch["input_ids"].shape[0]
+        sums: dict[str, list[float]] = {}
+        if train_mask.sum() == 0 or (cfg.algo.name != "ppo" and (adv.abs() * train_mask).sum() == 0):
+            # every group had equal returns: no learning signal (GRPO/RLOO); skip the update, log zeros
+            return {"skipped_update": 1.0, "entropy": float("nan"), "clip_frac": 0.0, "approx_kl": 0.0,
+                    "grad_norm": 0.0, "policy_loss": 0.0, "kl_ref": 0.0}
+        for epoch in range(cfg.train.epochs):
+            perm = torch.randperm(B)
+            for start in range(0, B, cfg.train.minibatch_size):
+                idx = perm[start:start + cfg.train.minibatch_size]
+                mb_mask = train_mask[idx]
+                if mb_mask.sum() == 0:
+                    continue
+                out = token_forward(self.policy, batch["input_ids"][idx], batch["attention_mask"][idx], mb_mask,
+                                    cfg.train.temperature, self.value_head, with_entropy=True)
+                loss, pm = policy_loss(out["logprobs"], batch["old_logprobs"][idx], adv[idx], mb_mask,
+                                       cfg.algo.clip_low, cfg.algo.clip_high)
+                ent = masked_mean(out["entropy"], mb_mask)
+                loss = loss - cfg.algo.entropy_coef * ent
+                pm["policy_loss"] = loss.item()
+                pm["entropy"] = ent.item()
+                if self.value_head is not None:
+                    vl, vm = value_loss(out["values"], old_values[idx], ret[idx], mb_mask, cfg.algo.vf_clip)
+                    loss = loss + cfg.algo.vf_coef * vl
+                    pm.update(vm)
+                if ref_logp is not None:
+                    kl = kl_k3(out["logprobs"], ref_logp[idx], mb_mask)
+                    loss = loss + cfg.algo.kl_coef * kl
+                    pm["kl_ref"] = kl.item()
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                params = [p for g in self.opt.param_groups for p in g["params"]]
+                gn = torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)
+                pm["grad_norm"] = gn.item()
+                self.opt.step()
+                for k, v in pm.items():
+                    sums.setdefault(k, []).append(v)
+        res = {k: sum(v) / len(v) for k, v in sums.items()}
+        res.setdefault("kl_ref", 0.0)
+        res["skipped_update"] = 0.0
+        return res
+
+    # ----------------------------------------------------------------------------------------- checkpoints
+    def save_checkpoint(self, step: int) -> Path:
+        """Write checkpoints/step_XXXXXX atomically (temp dir + rename), point `latest` at it, drop older ones."""
+        self.ckpt_root.mkdir(parents=True, exist_ok=True)
+        name = f"step_{step:06d}"
+        final = self.ckpt_root / name
+        tmp = self.ckpt_root / f".tmp-{name}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        save_policy(self.policy, self.tok, tmp / "policy")
+        if self.value_head is not None:
+            torch.save(self.value_head.state_dict(), tmp / "value_head.pt")
+        torch.save(self.opt.state_dict(), tmp / "optimizer.pt")
+        (tmp / "state.json").write_text(json.dumps({"step": step}))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _atomic_write_text(self.ckpt_root / "latest", name)
+        for old in self.ckpt_root.glob("step_*"):
+            if old.name != name:
+                shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    def _load_state(self, ckpt: Path) -> None:
+        if self.value_head is not None and (ckpt / "value_head.pt").is_file():
+            self.value_head.load_state_dict(torch.load(ckpt / "value_head.pt", map_location=self.device))
+        if (ckpt / "optimizer.pt").is_file():
+            self.opt.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location=self.device))
+
+    def _read_metrics(self) -> list[dict]:
+        """Metrics rows up to the resume step (later rows, from an interrupted run, are dropped and rewritten)."""
+        if not self.metrics_path.is_file():
+            return []
+        rows = [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line.strip()]
+        rows = [r for r in rows if r["step"] <= self.start_step]
+        _atomic_write_text(self.metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
+        return rows
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def is_finite_row(row: dict) -> bool:
+    """True if every numeric metric is finite (NaN allowed only for metrics that are undefined this step)."""
+    allowed_nan = {"explained_variance", "entropy"}
+    return all(math.isfinite(v) or k in allowed_nan for k, v in row.items() if isinstance(v, float))

@@ -1,0 +1,222 @@
+"""ALFWorld offline: generated games of all six task types, the fast env, splits, official-data loading."""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("alfworld")
+pytest.importorskip("fast_downward")
+
+from agentrl_lib.envs.alfworld import TASK_TYPES, AlfWorldEnv  # noqa: E402
+from agentrl_lib.envs.alfworld_gen import (  # noqa: E402
+    _split_of_fingerprint, floor_plans, load_official_games, make_alfworld_games)
+from agentrl_lib.envs.base import GameLoadError, GameSetError, StepResult, load_game_set, make_env  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def train_set(tmp_path_factory):
+    return make_alfworld_games(tmp_path_factory.mktemp("alf_train"), n=6, seed=0, split="train", progress=False)
+
+
+@pytest.fixture(scope="session")
+def seen_set(tmp_path_factory):
+    return make_alfworld_games(tmp_path_factory.mktemp("alf_seen"), n=2, seed=0, split="valid_seen",
+                               task_types=["pick_and_place_simple", "look_at_obj_in_light"], progress=False)
+
+
+@pytest.fixture(scope="session")
+def unseen_set(tmp_path_factory):
+    return make_alfworld_games(tmp_path_factory.mktemp("alf_unseen"), n=2, seed=0, split="valid_unseen",
+                               task_types="pick_and_place_simple,pick_two_obj_and_place", progress=False)
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = AlfWorldEnv()
+    yield e
+    e.close()
+
+
+def test_every_task_type_is_generated_and_its_walkthrough_wins(train_set, env):
+    assert len(train_set) == 6
+    assert sorted(g.params["task_type"] for g in train_set.games) == sorted(TASK_TYPES)
+    assert train_set.params["games_per_task_type"] == {t: 1 for t in TASK_TYPES}
+    assert sum(train_set.params["games_per_floor_plan"].values()) == 6
+    for g in train_set.games:
+        folder = Path(g.path)
+        assert (folder / "traj_data.json").is_file() and (folder / "game.tw-pddl").is_file()
+        data = json.loads((folder / "game.tw-pddl").read_text())
+        assert data["solvable"] is True and data["walkthrough"] == g.walkthrough and g.max_score == 1
+        r = env.reset(g.path)
+        assert r.obs.startswith("You are in the middle of a room. Looking quickly around you, you see ")
+        assert "Your task is to: " + r.info.objective in r.obs
+        assert r.info.expert_action == g.walkthrough[0]
+        total = 0.0
+        for i, action in enumerate(g.walkthrough):
+            assert action in r.info.admissible
+            assert r.info.expert_action == action
+            r = env.step(action)
+            assert r.info.valid
+            total += r.reward
+            assert r.done == (i == len(g.walkthrough) - 1)
+        assert r.info.won and r.info.score == 1 and r.info.max_score == 1 and total == 1
+        assert r.info.expert_action is None
+
+
+def test_env_protocol_details(train_set, env):
+    g = train_set.games[0]
+    r = env.reset(g.path)
+    assert not r.done and r.reward == 0 and r.info.admissible == sorted(r.info.admissible)
+    r2 = env.step("dance wildly")
+    assert r2.obs == "Nothing happens." and not r2.info.valid and r2.reward == 0
+    assert r2.info.expert_action == g.walkthrough[0]  # unchanged state: same expert action
+    r3 = env.step("  " + g.walkthrough[0].upper() + ". ")  # case/space/punctuation-insensitive
+    assert r3.info.valid and r3.obs != "Nothing happens."
+    env.step("look")  # a look keeps the plan: expert goes on with the walkthrough
+    assert env.step("inventory").info.expert_action == g.walkthrough[1]
+    with pytest.raises(RuntimeError):
+        AlfWorldEnv().step("look")
+    assert isinstance(make_env("alfworld"), AlfWorldEnv)
+
+
+def test_same_text_as_stock_engine_on_a_random_walk(train_set, env):
+    """Our cached env answers exactly like alfworld's stock PddlEnv + AlfredDemangler (admissible commands and
+    feedback) and the expert stays consistent with textworld's policy_commands after deviations."""
+    import textworld
+    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
+    from textworld.envs import PddlEnv
+
+    rng = random.Random(1)
+    for g in train_set.games[:2]:
+        stock = AlfredDemangler(PddlEnv(textworld.EnvInfos(admissible_commands=True, won=True,
+                                                           policy_commands=True)), shuffle=False)
+        stock.load(str(Path(g.path) / "game.tw-pddl"))
+        s, r = stock.reset(), env.reset(g.path)
+        assert s.feedback.strip().endswith(r.obs.split("\n\n")[-1])
+        for _ in range(12):
+            assert sorted(s["admissible_commands"]) == r.info.admissible
+            assert len(s["policy_commands"]) == len(env._plan or [])  # same optimal plan length
+            action = rng.choice(r.info.admissible)
+            s, _, done = stock.step(action)
+            r = env.step(action)
+            assert s.feedback.strip() == r.obs and done == r.done
+            if done:
+                break
+
+
+def test_generation_is_deterministic(train_set, tmp_path):
+    again = make_alfworld_games(tmp_path / "again", n=6, seed=0, split="train", progress=False)
+    assert [g.walkthrough for g in again.games] == [g.walkthrough for g in train_set.games]
+    assert [g.params["fingerprint"] for g in again.games] == [g.params["fingerprint"] for g in train_set.games]
+    a = json.loads((Path(again.games[0].path) / "game.tw-pddl").read_text())
+    b = json.loads((Path(train_set.games[0].path) / "game.tw-pddl").read_text())
+    assert a == b
+
+
+def test_cached_set_is_reused(train_set):
+    t0 = train_set.params["generation_seconds"]
+    same = make_alfworld_games(train_set.root, n=6, seed=0, split="train", progress=False)
+    assert same.params["generation_seconds"] == t0 and len(same) == 6
+
+
+def test_splits_are_disjoint(train_set, seen_set, unseen_set):
+    train_plans, unseen_plans = set(floor_plans("train")), set(floor_plans("valid_unseen"))
+    assert set(floor_plans("valid_seen")) == train_plans and not train_plans & unseen_plans
+    assert len(unseen_plans) == 24 and len(train_plans) == 96
+    for g in train_set.games + seen_set.games:
+        assert int(g.params["floor_plan"].removeprefix("FloorPlan")) in train_plans
+    for g in unseen_set.games:
+        assert int(g.params["floor_plan"].removeprefix("FloorPlan")) in unseen_plans
+    train_ids = {g.params["fingerprint"] for g in train_set.games}
+    seen_ids = {g.params["fingerprint"] for g in seen_set.games}
+    assert not train_ids & seen_ids
+    assert all(_split_of_fingerprint(f.ljust(40, "0")) == "train" for f in train_ids)
+    assert all(_split_of_fingerprint(f.ljust(40, "0")) == "valid_seen" for f in seen_ids)
+    assert {g.params["split"] for g in seen_set.games} == {"valid_seen"}
+    assert {g.params["task_type"] for g in unseen_set.games} == {"pick_and_place_simple", "pick_two_obj_and_place"}
+
+
+def test_unknown_task_type_and_split():
+    with pytest.raises(ValueError, match="pick_and_place_simple"):
+        make_alfworld_games("/tmp/never", n=1, task_types=["pick_and_dance"])
+    with pytest.raises(ValueError, match="valid_unseen"):
+        make_alfworld_games("/tmp/never", n=1, split="test")
+    with pytest.raises(ValueError):
+        make_alfworld_games("/tmp/never", n=0)
+
+
+def test_corrupted_game_folder_raises_game_load_error(train_set, tmp_path):
+    src = Path(train_set.games[0].path)
+    bad_json = tmp_path / "bad_json"
+    shutil.copytree(src, bad_json)
+    (bad_json / "game.tw-pddl").write_text((src / "game.tw-pddl").read_text()[:500])
+    bad_pddl = tmp_path / "bad_pddl"
+    shutil.copytree(src, bad_pddl)
+    data = json.loads((src / "game.tw-pddl").read_text())
+    data["pddl_problem"] = data["pddl_problem"][: len(data["pddl_problem"]) // 2]
+    (bad_pddl / "game.tw-pddl").write_text(json.dumps(data))
+    env = AlfWorldEnv()
+    for folder in (bad_json, bad_pddl, tmp_path / "missing"):
+        with pytest.raises(GameLoadError, match=str(folder.name)):
+            env.reset(str(folder))
+    assert isinstance(env.reset(str(src)), StepResult)  # the env still works afterwards
+    env.close()
+
+
+def test_alfworlds_own_loader_accepts_generated_games(train_set):
+    from alfworld.agents.environment.alfred_tw_env import AlfredTWEnv
+
+    config = {"env": {"goal_desc_human_anns_prob": 0, "task_types": [1, 2, 3, 4, 5, 6]},
+              "dataset": {"data_path": str(train_set.root), "num_train_games": -1}}
+    stock = AlfredTWEnv(config, train_eval="train")
+    assert sorted(stock.game_files) == sorted(str(Path(g.path) / "game.tw-pddl") for g in train_set.games)
+
+
+def test_official_layout_loads(train_set, tmp_path, monkeypatch):
+    data = tmp_path / "alfworld-download"
+    for g in train_set.games[:2]:
+        src = Path(g.path)
+        dst = data / "json_2.1.1" / "valid_seen" / src.parent.name / "trial_T20190909_000000_000000"
+        shutil.copytree(src, dst)
+    monkeypatch.setenv("ALFWORLD_DATA", str(data))
+    gs = load_official_games("valid_seen", cache_dir=tmp_path / "cache")
+    assert len(gs) == 2 and gs.family == "alfworld"
+    assert load_game_set(tmp_path / "cache").games[0].path == gs.games[0].path
+    only = load_official_games("valid_seen", task_types=[train_set.games[0].params["task_type"]], n=5,
+                               cache_dir=tmp_path / "cache1")
+    assert len(only) == 1
+    env = AlfWorldEnv()
+    g = gs.games[0]
+    r = env.reset(g.path)
+    for a in g.walkthrough:
+        r = env.step(a)
+    assert r.info.won
+    env.close()
+
+
+def test_missing_alfworld_data_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "nowhere"))
+    with pytest.raises(GameSetError, match="ALFWORLD_DATA=.*nowhere.*does not exist"):
+        load_official_games("train", cache_dir=tmp_path / "c")
+    monkeypatch.delenv("ALFWORLD_DATA")
+    with pytest.raises(GameSetError, match="ALFWORLD_DATA is not set"):
+        load_official_games("train", cache_dir=tmp_path / "c")
+
+
+def test_process_pool_plays_alfworld(train_set):
+    from agentrl_lib.envs.pool import ProcessPool
+
+    games = train_set.games[:2]
+    with ProcessPool(2, family="alfworld", timeout_s=120) as pool:
+        results = pool.reset([0, 1], [g.path for g in games])
+        assert all(isinstance(r, StepResult) for r in results)
+        for t in range(max(len(g.walkthrough) for g in games)):
+            slots = [i for i, g in enumerate(games) if t < len(g.walkthrough)]
+            out = pool.step(slots, [games[i].walkthrough[t] for i in slots])
+            for i, r in zip(slots, out):
+                results[i] = r
+        assert all(r.info.won for r in results)
