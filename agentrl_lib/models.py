@@ -6,6 +6,7 @@ Introduced in notebooks/00_quickstart.ipynb.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -106,7 +107,8 @@ def resolve_model_path(name: str) -> str:
         if (path / "config.json").is_file() or (path / "adapter_config.json").is_file():
             return str(path)
         raise FileNotFoundError(f"{name} is a directory but holds no model (no config.json, no checkpoints/latest)")
-    if name.startswith((".", "/", "~")) or os.sep in name.strip("/").split("/", 1)[-1] or path.suffix:
+    # a Hugging Face id is `name` or `org/name` (letters, digits, '-', '_', '.'); anything else is a local path
+    if name.startswith((".", "/", "~")) or not re.fullmatch(r"[\w.\-]+(/[\w.\-]+)?", name):
         raise FileNotFoundError(
             f"model path {name} does not exist; pass 'embedded', a Hugging Face id (e.g. Qwen/Qwen2.5-0.5B-Instruct), "
             "a local model directory or a run directory")

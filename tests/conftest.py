@@ -1,0 +1,54 @@
+"""Shared fixtures: the embedded tokenizer, a tiny random-weight model built from a config (no download), and a
+few real TextWorld games generated once per session."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    from agentrl_lib.models import load_tokenizer
+
+    return load_tokenizer("embedded")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tokenizer):
+    """A 2-layer Llama with SmolLM2's vocabulary and chat template, random weights, saved like any HF model dir."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                      tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+                      eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model = LlamaForCausalLM(cfg)
+    path = tmp_path_factory.mktemp("tiny_model")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def cooking_games(tmp_path_factory):
+    """Three real tw-cooking games (recipe 1, take 1, go 1), generated with textworld's generator."""
+    from agentrl_lib.envs.textworld import make_textworld_games
+
+    return make_textworld_games(tmp_path_factory.mktemp("cooking"), 3, seed=7, challenge="tw-cooking",
+                                challenge_args="--recipe 1 --take 1 --go 1", progress=False)
+
+
+@pytest.fixture(scope="session")
+def custom_games(tmp_path_factory):
+    """Two custom games with the paper's knobs (world size 2, 3 objects, quest length 3)."""
+    from agentrl_lib.envs.textworld import make_textworld_games
+
+    return make_textworld_games(tmp_path_factory.mktemp("custom"), 2, seed=3, world_size=2, nb_objects=3,
+                                quest_length=3, progress=False)
+
+
+def fast_mode() -> bool:
+    return os.environ.get("AGENTRL_FAST") == "1"
