@@ -17,6 +17,8 @@ import logging
 import time
 from pathlib import Path
 
+import torch
+
 from .envs.base import GameSet, make_env
 from .models import load_policy, pick_device, save_policy
 from .prompts import SYSTEM_PROMPT, ChatFormat, feedback_message, first_user_message
@@ -86,9 +88,9 @@ def sft(model_name: str, games: GameSet, out: str | Path, epochs: float = 1.0, l
     args = SFTConfig(output_dir=str(out / "trl"), num_train_epochs=epochs, per_device_train_batch_size=batch_size,
                      learning_rate=lr, lr_scheduler_type="constant", warmup_steps=0, logging_steps=1,
                      save_strategy="no", report_to=[], seed=seed, use_cpu=not on_gpu,
-                     bf16=on_gpu and next(model.parameters()).dtype.is_floating_point and
-                     str(next(model.parameters()).dtype) == "torch.bfloat16",
-                     gradient_checkpointing=False, max_length=None, disable_tqdm=True, dataloader_num_workers=0)
+                     bf16=next(model.parameters()).dtype == torch.bfloat16,
+                     activation_checkpointing=False, gradient_checkpointing=False, max_length=None,
+                     disable_tqdm=True, dataloader_num_workers=0)
     model.train()
     trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok)
     trainer.train()

