@@ -45,8 +45,17 @@ def _eval(a) -> None:
     if a.max_turns < 1:
         raise ConfigError(f"--max-turns must be >= 1 (got {a.max_turns})")
     model, tok = load_policy(a.model, a.device, a.dtype)
-    res = evaluate(model, tok, games, max_turns=a.max_turns, temperature=a.temperature, batch_size=a.batch_size,
-                   show_admissible=a.show_admissible)
+    pool = None
+    if a.process_pool:
+        from .envs.pool import ProcessPool
+
+        pool = ProcessPool(min(a.batch_size, len(games)), family=games.family)
+    try:
+        res = evaluate(model, tok, games, max_turns=a.max_turns, temperature=a.temperature, batch_size=a.batch_size,
+                       show_admissible=a.show_admissible, pool=pool)
+    finally:
+        if pool is not None:
+            pool.close()
     res["model"], res["games"] = a.model, str(games.root)
     print(format_eval(res, a.model))
     if a.out:
@@ -71,6 +80,7 @@ OVERRIDES = {  # CLI flag -> (section, key)
     "kl_coef": ("algo", "kl_coef"), "keep_top_std": ("algo", "keep_top_std"), "seed": ("train", "seed"),
     "format_penalty": ("reward", "format_penalty"), "temperature": ("train", "temperature"),
     "lora_rank": ("model", "lora_rank"), "device": ("model", "device"), "dtype": ("model", "dtype"),
+    "process_pool": ("env", "process_pool"),
 }
 
 
@@ -153,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--temperature", type=float, default=0.0)
     e.add_argument("--batch-size", type=int, default=8)
     e.add_argument("--show-admissible", action="store_true")
+    e.add_argument("--process-pool", action="store_true", help="one env worker process per episode slot")
     e.set_defaults(func=_eval)
 
     s = sub.add_parser("sft", help="SFT warm-up on the games' walkthroughs (TRL SFTTrainer)")
@@ -182,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         t.add_argument(flag, type=typ)
     t.add_argument("--device")
     t.add_argument("--dtype")
+    t.add_argument("--process-pool", action="store_true", default=None, help="one env worker process per episode")
     t.set_defaults(func=_train)
 
     d = sub.add_parser("demo", help="base → SFT → RL on held-out cooking games (≈ 25 min on 2 CPU cores)")

@@ -111,6 +111,8 @@ class _Batch:
         self.attn = torch.cat([self.attn, attn], dim=1)
 
     def keep(self, rows: list[int]) -> None:
+        if rows == list(range(self.ids.shape[0])):
+            return  # every row stays: no copy of the cache
         idx = torch.tensor(rows, dtype=torch.long, device=self.device)
         self.ids, self.attn = self.ids[idx], self.attn[idx]
         if self.cache is not None:

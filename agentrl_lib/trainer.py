@@ -33,7 +33,7 @@ from torch import nn
 from .advantages import broadcast_to_tokens, gae, grpo_advantages, rloo_advantages, top_std_groups, whiten
 from .config import RunConfig
 from .envs.base import GameSet, load_game_set
-from .envs.pool import EnvPool, SerialPool
+from .envs.pool import EnvPool, ProcessPool, SerialPool
 from .losses import entropy_from_logits, explained_variance, kl_k3, masked_mean, policy_loss, value_loss
 from .models import base_model, load_policy, save_policy
 from .prompts import ChatFormat
@@ -168,7 +168,10 @@ class Trainer:
         if resume:
             self._load_state(ckpt)
         n_episodes = config.train.games_per_step * config.algo.group_size
-        self.pool = pool or SerialPool(n_episodes, family=self.games.family, show_inventory=config.env.show_inventory)
+        if pool is None:
+            kind = ProcessPool if config.env.process_pool else SerialPool
+            pool = kind(n_episodes, family=self.games.family, show_inventory=config.env.show_inventory)
+        self.pool = pool
         if self.pool.size < n_episodes:
             raise ValueError(f"pool has {self.pool.size} slots; the run needs {n_episodes} (games_per_step*group_size)")
 

@@ -179,3 +179,16 @@ def test_checkpoint_resume_continues_the_run(tiny_model_dir, tmp_path):
     assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
     assert (run / "checkpoints" / "latest").read_text() == "step_000002"
     assert (run / "learning_curve.png").stat().st_size > 1000
+
+
+def test_rollout_over_a_process_pool(tiny, cooking_games):
+    """The same rollout with one env worker process per episode."""
+    from agentrl_lib.envs.pool import ProcessPool
+
+    model, tok = tiny
+    torch.manual_seed(0)
+    with ProcessPool(2, family="textworld") as pool:
+        trajs, stats = rollout(model, tok, pool, [cooking_games.games[0].path] * 2, max_turns=2, max_new_tokens=4,
+                               temperature=1.0)
+    assert [t.termination for t in trajs] == ["max_turns", "max_turns"] and stats.turns == 4
+    assert all(len(t.observations) == 3 for t in trajs)

@@ -45,6 +45,10 @@ import os, json, inspect, time
 import torch
 import matplotlib.pyplot as plt
 
+import transformers, datasets
+transformers.logging.set_verbosity_error(); transformers.utils.logging.disable_progress_bar()
+datasets.disable_progress_bars()
+
 FAST = os.environ.get("AGENTRL_FAST") == "1"
 from agentrl_lib.demo import DemoBudget, GAME_FAMILY, HELD_OUT_SEED
 budget = DemoBudget.fast() if FAST else DemoBudget.full()

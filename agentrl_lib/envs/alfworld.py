@@ -106,14 +106,14 @@ def _game_logic(domain: str, grammar: str):
     return pddl_logic.GameLogic(domain=domain, grammar=grammar)
 
 
-_SAS_CACHE: dict[tuple[str, bool], Any] = {}
+_SAS_CACHE: dict[tuple[str, bool], Any] = {}  # (problem digest, optimize) -> pddl2sas result, 16 games
 
 
 def _cached_pddl2sas(original):
     def pddl2sas(domain: str, problem: str, verbose: bool = False, optimize=False):
         key = (_digest(domain + "\0" + problem), bool(optimize))
         if key not in _SAS_CACHE:
-            if len(_SAS_CACHE) >= 64:
+            if len(_SAS_CACHE) >= 16:
                 _SAS_CACHE.pop(next(iter(_SAS_CACHE)))
             _SAS_CACHE[key] = original(domain, problem, verbose=verbose, optimize=optimize)
         return _SAS_CACHE[key]
@@ -127,7 +127,6 @@ def _engine_caches():
     conjunctive queries are pure functions of their text) and fast-downward's translation is memoized per problem.
     Scoped, so a stock env in the same process keeps its own speed."""
     import fast_downward
-    import textworld.logic
     from textworld.envs.pddl import textgen
 
     saved = (textgen._parse_and_convert, textgen.Rule, fast_downward.pddl2sas, textgen.copy_context,
@@ -210,19 +209,26 @@ class AlfWorldEnv:
     """One ALFWorld game at a time behind the env protocol (see envs/base.py), on alfworld's TextWorld-PDDL engine.
 
     Args:
-        expert: compute `info.expert_action`, the next command of a shortest plan from the current state (the
-            game's walkthrough at reset; fast-downward's `replan`, as textworld's `policy_commands`, once the agent
-            leaves it). The plan is kept while the agent follows it, looks, examines, or goes somewhere else when the
-            plan's next step is a "go to"; other deviations replan (1-100 ms in small rooms, up to seconds in
-            kitchens with many objects). False: expert_action is None and steps never plan.
+        expert: how `info.expert_action` (next command of a shortest winning plan) is computed:
+            "walkthrough" (default): the game's stored walkthrough (planned at reset when the game has none) while
+            the agent follows it; the plan is also kept after looks/examines/inventory, commands that change
+            nothing, and a "go to" elsewhere when the plan's next step is a "go to". After any other deviation
+            expert_action is None. Steps never plan (~1 ms).
+            "planner" (or True): same, but after a deviation fast-downward replans from the current state
+            (textworld's `policy_commands`): 1-100 ms in small rooms, seconds to minutes in kitchens with many
+            objects (pick_two_obj_and_place there can exceed 10 minutes).
+            "none" (or False): expert_action is always None.
     `reward` is 1 on the winning step, else 0 (ALFWorld's score is 1 only when won); `max_score` is 1.
     Observation text is ALFWorld's (banner removed). `info.objective` is the task text ("put some apple on
     countertop."). Commands are matched after lower-casing and collapsing spaces; an unknown command answers
     "Nothing happens." as in ALFWorld.
     """
 
-    def __init__(self, expert: bool = True):
+    def __init__(self, expert: str | bool = "walkthrough"):
         prepare_alfworld()
+        expert = {True: "planner", False: "none", None: "none"}.get(expert, expert)  # type: ignore[arg-type]
+        if expert not in ("walkthrough", "planner", "none"):
+            raise ValueError(f"expert must be 'walkthrough', 'planner' or 'none' (got {expert!r})")
         try:
             import fast_downward  # noqa: F401
             from textworld.envs.pddl.pddl import PddlEnv  # noqa: F401
@@ -304,19 +310,19 @@ class AlfWorldEnv:
             self._commands.setdefault(text, action)
         return sorted(self._commands)
 
-    def _expert_action(self, won: bool) -> str | None:
-        if not self.expert or won:
+    def _expert_action(self, won: bool, at_reset: bool = False) -> str | None:
+        if self.expert == "none" or won:
             return None
-        if not self._plan:
+        if not self._plan and (self.expert == "planner" or at_reset):
             self._plan = self._env._pddl_state.replan(self._env._entity_infos) or None
         return self._plan[0] if self._plan else None
 
-    def _result(self, obs: str, reward: float, valid: bool) -> StepResult:
+    def _result(self, obs: str, reward: float, valid: bool, at_reset: bool = False) -> StepResult:
         won = bool(self._env._pddl_state.check_goal())
         self._done = won
         admissible = [] if won else self._admissible()
         info = StepInfo(won=won, lost=False, score=1.0 if won else 0.0, max_score=1.0, admissible=admissible,
-                        valid=valid, expert_action=self._expert_action(won), objective=self._objective)
+                        valid=valid, expert_action=self._expert_action(won, at_reset), objective=self._objective)
         return StepResult(obs=obs, reward=reward, done=won, info=info)
 
     def reset(self, game: str) -> StepResult:
@@ -334,7 +340,7 @@ class AlfWorldEnv:
         self._objective = m.group(1).strip() if m else ""
         self._plan = list(self.walkthrough) or None
         with _engine_caches():
-            return self._result(clean_observation(intro), 0.0, True)
+            return self._result(clean_observation(intro), 0.0, True, at_reset=True)
 
     def step(self, action: str) -> StepResult:
         """Send one command. Any text is accepted; one not admissible answers "Nothing happens." (ALFWorld's text)."""

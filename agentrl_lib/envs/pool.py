@@ -102,7 +102,8 @@ def _worker_main(conn, family: str, env_kwargs: dict[str, Any]) -> None:
 
 class ProcessPool:
     """One worker process per slot, so slots step in parallel and a crash or hang in one game cannot take the
-    run down (TextWorld/ALFWorld engines are not thread-safe; ALFWorld steps take 1-100 ms, its resets 0.02-0.5 s).
+    run down (the TextWorld and ALFWorld engines are not thread-safe; AlfWorldEnv steps take ~1 ms, resets 0.02-0.5 s,
+    but a planner replan or a broken game can take much longer).
 
     Requests are sent to every addressed slot first, then awaited. A slot whose worker dies answers
     `EnvFailure("worker crashed (exit code N)")`, one that does not answer within `timeout_s` answers
@@ -111,7 +112,8 @@ class ProcessPool:
     `EnvFailure("ExceptionType: message")` and keep the worker. Other slots are unaffected.
 
     Workers use the 'forkserver' start method where available ('spawn' otherwise): the parent has usually imported
-    torch, which plain fork does not copy safely.
+    torch, which plain fork does not copy safely. As with any spawn-style start, the main module must be importable
+    (a script file, a notebook or `python -m`; not code piped to `python -`).
 
     Args:
         size: number of slots/workers (>= 1).

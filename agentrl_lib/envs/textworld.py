@@ -17,6 +17,7 @@ import json
 import re
 import shlex
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +90,11 @@ class TextWorldEnv:
             if not Path(game).is_file():
                 raise GameLoadError(f"game file {game} does not exist")
             try:
-                self._env = textworld.start(game, request_infos=self._infos)
-                state = self._env.reset()
+                with warnings.catch_warnings():
+                    # jericho cannot detect score/moves in Inform-7 games; TextWorld tracks them itself: harmless
+                    warnings.filterwarnings("ignore", message=".*not fully supported.*")
+                    self._env = textworld.start(game, request_infos=self._infos)
+                    state = self._env.reset()
             except Exception as e:  # textworld/jericho raise many types for a bad file
                 self._env = None
                 raise GameLoadError(f"TextWorld could not load {game}: {type(e).__name__}: {e}. "
