@@ -27,10 +27,13 @@ def _make_games(a) -> None:
                                   world_size=a.world_size, nb_objects=a.nb_objects, quest_length=a.quest_length,
                                   force=a.force)
     else:
-        from .envs.alfworld_gen import make_alfworld_games
+        from .envs.alfworld_gen import load_official_games, make_alfworld_games
 
         task_types = a.task_types.split(",") if a.task_types else None
-        gs = make_alfworld_games(a.out, a.n, a.seed, split=a.split, task_types=task_types, force=a.force)
+        if a.official:  # index the official data under $ALFWORLD_DATA instead of generating
+            gs = load_official_games(a.split, task_types, n=a.n, cache_dir=a.out)
+        else:
+            gs = make_alfworld_games(a.out, a.n, a.seed, split=a.split, task_types=task_types, force=a.force)
     lens = [len(g.walkthrough) for g in gs.games]
     print(f"{len(gs)} {gs.family} games in {gs.root} (manifest.json); walkthrough length "
           f"{min(lens)}-{max(lens)}, max score {gs.games[0].max_score:g}")
@@ -147,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--quest-length", type=int, default=4, help="textworld custom: quest length")
     g.add_argument("--split", default="train", choices=["train", "valid_seen", "valid_unseen"], help="alfworld split")
     g.add_argument("--task-types", default="", help="alfworld: comma-separated task types (default all six)")
+    g.add_argument("--official", action="store_true",
+                   help="alfworld: index the official games under $ALFWORLD_DATA (alfworld-download) into --out")
     g.add_argument("--force", action="store_true", help="regenerate even if a cached identical set exists")
     g.set_defaults(func=_make_games)
 

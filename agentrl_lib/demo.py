@@ -63,7 +63,6 @@ def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo
     1. make training and held-out games;  2. evaluate the base model;  3. SFT on training walkthroughs;
     4. evaluate;  5. RL (algo, reward) from the SFT model;  6. evaluate the RL model.
     """
-    from .envs.base import load_game_set  # noqa: F401  (keeps the import graph obvious to readers)
     from .plots import plot_stage_comparison
     from .sft import sft
     from .trainer import Trainer

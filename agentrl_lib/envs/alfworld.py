@@ -10,7 +10,7 @@ template, ~85% of step time). `AlfWorldEnv` runs the same engine objects but cac
 grammar expansions and queries, each operator's command text, the PDDL→SAS translation of a game (so a second reset
 of the same game skips it) and the expert plan while the agent follows it. Rules and text stay the engine's.
 
-Introduced in notebooks/00_quickstart.ipynb.
+No notebook chapter yet: README.md, section "ALFWorld offline", shows the commands.
 """
 from __future__ import annotations
 
