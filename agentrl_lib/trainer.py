@@ -170,7 +170,8 @@ class Trainer:
         n_episodes = config.train.games_per_step * config.algo.group_size
         if pool is None:
             kind = ProcessPool if config.env.process_pool else SerialPool
-            pool = kind(n_episodes, family=self.games.family, show_inventory=config.env.show_inventory)
+            env_kwargs = {"show_inventory": True} if config.env.show_inventory else {}  # TextWorld only
+            pool = kind(n_episodes, family=self.games.family, **env_kwargs)
         self.pool = pool
         if self.pool.size < n_episodes:
             raise ValueError(f"pool has {self.pool.size} slots; the run needs {n_episodes} (games_per_step*group_size)")
@@ -216,6 +217,13 @@ class Trainer:
                                 cfg.env.show_inventory, chat=self.chat)
         trajs_ok = [t for t in trajs if t.n_turns > 0]
         t_rollout = time.perf_counter() - t0
+        if not trajs_ok:  # every env failed before the first action: nothing to learn from; the run goes on
+            reasons = sorted({t.termination for t in trajs})
+            if self.progress:
+                print(f"step {step + 1}: every episode failed ({reasons[0]}); no update", flush=True)
+            return {"step": step + 1, "episodes": len(trajs), "env_errors": len(trajs), "success_rate": 0.0,
+                    "return_mean": 0.0, "invalid_rate": 0.0, "mean_turns": 0.0, "entropy": float("nan"),
+                    "skipped_update": 1.0, "step_seconds": time.perf_counter() - t0, "env_error_reasons": reasons}
 
         # ALGO: 2. turn rewards on turn-end tokens
         rewards = [turn_rewards(cfg.reward.kind, t.env_rewards, t.max_score, t.won, t.valid, cfg.reward.format_penalty)

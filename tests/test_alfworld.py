@@ -225,3 +225,17 @@ def test_process_pool_plays_alfworld(train_set):
             for i, r in zip(slots, out):
                 results[i] = r
         assert all(r.info.won for r in results)
+
+
+def test_trainer_runs_on_alfworld_games(train_set, tiny_model_dir, tmp_path):
+    """`agentrl train` on an ALFWorld games dir: episodes play (no env errors) in the default pool."""
+    from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RunConfig, TrainConfig
+    from agentrl_lib.trainer import Trainer
+
+    cfg = RunConfig(env=EnvConfig(games=str(train_set.root), max_turns=2), algo=AlgoConfig(name="rloo", group_size=2),
+                    model=ModelConfig(device="cpu"),
+                    train=TrainConfig(steps=1, games_per_step=1, max_new_tokens=4, temperature=1.0))
+    trainer = Trainer(cfg, tmp_path / "run", init=tiny_model_dir, progress=False)
+    row = trainer.step(0)
+    trainer.close()
+    assert row["env_errors"] == 0 and row["mean_turns"] == 2 and row["episodes"] == 2

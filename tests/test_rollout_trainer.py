@@ -192,3 +192,19 @@ def test_rollout_over_a_process_pool(tiny, cooking_games):
                                temperature=1.0)
     assert [t.termination for t in trajs] == ["max_turns", "max_turns"] and stats.turns == 4
     assert all(len(t.observations) == 3 for t in trajs)
+
+
+class BrokenEnv(ParityEnv):
+    def reset(self, game):
+        raise RuntimeError("engine exploded")
+
+
+def test_a_step_where_every_env_fails_is_logged_not_fatal(tiny_model_dir, tmp_path):
+    games = _scripted_games(tmp_path / "games")
+    cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2), algo=AlgoConfig(name="rloo", group_size=2),
+                    model=ModelCPU(), train=TrainConfig(steps=2, games_per_step=1, max_new_tokens=4))
+    trainer = Trainer(cfg, tmp_path / "run", init=tiny_model_dir, pool=SerialPool(2, factory=BrokenEnv),
+                      progress=False)
+    rows = trainer.train()
+    assert [r["skipped_update"] for r in rows] == [1.0, 1.0] and rows[0]["env_errors"] == 2
+    assert "engine exploded" in rows[0]["env_error_reasons"][0]
