@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .base import GameLoadError, StepInfo, StepResult
+from .base import GameLoadError, StepInfo, StepResult, normalize_action
 
 GAME_FILE = "game.tw-pddl"
 TRAJ_FILE = "traj_data.json"
@@ -50,11 +50,6 @@ def user_alfworld_data() -> str | None:
     if not value or os.path.abspath(value) == os.path.abspath(_OWN_DATA_DIR):
         return None
     return value
-
-
-def normalize_action(text: str) -> str:
-    """Lower-case, strip, collapse whitespace, drop trailing punctuation (ALFWorld commands are lower-case)."""
-    return re.sub(r"\s+", " ", text.strip().lower()).rstrip(".!?;:")
 
 
 _CHECK_ONLY_OPS = {"look", "inventory", "examinereceptacle", "examineobject", "help"}  # effects: `checked` only

@@ -10,9 +10,15 @@ Introduced in notebooks/00_quickstart.ipynb.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+
+def normalize_action(text: str) -> str:
+    """Lower-case, strip, collapse whitespace, drop trailing punctuation: the form compared with admissible commands."""
+    return re.sub(r"\s+", " ", text.strip().lower()).rstrip(".!?;:")
 
 
 class GameSetError(ValueError):

@@ -21,18 +21,14 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .base import GameLoadError, GameRecord, GameSet, GameSetError, StepInfo, StepResult, load_game_set, write_manifest
+from .base import (GameLoadError, GameRecord, GameSet, GameSetError, StepInfo, StepResult, load_game_set,
+                   normalize_action, write_manifest)
 
 CHALLENGE_NAMES = ("tw-simple", "tw-cooking", "tw-coin_collector", "tw-treasure_hunter")
 
 _ROOM_HEADER = re.compile(r"^-= .+ =-\s*$", re.M)
 _STATUS_LINE = re.compile(r"\n?>[^\n]*$")  # trailing prompt + status bar, e.g. ">     -= Studio =-0/1"
 _END = re.compile(r"\*\*\* The End \*\*\*.*", re.S)
-
-
-def normalize_action(text: str) -> str:
-    """Lower-case, strip, collapse whitespace, drop trailing punctuation: the form compared with admissible commands."""
-    return re.sub(r"\s+", " ", text.strip().lower()).rstrip(".!?;:")
 
 
 def clean_observation(text: str, first: bool = False) -> str:
