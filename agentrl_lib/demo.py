@@ -30,6 +30,9 @@ class DemoBudget:
     games_per_step: int = 2
     group_size: int = 4
     max_turns: int = 8
+    rl_lr: float = 3e-5
+    """RL learning rate. Measured on the full budget: 1e-5 left held-out success at the SFT level (68.8%); 3e-5 raised
+    it to 81.2% (one seed)."""
 
     @classmethod
     def full(cls) -> "DemoBudget":
@@ -112,7 +115,8 @@ def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo
     cfg = RunConfig(env=EnvConfig(games=str(train.root), max_turns=budget.max_turns),
                     reward=RewardConfig(kind=reward), algo=AlgoConfig(name=algo, group_size=budget.group_size),
                     train=TrainConfig(steps=budget.rl_steps, games_per_step=budget.games_per_step,
-                                      minibatch_size=4, seed=seed, checkpoint_every=max(budget.rl_steps, 1)))
+                                      minibatch_size=4, lr=budget.rl_lr, seed=seed,
+                                      checkpoint_every=max(budget.rl_steps, 1)))
     t = time.perf_counter()
     trainer = Trainer(cfg, out / "rl", init=str(out / "sft"), progress=progress)
     rows = trainer.train()

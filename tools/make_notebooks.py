@@ -258,7 +258,7 @@ algo, reward = "ppo", "dense"
 cfg = RunConfig(env=EnvConfig(games=str(train_games.root), max_turns=budget.max_turns),
                 reward=RewardConfig(kind=reward), algo=AlgoConfig(name=algo, group_size=budget.group_size),
                 train=TrainConfig(steps=budget.rl_steps, games_per_step=budget.games_per_step, minibatch_size=4,
-                                  checkpoint_every=budget.rl_steps))
+                                  lr=budget.rl_lr, checkpoint_every=budget.rl_steps))
 trainer = Trainer(cfg, out / "rl", init=str(out / "sft"))
 rows = trainer.train()
 model, tok = trainer.policy, trainer.tok
