@@ -200,6 +200,10 @@ _CachedRule = _LazyRule()
 
 
 # ---------------------------------------------------------------------------------------------------------------- env
+_FREE_LIBS: list = []
+"""fast-downward libraries no AlfWorldEnv of this process holds; each is used by one env at a time."""
+
+
 class AlfWorldEnv:
     """One ALFWorld game at a time behind the env protocol (see envs/base.py), on alfworld's TextWorld-PDDL engine.
 
@@ -250,6 +254,8 @@ class AlfWorldEnv:
         try:
             import textworld
 
+            if self._lib is None and _FREE_LIBS:  # a library a closed env gave back (never dlclose + dlopen again)
+                self._lib = _FREE_LIBS.pop()
             if self._lib is None:
                 env = PddlEnv(textworld.EnvInfos())  # loads a private copy of fast-downward's library (33 MB)
                 self._lib = env.downward_lib
@@ -365,12 +371,9 @@ class AlfWorldEnv:
         return result
 
     def close(self) -> None:
+        # The library is kept for the next env of this process instead of dlclose: unloading and reloading
+        # fast-downward's C++ library (thread-local destructors) crashed a test process once (segfault in dlopen).
         if self._lib is not None:
-            try:
-                import fast_downward
-
-                fast_downward.close_lib(self._lib)
-            except Exception:  # noqa: BLE001 - best effort
-                pass
+            _FREE_LIBS.append(self._lib)
         self._lib = self._env = self._game = None
         self._done = True
