@@ -54,6 +54,10 @@ def test_corrupted_game_file_gives_clear_error(tmp_path, cooking_games):
         TextWorldEnv().reset(str(bad))
     with pytest.raises(GameLoadError, match="does not exist"):
         TextWorldEnv().reset(str(tmp_path / "missing.z8"))
+    truncated = tmp_path / "truncated.z8"
+    truncated.write_bytes(open(cooking_games.games[0].path, "rb").read()[:5000])
+    with pytest.raises(GameLoadError, match="truncated"):
+        TextWorldEnv().reset(str(truncated))
     # in a pool the same failure ends that slot's episode only
     pool = SerialPool(2)
     out = pool.reset([0, 1], [str(bad), cooking_games.games[0].path])

@@ -51,6 +51,37 @@ def clean_observation(text: str, first: bool = False) -> str:
     return text
 
 
+def check_story_file(path: str) -> None:
+    """Reject files that are not Z-machine or Glulx story files *before* jericho/glulx sees them.
+
+    jericho's interpreter calls C `exit(1)` on a bad header ("Fatal error: Unknown Z-code version"), which would end
+    the whole Python process; this check turns the common corruptions (garbage, truncation, wrong format) into a
+    GameLoadError. Damage deeper inside a valid-looking file can still kill the interpreter: run envs in a
+    ProcessPool (`--process-pool`) to confine that to one episode.
+
+    Raises: GameLoadError.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise GameLoadError(f"game file {path} does not exist")
+    with open(p, "rb") as f:
+        head = f.read(64)
+    size = p.stat().st_size
+    hint = "The file is corrupted or not a TextWorld game; regenerate the games dir."
+    if p.suffix.startswith(".z") and p.suffix[2:].isdigit():
+        version = head[0] if head else 0
+        if len(head) < 64 or not 1 <= version <= 8:
+            raise GameLoadError(f"{path} is not a Z-machine story file (header version byte {version}). {hint}")
+        declared = int.from_bytes(head[0x1A:0x1C], "big") * (8 if version >= 6 else 4 if version >= 4 else 2)
+        if declared and size < declared:
+            raise GameLoadError(f"{path} is truncated ({size} bytes, header says {declared}). {hint}")
+    elif p.suffix in (".ulx", ".gblorb"):
+        if head[:4] not in (b"Glul", b"FORM"):
+            raise GameLoadError(f"{path} is not a Glulx story file. {hint}")
+    else:
+        raise GameLoadError(f"{path}: unknown game file type {p.suffix!r} (expected .z1-.z8, .ulx or .gblorb)")
+
+
 class TextWorldEnv:
     """One TextWorld game at a time behind the env protocol (see envs/base.py).
 
@@ -83,8 +114,7 @@ class TextWorldEnv:
 
         if self._env is None or game != self._game:
             self.close()
-            if not Path(game).is_file():
-                raise GameLoadError(f"game file {game} does not exist")
+            check_story_file(game)
             try:
                 with warnings.catch_warnings():
                     # jericho cannot detect score/moves in Inform-7 games; TextWorld tracks them itself: harmless
