@@ -87,9 +87,11 @@ OVERRIDES = {  # CLI flag -> (section, key)
 }
 
 
-def build_config(a) -> RunConfig:
-    """Config file (if any) overridden by the flags given on the command line."""
-    data = RunConfig().to_dict() if not a.config else RunConfig.load(a.config).to_dict()
+def build_config(a, base: RunConfig | None = None) -> RunConfig:
+    """`base` (a resumed run's saved config), else the --config file, else the defaults; then the flags given on
+    the command line override it (e.g. `--resume --steps 40` extends a run)."""
+    base = base or (RunConfig.load(a.config) if a.config else RunConfig())
+    data = base.to_dict()
     for flag, (section, key) in OVERRIDES.items():
         v = getattr(a, flag, None)
         if v is not None:
@@ -101,7 +103,8 @@ def _train(a) -> None:
     from .trainer import Trainer
 
     run_dir = Path(a.out)
-    cfg = RunConfig.load(run_dir / "config.yaml") if a.resume and (run_dir / "config.yaml").is_file() else build_config(a)
+    saved = run_dir / "config.yaml"
+    cfg = build_config(a, RunConfig.load(saved) if a.resume and saved.is_file() else None)
     if not cfg.env.games:
         raise ConfigError("no games: pass --games DIR (made by `agentrl make-games`) or set env.games in --config")
     trainer = Trainer(cfg, run_dir, init=a.init, resume=a.resume)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -118,6 +119,7 @@ def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo
                                       minibatch_size=4, lr=budget.rl_lr, seed=seed,
                                       checkpoint_every=max(budget.rl_steps, 1)))
     t = time.perf_counter()
+    shutil.rmtree(out / "rl", ignore_errors=True)  # a previous demo's RL run started from an older SFT model
     trainer = Trainer(cfg, out / "rl", init=str(out / "sft"), progress=progress)
     rows = trainer.train()
     trainer.close()

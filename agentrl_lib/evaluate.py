@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .envs.base import GameSet
 from .envs.pool import EnvPool, SerialPool
-from .prompts import ChatFormat
+from .prompts import ChatFormat, system_prompt_for
 from .rollout import rollout
 
 
@@ -38,7 +38,8 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
             chunk = games.games[start:start + pool.size]
             trajs, st = rollout(model, tokenizer, pool, [g.path for g in chunk], max_turns=max_turns,
                                 max_new_tokens=max_new_tokens, temperature=temperature,
-                                show_admissible=show_admissible, chat=chat)
+                                show_admissible=show_admissible, chat=chat,
+                                system_prompt=system_prompt_for(games.family))
             tokens, gen_s = tokens + st.generated_tokens, gen_s + st.generate_seconds
             for g, t in zip(chunk, trajs):
                 rows.append({"game": g.name, "won": t.won, "turns": t.n_turns, "score": t.score,

@@ -13,6 +13,26 @@ SYSTEM_PROMPT = (
     "You are an agent playing a text adventure game. Each turn you read what happened and reply with exactly one "
     "short command, such as: look, inventory, examine cookbook, open fridge, take apple from counter, go north, "
     "prepare meal, eat meal. Reply with the command only.")
+"""System prompt for TextWorld games (the examples are TextWorld's own verbs)."""
+
+ALFWORLD_SYSTEM_PROMPT = (
+    "You are an agent in a household, described in text. Each turn you read what you see and reply with exactly "
+    "one short command, such as: go to countertop 1, open fridge 1, take apple 1 from countertop 1, "
+    "move apple 1 to diningtable 1, heat apple 1 with microwave 1, cool apple 1 with fridge 1, "
+    "clean apple 1 with sinkbasin 1, use desklamp 1, examine drawer 2, inventory, look. "
+    "Reply with the command only.")
+"""System prompt for ALFWorld games (the examples are ALFWorld's command forms)."""
+
+SYSTEM_PROMPTS = {"textworld": SYSTEM_PROMPT, "alfworld": ALFWORLD_SYSTEM_PROMPT}
+
+
+def system_prompt_for(family: str) -> str:
+    """The system prompt of a game family ('textworld', 'alfworld'); SFT, rollouts and evaluation all use it, so a
+    model is trained and evaluated with the same prompt. Raises ValueError for an unknown family."""
+    try:
+        return SYSTEM_PROMPTS[family]
+    except KeyError:
+        raise ValueError(f"no system prompt for game family {family!r}; known: {sorted(SYSTEM_PROMPTS)}") from None
 
 
 def first_user_message(objective: str, obs: str, admissible: list[str] | None = None, inventory: str = "") -> str:

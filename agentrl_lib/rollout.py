@@ -169,6 +169,7 @@ def rollout(model, tokenizer, pool: EnvPool, games: list[str], groups: list[int]
     Args:
         pool: needs pool.size >= len(games); episode i runs in slot i.
         groups: group id of each episode (default: index of its game among the distinct games).
+        system_prompt: the game family's prompt (`prompts.system_prompt_for`); the default is TextWorld's.
     Returns:
         (trajectories in the order of `games`, RolloutStats).
     Raises:

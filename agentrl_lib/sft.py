@@ -21,18 +21,21 @@ import torch
 
 from .envs.base import GameSet, make_env
 from .models import load_policy, pick_device, save_policy
-from .prompts import SYSTEM_PROMPT, ChatFormat, feedback_message, first_user_message
+from .prompts import ChatFormat, feedback_message, first_user_message, system_prompt_for
 
 log = logging.getLogger(__name__)
 
 
-def expert_examples(games: GameSet, chat: ChatFormat, system_prompt: str = SYSTEM_PROMPT, max_turns: int | None = None,
+def expert_examples(games: GameSet, chat: ChatFormat, system_prompt: str | None = None, max_turns: int | None = None,
                     show_admissible: bool = False) -> list[dict]:
     """Replay each game's walkthrough and return tokenised examples.
 
+    Args:
+        system_prompt: default `system_prompt_for(games.family)`, the prompt rollouts and evaluation use.
     Returns: list of {'input_ids': list[int], 'assistant_masks': list[int] (1 on action tokens + end token),
     'game': name}. Games whose walkthrough does not win, or is longer than max_turns, are skipped (logged).
     """
+    system_prompt = system_prompt or system_prompt_for(games.family)
     env = make_env(games.family)
     examples = []
     try:

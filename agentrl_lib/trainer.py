@@ -19,6 +19,7 @@ Introduced in notebooks/00_quickstart.ipynb.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -36,7 +37,7 @@ from .envs.base import GameSet, load_game_set
 from .envs.pool import EnvPool, ProcessPool, SerialPool
 from .losses import entropy_from_logits, explained_variance, kl_k3, masked_mean, policy_loss, value_loss
 from .models import base_model, load_policy, save_policy
-from .prompts import ChatFormat
+from .prompts import ChatFormat, system_prompt_for
 from .rewards import place_on_tokens, turn_rewards
 from .rollout import Trajectory, rollout
 
@@ -125,7 +126,9 @@ class Trainer:
         config: the RunConfig (config.env.games must name a games dir).
         run_dir: where config.yaml, metrics.jsonl, checkpoints/ and learning_curve.png go.
         init: model to start from ('embedded', HF id, dir, SFT output or run dir); default config.model.name.
-        resume: continue from run_dir's latest checkpoint (its config is reused; `config` must match).
+            It is recorded as model.name in run_dir/config.yaml: the KL reference of a resumed run is that model.
+        resume: continue from run_dir's latest checkpoint with `config` (the CLI passes the saved config.yaml with
+            its flags applied); the starting model stays the one recorded in run_dir/config.yaml.
         pool: an EnvPool with >= games_per_step * group_size slots (default: a SerialPool).
     Raises:
         GameSetError / FileNotFoundError / ConfigError: bad games dir, model path or config.
@@ -134,14 +137,23 @@ class Trainer:
     def __init__(self, config: RunConfig, run_dir: str | Path, init: str | None = None, resume: bool = False,
                  pool: EnvPool | None = None, progress: bool = True):
         config.validate()
-        self.cfg, self.run_dir, self.progress = config, Path(run_dir), progress
+        run_dir = Path(run_dir)
+        saved = run_dir / "config.yaml"
+        if resume and saved.is_file():  # the model a run started from is a fact of the run: keep the recorded one
+            init = RunConfig.load(saved).model.name
+        elif init:
+            local = Path(init).expanduser()
+            init = str(local.resolve()) if local.exists() else init  # a resume may start from another directory
+        if init:  # the run's config names the model it starts from (the KL reference)
+            config = dataclasses.replace(config, model=dataclasses.replace(config.model, name=init))
+        self.cfg, self.run_dir, self.progress = config, run_dir, progress
         self.games: GameSet = load_game_set(config.env.games)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ckpt_root = self.run_dir / "checkpoints"
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.start_step = 0
         latest = self.ckpt_root / "latest"
-        model_name = init or config.model.name
+        model_name = config.model.name
         if resume:
             if not latest.is_file():
                 raise FileNotFoundError(f"--resume: {self.run_dir} has no checkpoint yet (no checkpoints/latest)")
@@ -158,9 +170,10 @@ class Trainer:
         self.chat = ChatFormat(self.tok)
         hidden = base_model(self.policy).config.hidden_size
         self.value_head = ValueHead(hidden).to(self.device) if config.algo.name == "ppo" else None
-        self.ref = None
+        self.ref = None  # ALGO: the frozen reference policy of the KL term is the model the run started from
         if config.algo.kl_coef > 0 and mc.lora_rank == 0:
-            self.ref = copy.deepcopy(self.policy).eval().requires_grad_(False)
+            self.ref = (load_policy(config.model.name, mc.device, mc.dtype)[0] if resume
+                        else copy.deepcopy(self.policy)).eval().requires_grad_(False)
         groups = [{"params": [p for p in self.policy.parameters() if p.requires_grad], "lr": config.train.lr}]
         if self.value_head is not None:
             groups.append({"params": list(self.value_head.parameters()), "lr": config.train.value_lr})
@@ -214,7 +227,7 @@ class Trainer:
         self.policy.eval()
         trajs, rstats = rollout(self.policy, self.tok, self.pool, episode_games, group_ids, cfg.env.max_turns,
                                 cfg.train.max_new_tokens, cfg.train.temperature, cfg.env.show_admissible,
-                                cfg.env.show_inventory, chat=self.chat)
+                                cfg.env.show_inventory, system_prompt_for(self.games.family), chat=self.chat)
         trajs_ok = [t for t in trajs if t.n_turns > 0]
         t_rollout = time.perf_counter() - t0
         if not trajs_ok:  # every env failed before the first action: nothing to learn from; the run goes on

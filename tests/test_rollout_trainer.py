@@ -158,9 +158,10 @@ def test_checkpoint_resume_continues_the_run(tiny_model_dir, tmp_path):
     games = _scripted_games(tmp_path / "games")
 
     def cfg(steps):
-        return RunConfig(env=EnvConfig(games=str(games), max_turns=2), algo=AlgoConfig(name="rloo", group_size=2),
-                         model=ModelCPU(), train=TrainConfig(steps=steps, games_per_step=1, minibatch_size=2,
-                                                             max_new_tokens=4, checkpoint_every=1))
+        return RunConfig(env=EnvConfig(games=str(games), max_turns=2),
+                         algo=AlgoConfig(name="rloo", group_size=2, kl_coef=0.01), model=ModelCPU(),
+                         train=TrainConfig(steps=steps, games_per_step=1, minibatch_size=2, max_new_tokens=4,
+                                           checkpoint_every=1, lr=1e-3))
 
     run = tmp_path / "run"
     t1 = Trainer(cfg(1), run, init=tiny_model_dir, pool=SerialPool(2, factory=ParityEnv), progress=False)
@@ -174,6 +175,11 @@ def test_checkpoint_resume_continues_the_run(tiny_model_dir, tmp_path):
         f.write(json.dumps({"step": 2, "partial": True}) + "\n")
     t2 = Trainer(cfg(2), run, resume=True, pool=SerialPool(2, factory=ParityEnv), progress=False)
     assert t2.start_step == 1
+    # the KL reference of the resumed run is the model the run started from, not the checkpoint
+    init, _ = load_policy(tiny_model_dir, device="cpu")
+    ref = dict(t2.ref.named_parameters())
+    assert all(torch.equal(p, ref[n]) for n, p in init.named_parameters())
+    assert any(not torch.equal(p, ref[n]) for n, p in t2.policy.named_parameters()), "step 1 moved the policy"
     rows = t2.train()
     assert [r["step"] for r in rows] == [1, 2] and "partial" not in rows[-1]
     assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]

@@ -1,0 +1,53 @@
+"""Smoke-run the real `agentrl` command line and the demo with a tiny random-weight model (CleanRL's habit): every
+subcommand on real TextWorld games, resuming a run with more steps, and running the demo twice into one directory."""
+import json
+
+import yaml
+
+from agentrl_lib.cli import main
+from agentrl_lib.demo import DemoBudget, run_demo
+from agentrl_lib.models import resolve_model_path
+
+
+def test_make_games_sft_train_resume_eval(tmp_path, tiny_model_dir, capsys):
+    games, sft, run = tmp_path / "games", tmp_path / "sft", tmp_path / "run"
+    assert main(["make-games", "textworld", "--challenge", "tw-cooking", "--challenge-args", "--recipe 1 --take 1 --go 1",
+                 "--n", "2", "--seed", "11", "--out", str(games)]) == 0
+    manifest = json.loads((games / "manifest.json").read_text())
+    assert manifest["n_games"] == 2 and all(g["walkthrough"] for g in manifest["games"])
+
+    assert main(["sft", "--model", tiny_model_dir, "--games", str(games), "--out", str(sft), "--device", "cpu"]) == 0
+    assert json.loads((sft / "sft_summary.json").read_text())["examples"] == 2
+
+    assert main(["train", "--algo", "grpo", "--reward", "sparse", "--games", str(games), "--init", str(sft),
+                 "--out", str(run), "--steps", "1", "--group-size", "2", "--games-per-step", "1", "--max-turns", "2",
+                 "--kl-coef", "0.01", "--device", "cpu"]) == 0
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["model"]["name"] == str(sft.resolve()), "the run records the model it started from"
+    assert saved["algo"]["name"] == "grpo" and saved["reward"]["kind"] == "sparse"
+
+    # --resume continues from the checkpoint with the saved config; flags given (here --steps) extend it
+    assert main(["train", "--out", str(run), "--resume", "--steps", "2"]) == 0
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert (run / "checkpoints" / "latest").read_text() == "step_000002"
+
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--model", str(run), "--games", str(games), "--out", str(out), "--max-turns", "2",
+                 "--device", "cpu"]) == 0
+    res = json.loads(out.read_text())
+    assert res["n_games"] == 2 and len(res["per_game"]) == 2 and 0.0 <= res["success_rate"] <= 1.0
+    assert "success" in capsys.readouterr().out
+    assert resolve_model_path(str(run)).endswith("step_000002/policy")
+
+
+def test_demo_runs_twice_into_one_directory(tmp_path, tiny_model_dir, monkeypatch):
+    """A second `make demo` must not stop at the RL stage because the first one left a run behind."""
+    monkeypatch.setenv("AGENTRL_HOME", str(tmp_path / "home"))
+    budget = DemoBudget(train_games=2, eval_games=2, sft_games=2, rl_steps=1, games_per_step=1, group_size=2,
+                        max_turns=6)
+    for _ in range(2):
+        summary = run_demo(tmp_path / "demo", budget, model=tiny_model_dir, progress=False)
+        assert list(summary["stages"]) == ["base", "SFT", "RL"] and summary["rl"]["steps"] == 1
+        assert summary["heldout_identical_to_train"] == 0
+    assert (tmp_path / "demo" / "summary.json").is_file() and (tmp_path / "demo" / "stages.png").stat().st_size > 1000
