@@ -239,3 +239,20 @@ def test_trainer_runs_on_alfworld_games(train_set, tiny_model_dir, tmp_path):
     row = trainer.step(0)
     trainer.close()
     assert row["env_errors"] == 0 and row["mean_turns"] == 2 and row["episodes"] == 2
+
+
+def test_sft_examples_use_alfworlds_prompt_and_mask_only_actions(train_set, tokenizer):
+    """SFT, rollouts and evaluation share one system prompt per family; the loss mask covers the actions only."""
+    from agentrl_lib.prompts import ALFWORLD_SYSTEM_PROMPT, ChatFormat, system_prompt_for
+    from agentrl_lib.sft import expert_examples
+
+    assert system_prompt_for("alfworld") == ALFWORLD_SYSTEM_PROMPT
+    chat = ChatFormat(tokenizer)
+    examples = expert_examples(train_set, chat)
+    assert len(examples) == len(train_set)
+    for ex, game in zip(examples, train_set.games):
+        assert ex["input_ids"][:20] == chat.prompt_ids(ALFWORLD_SYSTEM_PROMPT, "x")[:20]
+        masked = [i for i, m in zip(ex["input_ids"], ex["assistant_masks"]) if m]
+        assert masked == [t for a in game.walkthrough for t in chat.action_ids(a)]
+    with pytest.raises(ValueError, match="no system prompt"):
+        system_prompt_for("sokoban")
