@@ -83,7 +83,7 @@ OVERRIDES = {  # CLI flag -> (section, key)
     "kl_coef": ("algo", "kl_coef"), "keep_top_std": ("algo", "keep_top_std"), "seed": ("train", "seed"),
     "format_penalty": ("reward", "format_penalty"), "temperature": ("train", "temperature"),
     "lora_rank": ("model", "lora_rank"), "device": ("model", "device"), "dtype": ("model", "dtype"),
-    "process_pool": ("env", "process_pool"),
+    "process_pool": ("env", "process_pool"), "gradient_checkpointing": ("train", "gradient_checkpointing"),
 }
 
 
@@ -202,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--device")
     t.add_argument("--dtype")
     t.add_argument("--process-pool", action="store_true", default=None, help="one env worker process per episode")
+    t.add_argument("--gradient-checkpointing", action="store_true", default=None,
+                   help="recompute activations in updates: less memory for long (e.g. ALFWorld) trajectories")
     t.set_defaults(func=_train)
 
     d = sub.add_parser("demo", help="base → SFT → RL on held-out cooking games (≈ 25 min on 2 CPU cores)")

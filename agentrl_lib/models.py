@@ -170,6 +170,17 @@ def base_model(model):
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
+def enable_gradient_checkpointing(model) -> None:
+    """Recompute each decoder layer's activations in the backward pass (only in train() mode, so generation keeps its
+    KV cache). transformers >= 5.23 calls it activation checkpointing; older 5.x, gradient checkpointing."""
+    model = base_model(model)
+    kwargs = {"use_reentrant": False}  # non-reentrant: works with frozen inputs (LoRA) and no_grad-free embeddings
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 def save_policy(model, tokenizer, out_dir: str | Path) -> None:
     """Save weights (safetensors; the LoRA adapter only, when peft is used) and tokenizer into `out_dir`."""
     out_dir = Path(out_dir)

@@ -36,7 +36,7 @@ from .config import RunConfig
 from .envs.base import GameSet, load_game_set
 from .envs.pool import EnvPool, ProcessPool, SerialPool
 from .losses import entropy_from_logits, explained_variance, kl_k3, masked_mean, policy_loss, value_loss
-from .models import base_model, load_policy, save_policy
+from .models import base_model, enable_gradient_checkpointing, load_policy, save_policy
 from .prompts import ChatFormat, system_prompt_for
 from .rewards import place_on_tokens, turn_rewards
 from .rollout import Trajectory, rollout
@@ -178,6 +178,8 @@ class Trainer:
         if self.value_head is not None:
             groups.append({"params": list(self.value_head.parameters()), "lr": config.train.value_lr})
         self.opt = torch.optim.AdamW(groups, weight_decay=0.0)
+        if config.train.gradient_checkpointing:  # active in train() mode only: rollouts keep their KV cache
+            enable_gradient_checkpointing(self.policy)
         if resume:
             self._load_state(ckpt)
         n_episodes = config.train.games_per_step * config.algo.group_size

@@ -123,16 +123,17 @@ def _scripted_games(root: Path):
     return root
 
 
-@pytest.mark.parametrize("algo", ["ppo", "grpo", "rloo"])
-def test_one_update_changes_every_parameter(algo, tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("algo,checkpointing", [("ppo", False), ("grpo", False), ("rloo", False), ("ppo", True)])
+def test_one_update_changes_every_parameter(algo, checkpointing, tiny_model_dir, tmp_path):
     games = _scripted_games(tmp_path / "games")
     cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2), reward=RewardConfig(kind="dense"),
                     algo=AlgoConfig(name=algo, group_size=4, kl_coef=0.01),
                     model=ModelCPU(),
                     train=TrainConfig(steps=1, games_per_step=2, minibatch_size=8, lr=1e-3, max_new_tokens=6,
-                                      temperature=1.0, seed=1))
+                                      temperature=1.0, seed=1, gradient_checkpointing=checkpointing))
     trainer = Trainer(cfg, tmp_path / "run", init=tiny_model_dir, pool=SerialPool(8, factory=ParityEnv),
                       progress=False)
+    assert trainer.policy.model.gradient_checkpointing == checkpointing
     before = {n: p.detach().clone() for n, p in trainer.policy.named_parameters() if p.requires_grad}
     vh_before = None if trainer.value_head is None else trainer.value_head.linear.weight.detach().clone()
     row = trainer.step(0)
