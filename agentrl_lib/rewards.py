@@ -53,6 +53,10 @@ def turn_rewards(kind: str, increments: list[float], max_score: float, won: bool
                  format_penalty: float = 0.0) -> list[float]:
     """Rewards of each turn: sparse or dense, minus `format_penalty` on each turn whose action was not admissible.
 
+    The penalty comes on top of the outcome reward (RAGEN's −0.1 per invalid answer), so a won episode with many
+    invalid turns can total less than a lost one with none; the outcome part alone keeps every win above every
+    non-win. Set format_penalty=0 for that strict ordering of whole returns.
+
     Raises:
         ValueError: unknown kind, or len(valid) != len(increments).
     """
