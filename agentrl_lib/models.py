@@ -174,7 +174,7 @@ def enable_gradient_checkpointing(model) -> None:
     """Recompute each decoder layer's activations in the backward pass (only in train() mode, so generation keeps its
     KV cache). transformers >= 5.23 calls it activation checkpointing; older 5.x, gradient checkpointing."""
     model = base_model(model)
-    kwargs = {"use_reentrant": False}  # non-reentrant: works with frozen inputs (LoRA) and no_grad-free embeddings
+    kwargs = {"use_reentrant": False}  # non-reentrant: also works when no input needs a grad (frozen embeddings, LoRA)
     if hasattr(model, "activation_checkpointing_enable"):
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:

@@ -361,7 +361,7 @@ class Trainer:
 
     # ----------------------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self, step: int) -> Path:
-        """Write checkpoints/step_XXXXXX atomically (temp dir + rename), point `latest` at it, drop older ones."""
+        """Write checkpoints/step_NNNNNN (zero-padded step) atomically (temp dir + rename), point `latest` at it, drop older ones."""
         self.ckpt_root.mkdir(parents=True, exist_ok=True)
         name = f"step_{step:06d}"
         final = self.ckpt_root / name
