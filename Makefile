@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml requirements-nodeps.txt
 	$(PIP) install -q -e ".[dev]"
 	touch $@
 
-## base → SFT → RL on held-out TextWorld cooking games with the embedded model (≈ 25 min on 2 CPU cores)
+## base → SFT → RL on held-out TextWorld cooking games with the embedded model (12-20 min on 2 CPU cores, measured)
 demo: $(STAMP)
 	$(VENV)/bin/agentrl demo --out runs/demo
 

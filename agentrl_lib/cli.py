@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="recompute activations in updates: less memory for long (e.g. ALFWorld) trajectories")
     t.set_defaults(func=_train)
 
-    d = sub.add_parser("demo", help="base → SFT → RL on held-out cooking games (≈ 25 min on 2 CPU cores)")
+    d = sub.add_parser("demo", help="base → SFT → RL on held-out cooking games (12-20 min on 2 CPU cores, measured)")
     d.add_argument("--out", default="runs/demo")
     d.add_argument("--fast", action="store_true", help="tiny budget (also AGENTRL_FAST=1)")
     d.add_argument("--algo", default="ppo", choices=ALGOS)

@@ -21,7 +21,7 @@ from .models import cache_root, load_policy
 
 @dataclass
 class DemoBudget:
-    """Sizes of each stage; `full()` is the `make demo` budget (≈ 25 min on 2 CPU cores), `fast()` the CI one."""
+    """Sizes of each stage; `full()` is the `make demo` budget (12-20 min on 2 CPU cores), `fast()` the CI one."""
 
     train_games: int = 16
     eval_games: int = 16
