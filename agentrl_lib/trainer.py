@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from .advantages import broadcast_to_tokens, gae, grpo_advantages, rloo_advantages, top_std_groups, whiten
-from .config import RunConfig
+from .config import AlgoConfig, RunConfig
 from .envs.base import GameSet, load_game_set
 from .envs.pool import EnvPool, ProcessPool, SerialPool
 from .losses import entropy_from_logits, explained_variance, kl_k3, masked_mean, policy_loss, value_loss
@@ -108,6 +108,38 @@ def token_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     if with_entropy:
         out["entropy"] = scatter(entropy_from_logits(logits))
     return out
+
+
+def minibatch_loss(policy, value_head: ValueHead | None, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   mask: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, algo: AlgoConfig,
+                   temperature: float, returns: torch.Tensor | None = None, old_values: torch.Tensor | None = None,
+                   ref_logprobs: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss of one minibatch, shared by PPO, GRPO and RLOO:
+
+        L = clipped surrogate − c_H · entropy  [+ c_v · clipped value loss, PPO]  [+ β · KL_k3(π_θ ‖ π_ref)]
+
+    Args:
+        input_ids, attention_mask: (B, T) long.  mask: (B, T) float, the policy tokens that train.
+        old_logprobs, advantages: (B, T) float32.  returns, old_values: (B, T) float32, needed with a value head.
+        ref_logprobs: (B, T) float32 log-probs of the reference policy, or None (no KL term).
+    Returns: (loss, metrics: clip_frac, approx_kl, ratio_mean, policy_loss, entropy [, value_loss, value_clip_frac]
+        [, kl_ref]).
+    """
+    out = token_forward(policy, input_ids, attention_mask, mask, temperature, value_head, with_entropy=True)
+    loss, pm = policy_loss(out["logprobs"], old_logprobs, advantages, mask, algo.clip_low, algo.clip_high)
+    ent = masked_mean(out["entropy"], mask)
+    loss = loss - algo.entropy_coef * ent
+    pm["policy_loss"] = loss.item()
+    pm["entropy"] = ent.item()
+    if value_head is not None:
+        vl, vm = value_loss(out["values"], old_values, returns, mask, algo.vf_clip)
+        loss = loss + algo.vf_coef * vl
+        pm.update(vm)
+    if ref_logprobs is not None:
+        kl = kl_k3(out["logprobs"], ref_logprobs, mask)
+        loss = loss + algo.kl_coef * kl
+        pm["kl_ref"] = kl.item()
+    return loss, pm
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -330,22 +362,10 @@ class Trainer:
                 mb_mask = train_mask[idx]
                 if mb_mask.sum() == 0:
                     continue
-                out = token_forward(self.policy, batch["input_ids"][idx], batch["attention_mask"][idx], mb_mask,
-                                    cfg.train.temperature, self.value_head, with_entropy=True)
-                loss, pm = policy_loss(out["logprobs"], batch["old_logprobs"][idx], adv[idx], mb_mask,
-                                       cfg.algo.clip_low, cfg.algo.clip_high)
-                ent = masked_mean(out["entropy"], mb_mask)
-                loss = loss - cfg.algo.entropy_coef * ent
-                pm["policy_loss"] = loss.item()
-                pm["entropy"] = ent.item()
-                if self.value_head is not None:
-                    vl, vm = value_loss(out["values"], old_values[idx], ret[idx], mb_mask, cfg.algo.vf_clip)
-                    loss = loss + cfg.algo.vf_coef * vl
-                    pm.update(vm)
-                if ref_logp is not None:
-                    kl = kl_k3(out["logprobs"], ref_logp[idx], mb_mask)
-                    loss = loss + cfg.algo.kl_coef * kl
-                    pm["kl_ref"] = kl.item()
+                loss, pm = minibatch_loss(self.policy, self.value_head, batch["input_ids"][idx],
+                                          batch["attention_mask"][idx], mb_mask, batch["old_logprobs"][idx], adv[idx],
+                                          cfg.algo, cfg.train.temperature, ret[idx], old_values[idx],
+                                          None if ref_logp is None else ref_logp[idx])
                 self.opt.zero_grad(set_to_none=True)
                 loss.backward()
                 params = [p for g in self.opt.param_groups for p in g["params"]]

@@ -5,8 +5,8 @@ ALFWorld's (24 turns ≈ 1,100-1,250 tokens with the embedded SmolLM2-135M).
 
 Each setting runs in its own process (peak RSS is per process): load the policy, build one minibatch of
 trajectories laid out as rollouts lay them out (prompt, then turns of ~8 policy tokens and ~40 environment tokens),
-then `repeats` times: the trainer's `token_forward` with entropy and value head → clipped surrogate + value loss →
-backward → AdamW step. Prints the median step time, the peak RSS and the ratios checkpointing / plain.
+then `repeats` times: the trainer's `minibatch_loss` (PPO: clipped surrogate, entropy, value head) → backward →
+AdamW step. Prints the median step time, the peak RSS and the ratios checkpointing / plain.
 """
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ def one_setting(model: str, seq_len: int, minibatch: int, repeats: int, checkpoi
 
     import torch
 
-    from agentrl_lib.losses import masked_mean, policy_loss, value_loss
+    from agentrl_lib.config import AlgoConfig
     from agentrl_lib.models import base_model, enable_gradient_checkpointing, load_policy
-    from agentrl_lib.trainer import ValueHead, token_forward
+    from agentrl_lib.trainer import ValueHead, minibatch_loss
 
     torch.manual_seed(0)
     policy, tok = load_policy(model, device="cpu")
@@ -45,10 +45,8 @@ def one_setting(model: str, seq_len: int, minibatch: int, repeats: int, checkpoi
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
-        out = token_forward(policy, ids, attn, mask, 0.7, head, with_entropy=True)
-        loss, _ = policy_loss(out["logprobs"], old, adv, mask)
-        vl, _ = value_loss(out["values"], torch.zeros_like(ret), ret, mask)
-        loss = loss + 0.1 * vl - 0.001 * masked_mean(out["entropy"], mask)
+        loss, _ = minibatch_loss(policy, head, ids, attn, mask, old, adv, AlgoConfig(), 0.7, ret,
+                                 torch.zeros_like(ret))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
