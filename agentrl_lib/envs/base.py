@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -19,6 +20,47 @@ from typing import Any, Protocol
 def normalize_action(text: str) -> str:
     """Lower-case, strip, collapse whitespace, drop trailing punctuation: the form compared with admissible commands."""
     return re.sub(r"\s+", " ", text.strip().lower()).rstrip(".!?;:")
+
+
+MAX_ACTION_BYTES = 190
+"""Longest action (UTF-8 bytes) sent to a game: jericho's input buffer holds 198 bytes and truncates the rest
+(mid-character truncation raises UnicodeDecodeError inside jericho)."""
+
+UNREADABLE_ACTION = ("That command contains characters the game cannot read (a backslash or a control character); "
+                     "use plain words.")
+TOO_LONG_ACTION = "That command is too long; a command is a few words."
+
+
+def sanitize_action(action: str, max_bytes: int = MAX_ACTION_BYTES) -> tuple[str, str | None]:
+    """Make an agent's text safe to send to a text-game interpreter.
+
+    Whitespace of any kind (newline, tab, carriage return, Unicode line separators) becomes one space and the ends
+    are stripped. Text the interpreter cannot take safely is refused rather than repaired, so the agent's turn is
+    an invalid action and nothing reaches the interpreter: a backslash anywhere (dumb-frotz reads `\\x` as one of
+    its own escape commands: `\\help`, a literal `\\n` or `\\boxed{...}` send it into an endless print loop), a
+    control or format character (NUL crashed jericho with SIGSEGV; Unicode categories Cc, Cf, Cs, Co, Cn), or more
+    than `max_bytes` bytes of UTF-8.
+
+    Args:
+        action: the parsed action text (any str).
+        max_bytes: longest command accepted, in UTF-8 bytes.
+    Returns:
+        (command, refusal): `command` is the cleaned text and `refusal` None when it is safe to send; else
+        `command` is "" and `refusal` the observation to show the agent instead (UNREADABLE_ACTION or
+        TOO_LONG_ACTION).
+    """
+    chars = []
+    for ch in action:
+        if ch.isspace():
+            chars.append(" ")
+        elif ch == "\\" or unicodedata.category(ch).startswith("C"):
+            return "", UNREADABLE_ACTION
+        else:
+            chars.append(ch)
+    command = re.sub(r" +", " ", "".join(chars)).strip()
+    if len(command.encode("utf-8")) > max_bytes:
+        return "", TOO_LONG_ACTION
+    return command, None
 
 
 class GameSetError(ValueError):

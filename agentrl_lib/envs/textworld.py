@@ -12,6 +12,7 @@ Introduced in notebooks/00_quickstart.ipynb.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import re
@@ -22,13 +23,33 @@ from pathlib import Path
 from typing import Any
 
 from .base import (GameLoadError, GameRecord, GameSet, GameSetError, StepInfo, StepResult, load_game_set,
-                   normalize_action, write_manifest)
+                   normalize_action, sanitize_action, write_manifest)
 
 CHALLENGE_NAMES = ("tw-simple", "tw-cooking", "tw-coin_collector", "tw-treasure_hunter")
 
 _ROOM_HEADER = re.compile(r"^-= .+ =-\s*$", re.M)
 _STATUS_LINE = re.compile(r"\n?>[^\n]*$")  # trailing prompt + status bar, e.g. ">     -= Studio =-0/1"
 _END = re.compile(r"\*\*\* The End \*\*\*.*", re.S)
+
+
+INTERPRETER_COMMANDS = frozenset({"save", "restore", "restart", "quit", "q", "script", "transcript", "unscript",
+                                  "noscript", "undo"})
+"""First words of commands that control the interpreter or the session rather than the story: `save` and `script`
+write files into the working directory, `restore`/`restart`/`undo` rewind the game (a score that goes down),
+`quit` ends it. TextWorld's own instrumentation commands (`tw-...`) are refused as well."""
+
+REFUSED_COMMAND = ("That command is not available here: it controls the game program (save, restore, restart, quit, "
+                   "transcript, undo), not the story.")
+
+
+def refusal_for(action: str) -> tuple[str, str | None]:
+    """(command, refusal) for a TextWorld action: `sanitize_action`, then interpreter and session commands
+    (INTERPRETER_COMMANDS, `tw-...`) are refused with REFUSED_COMMAND. A refused action is never sent to the game."""
+    command, refusal = sanitize_action(action)
+    words = command.lower().split()
+    if refusal is None and words and (words[0] in INTERPRETER_COMMANDS or words[0].startswith("tw-")):
+        return "", REFUSED_COMMAND
+    return command, refusal
 
 
 def clean_observation(text: str, first: bool = False) -> str:
@@ -100,6 +121,7 @@ class TextWorldEnv:
         self._score = 0.0
         self._admissible: list[str] = []
         self._done = True
+        self._last_info = StepInfo()
 
     def _info(self, state, valid: bool) -> StepInfo:
         policy = state.get("policy_commands") or []
@@ -130,20 +152,29 @@ class TextWorldEnv:
             state = self._env.reset()
         self._score, self._done = float(state.get("score") or 0), False
         self._admissible = list(state.get("admissible_commands") or [])
+        self._last_info = self._info(state, True)
         return StepResult(obs=clean_observation(state.feedback, first=True), reward=0.0, done=False,
-                          info=self._info(state, True))
+                          info=self._last_info)
 
     def step(self, action: str) -> StepResult:
-        """Send one command. Any text is accepted (the game answers as it does, e.g. "That's not a verb I recognise.")."""
+        """Send one command. Any text is accepted (the game answers as it does, e.g. "That's not a verb I recognise.").
+
+        Text the interpreter cannot take safely (backslashes, control characters, see `sanitize_action`) and
+        interpreter/session commands (INTERPRETER_COMMANDS) are not sent: the step answers the refusal text, reward
+        0, `info.valid` False, and the game state is unchanged. Raises RuntimeError before reset / after the end.
+        """
         if self._env is None or self._done:
             raise RuntimeError("step() called before reset() or after the episode ended")
-        valid = normalize_action(action) in {normalize_action(a) for a in self._admissible}
-        state, score, done = self._env.step(action.replace("\n", " ").strip() or "look")
+        command, refusal = refusal_for(action)
+        if refusal is not None:
+            return StepResult(obs=refusal, reward=0.0, done=False, info=dataclasses.replace(self._last_info, valid=False))
+        valid = normalize_action(command) in {normalize_action(a) for a in self._admissible}
+        state, score, done = self._env.step(command or "look")
         score = float(score or 0)
         reward, self._score, self._done = score - self._score, score, bool(done)
         self._admissible = list(state.get("admissible_commands") or [])
-        return StepResult(obs=clean_observation(state.feedback), reward=reward, done=self._done,
-                          info=self._info(state, valid))
+        self._last_info = self._info(state, valid)
+        return StepResult(obs=clean_observation(state.feedback), reward=reward, done=self._done, info=self._last_info)
 
     def close(self) -> None:
         if self._env is not None:
