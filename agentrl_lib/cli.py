@@ -40,30 +40,34 @@ def _make_games(a) -> None:
 
 
 def _eval(a) -> None:
-    from .envs.base import load_game_set
+    from .config import EnvConfig
+    from .envs.base import check_env_errors, load_game_set
+    from .envs.pool import open_pool
     from .evaluate import evaluate, format_eval, save_eval
     from .models import load_policy
 
     games = load_game_set(a.games)
     if a.max_turns < 1:
         raise ConfigError(f"--max-turns must be >= 1 (got {a.max_turns})")
-    model, tok = load_policy(a.model, a.device, a.dtype)
-    pool = None
-    if a.process_pool:
-        from .envs.pool import ProcessPool
-
-        pool = ProcessPool(min(a.batch_size, len(games)), family=games.family)
+    if a.batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1 (got {a.batch_size})")
+    env_cfg = EnvConfig(process_pool=a.process_pool, step_timeout_s=a.step_timeout,
+                        max_env_error_frac=a.max_env_error_frac)
+    env_cfg.validate()
+    pool = open_pool(env_cfg, min(a.batch_size, len(games)), games)  # every game checked before the model loads
     try:
+        model, tok = load_policy(a.model, a.device, a.dtype)
         res = evaluate(model, tok, games, max_turns=a.max_turns, temperature=a.temperature, batch_size=a.batch_size,
                        show_admissible=a.show_admissible, pool=pool)
     finally:
-        if pool is not None:
-            pool.close()
+        pool.close()
     res["model"], res["games"] = a.model, str(games.root)
     print(format_eval(res, a.model))
     if a.out:
         save_eval(res, a.out)
         print(f"wrote {a.out}")
+    reasons = res["env_error_reasons"] or [""]
+    check_env_errors(res["env_errors"], res["n_games"], env_cfg.max_env_error_frac, reasons[0], "evaluation")
 
 
 def _sft(a) -> None:
@@ -85,6 +89,25 @@ OVERRIDES = {  # CLI flag -> (section, key)
     "lora_rank": ("model", "lora_rank"), "device": ("model", "device"), "dtype": ("model", "dtype"),
     "process_pool": ("env", "process_pool"), "gradient_checkpointing": ("train", "gradient_checkpointing"),
 }
+
+
+OVERRIDES.update({"step_timeout": ("env", "step_timeout_s"), "max_env_error_frac": ("env", "max_env_error_frac")})
+
+
+def _field_doc(section: str, name: str) -> str:
+    """A config field's docstring (config.py), as the help of its flag ('%' escaped for argparse)."""
+    import ast
+    import inspect
+
+    from . import config
+
+    cls = {"env": config.EnvConfig}[section]
+    body = ast.parse(inspect.getsource(cls)).body[0].body
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == name and \
+                isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            return " ".join(str(nxt.value.value).split()).replace("%", "%%")
+    return ""
 
 
 def build_config(a, base: RunConfig | None = None) -> RunConfig:
@@ -158,6 +181,17 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--force", action="store_true", help="regenerate even if a cached identical set exists")
     g.set_defaults(func=_make_games)
 
+    def env_flags(q, **defaults):  # train: None = keep the config's value; eval: the EnvConfig defaults
+        def h(name):
+            return _field_doc("env", name)
+
+        q.add_argument("--process-pool", action=argparse.BooleanOptionalAction, default=defaults.get("process_pool"),
+                       help=h("process_pool"))
+        q.add_argument("--step-timeout", type=float, default=defaults.get("step_timeout"), metavar="S",
+                       help=h("step_timeout_s"))
+        q.add_argument("--max-env-error-frac", type=float, default=defaults.get("max_env_error_frac"),
+                       metavar="F", help=h("max_env_error_frac"))
+
     def model_args(q, default="embedded"):
         q.add_argument("--model", default=default, help="'embedded', HF id, model dir, SFT dir or run dir")
         q.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, ...")
@@ -171,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--temperature", type=float, default=0.0)
     e.add_argument("--batch-size", type=int, default=8)
     e.add_argument("--show-admissible", action="store_true")
-    e.add_argument("--process-pool", action="store_true", help="one env worker process per episode slot")
+    env_flags(e, process_pool=True, step_timeout=30.0, max_env_error_frac=0.5)
     e.set_defaults(func=_eval)
 
     s = sub.add_parser("sft", help="SFT warm-up on the games' walkthroughs (TRL SFTTrainer)")
@@ -201,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
         t.add_argument(flag, type=typ)
     t.add_argument("--device")
     t.add_argument("--dtype")
-    t.add_argument("--process-pool", action="store_true", default=None, help="one env worker process per episode")
+    env_flags(t)
     t.add_argument("--gradient-checkpointing", action="store_true", default=None,
                    help="recompute activations in updates: less memory for long (e.g. ALFWorld) trajectories")
     t.set_defaults(func=_train)
@@ -221,11 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     a = build_parser().parse_args(argv)
-    from .envs.base import GameLoadError, GameSetError
+    from .envs.base import GameLoadError, GameSetError, TooManyEnvErrors
 
     try:
         a.func(a)
-    except (ConfigError, GameSetError, GameLoadError, FileNotFoundError, FileExistsError, ValueError) as e:
+    except (ConfigError, GameSetError, GameLoadError, TooManyEnvErrors, FileNotFoundError, FileExistsError,
+            ValueError) as e:
         print(f"agentrl {a.cmd}: error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -32,13 +32,29 @@ class EnvConfig:
     """List the admissible commands in each observation (off in the paper: the agent must find valid commands)."""
     show_inventory: bool = False
     """Append the inventory to each observation (costs ~15 tokens per turn)."""
-    process_pool: bool = False
-    """Run each episode's env in its own worker process (parallel steps; a crashed or hung worker ends only its
-    episode). Off: envs step in this process, fine for TextWorld (2-15 ms per step)."""
+    process_pool: bool = True
+    """Run each episode's env in its own worker process: a crashed or hung game interpreter ends only its episode.
+    Costs ~4 ms per step and ~5 s to start 8 workers (measured, envs/pool.py). Off (`--no-process-pool`): envs step
+    in this process, and a hung step ends the process after step_timeout_s (resumable with --resume)."""
+    step_timeout_s: float = 30.0
+    """Watchdog of one env reset/step, in seconds (> 0): TextWorld steps take 2-15 ms, ALFWorld resets up to 0.5 s;
+    10-120. A step past it is an env error for its episode (process pool) or ends the process (serial pool)."""
+    max_env_error_frac: float = 0.5
+    """Stop training (and make `agentrl eval` exit non-zero) when more than this fraction of a step's (an
+    evaluation's) episodes end in an env error, in [0, 1]; 1 never stops. Env-error episodes are counted as
+    `env_errors` in every summary."""
+    check_games: bool = True
+    """Check every game before a run uses it: reset it and replay its walkthrough to a win, through the run's envs
+    (~2-5 s for 16 TextWorld games; cached next to manifest.json, so a second run over an unchanged set is instant)."""
 
     def validate(self) -> None:
         if self.max_turns <= 0:
             raise ConfigError(f"env.max_turns must be >= 1 (got {self.max_turns}); the paper uses 8-12 for small TextWorld games")
+        if not self.step_timeout_s > 0:
+            raise ConfigError(f"env.step_timeout_s must be > 0 seconds (got {self.step_timeout_s}); 30 is the default")
+        if not 0.0 <= self.max_env_error_frac <= 1.0:
+            raise ConfigError(f"env.max_env_error_frac must be in [0, 1] (got {self.max_env_error_frac}); 0.5 stops a "
+                              "run when more than half of a step's episodes fail, 1 never stops")
 
 
 @dataclass

@@ -129,7 +129,7 @@ def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo
     plot_stage_comparison(results, out / "stages.png", title=f"held-out cooking games ({len(held)})")
 
     summary = {
-        "stages": {k: {m: v[m] for m in ("success_rate", "mean_turns", "invalid_rate", "mean_score_frac")}
+        "stages": {k: {m: v[m] for m in ("success_rate", "mean_turns", "invalid_rate", "mean_score_frac", "env_errors")}
                    for k, v in results.items()},
         "budget": budget.__dict__, "algo": algo, "reward": reward, "model": model, "seed": seed,
         "games": GAME_FAMILY, "train_games": str(train.root), "heldout_games": str(held.root),

@@ -9,27 +9,36 @@ import time
 from pathlib import Path
 
 from .envs.base import GameSet
-from .envs.pool import EnvPool, SerialPool
+from .envs.pool import EnvPool, open_pool
 from .prompts import ChatFormat, system_prompt_for
 from .rollout import rollout
 
 
 def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: float = 0.0, batch_size: int = 8,
              max_new_tokens: int = 24, show_admissible: bool = False, pool: EnvPool | None = None,
-             progress: bool = True) -> dict:
+             progress: bool = True, process_pool: bool = True, step_timeout_s: float = 30.0,
+             check_games: bool = True) -> dict:
     """Play every game in `games` once, `batch_size` episodes at a time.
 
+    Without `pool`, the envs run as a run's do (`envs.pool.open_pool`): a ProcessPool (`process_pool`), a watchdog
+    of `step_timeout_s` seconds per env call, and every game checked first (`check_games`, cached).
+
     Returns a dict: success_rate, mean_turns, invalid_rate (share of turns whose action was not admissible),
-    mean_score_frac (score / max_score), n_games, seconds, gen_tokens_per_s, and `per_game` rows (game, won,
-    turns, score, max_score, actions, termination).
-    Raises: ValueError if max_turns < 1 or batch_size < 1.
+    mean_score_frac (score / max_score), env_errors (episodes that ended in an env error: not loaded, crashed, hung;
+    they count as lost), env_error_reasons (distinct, first 5), n_games, seconds, gen_tokens_per_s, and `per_game`
+    rows (game, won, turns, score, max_score, actions, termination).
+    Raises: ValueError if max_turns < 1 or batch_size < 1; GameSetError when a game fails the check.
     """
     from tqdm.auto import tqdm
+
+    from .config import EnvConfig
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
     own_pool = pool is None
-    pool = pool or SerialPool(min(batch_size, len(games)), family=games.family)
+    if pool is None:
+        pool = open_pool(EnvConfig(process_pool=process_pool, step_timeout_s=step_timeout_s, check_games=check_games),
+                         min(batch_size, len(games)), games)
     chat = ChatFormat(tokenizer)
     rows, t0, tokens, gen_s = [], time.perf_counter(), 0, 0.0
     bar = tqdm(total=len(games), desc="eval", disable=not progress)
@@ -52,11 +61,14 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
         if own_pool:
             pool.close()
     turns = sum(r["turns"] for r in rows)
+    failed = [r["termination"] for r in rows if r["termination"].startswith("env_error")]
     return {
         "success_rate": sum(r["won"] for r in rows) / len(rows),
         "mean_turns": turns / len(rows),
         "invalid_rate": sum(r["invalid"] for r in rows) / max(turns, 1),
         "mean_score_frac": sum(r["score"] / max(r["max_score"], 1e-9) for r in rows) / len(rows),
+        "env_errors": len(failed),
+        "env_error_reasons": list(dict.fromkeys(failed))[:5],
         "n_games": len(rows),
         "max_turns": max_turns,
         "temperature": temperature,
@@ -76,6 +88,7 @@ def save_eval(result: dict, path: str | Path) -> None:
 
 
 def format_eval(result: dict, name: str = "") -> str:
-    """One line: success rate, mean turns, invalid-action rate."""
+    """One line: success rate, mean turns, invalid-action rate, env errors (episodes the env failed)."""
     return (f"{name + ': ' if name else ''}success {result['success_rate']:.1%} on {result['n_games']} games, "
-            f"mean turns {result['mean_turns']:.1f}, invalid actions {result['invalid_rate']:.1%}")
+            f"mean turns {result['mean_turns']:.1f}, invalid actions {result['invalid_rate']:.1%}, "
+            f"env errors {result.get('env_errors', 0)}/{result['n_games']}")

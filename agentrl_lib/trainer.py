@@ -33,8 +33,8 @@ from torch import nn
 
 from .advantages import broadcast_to_tokens, gae, grpo_advantages, rloo_advantages, top_std_groups, whiten
 from .config import AlgoConfig, RunConfig
-from .envs.base import GameSet, load_game_set
-from .envs.pool import EnvPool, ProcessPool, SerialPool
+from .envs.base import GameSet, check_env_errors, load_game_set
+from .envs.pool import EnvPool, open_pool
 from .losses import entropy_from_logits, explained_variance, kl_k3, masked_mean, policy_loss, value_loss
 from .models import base_model, enable_gradient_checkpointing, load_policy, save_policy
 from .prompts import ChatFormat, system_prompt_for
@@ -161,7 +161,8 @@ class Trainer:
             It is recorded as model.name in run_dir/config.yaml: the KL reference of a resumed run is that model.
         resume: continue from run_dir's latest checkpoint with `config` (the CLI passes the saved config.yaml with
             its flags applied); the starting model stays the one recorded in run_dir/config.yaml.
-        pool: an EnvPool with >= games_per_step * group_size slots (default: a SerialPool).
+        pool: an EnvPool with >= games_per_step * group_size slots (default: `envs.pool.open_pool(config.env, ...)`,
+            a ProcessPool unless env.process_pool is off, every game checked through it first).
     Raises:
         GameSetError / FileNotFoundError / ConfigError: bad games dir, model path or config.
     """
@@ -180,6 +181,8 @@ class Trainer:
             config = dataclasses.replace(config, model=dataclasses.replace(config.model, name=init))
         self.cfg, self.run_dir, self.progress = config, run_dir, progress
         self.games: GameSet = load_game_set(config.env.games)
+        if pool is None:  # plumbing: the run's envs; every game is checked through them before the model loads
+            pool = open_pool(config.env, config.train.games_per_step * config.algo.group_size, self.games)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ckpt_root = self.run_dir / "checkpoints"
         self.metrics_path = self.run_dir / "metrics.jsonl"
@@ -215,17 +218,14 @@ class Trainer:
         if resume:
             self._load_state(ckpt)
         n_episodes = config.train.games_per_step * config.algo.group_size
-        if pool is None:
-            kind = ProcessPool if config.env.process_pool else SerialPool
-            env_kwargs = {"show_inventory": True} if config.env.show_inventory else {}  # TextWorld only
-            pool = kind(n_episodes, family=self.games.family, **env_kwargs)
         self.pool = pool
         if self.pool.size < n_episodes:
             raise ValueError(f"pool has {self.pool.size} slots; the run needs {n_episodes} (games_per_step*group_size)")
 
     # ------------------------------------------------------------------------------------------------ the loop
     def train(self) -> list[dict]:
-        """Run config.train.steps iterations (from the checkpoint's step when resuming). Returns all metrics rows."""
+        """Run config.train.steps iterations (from the checkpoint's step when resuming). Returns all metrics rows.
+        Raises TooManyEnvErrors after a step where more than env.max_env_error_frac of the episodes failed."""
         cfg = self.cfg
         rows = self._read_metrics()
         for step in range(self.start_step, cfg.train.steps):
@@ -236,7 +236,10 @@ class Trainer:
             if self.progress:
                 print(f"step {step + 1}/{cfg.train.steps}  success {row['success_rate']:.2f}  return "
                       f"{row['return_mean']:+.3f}  invalid {row['invalid_rate']:.2f}  turns {row['mean_turns']:.1f}  "
-                      f"entropy {row['entropy']:.3f}  {row['step_seconds']:.0f}s", flush=True)
+                      f"entropy {row['entropy']:.3f}  env errors {row.get('env_errors', 0)}/{row['episodes']}  "
+                      f"{row['step_seconds']:.0f}s", flush=True)
+            check_env_errors(row.get("env_errors", 0), row["episodes"], cfg.env.max_env_error_frac,
+                             (row.get("env_error_reasons") or ["see the episodes' termination"])[0], f"step {step + 1}")
             if (step + 1) % cfg.train.checkpoint_every == 0 or step + 1 == cfg.train.steps:
                 self.save_checkpoint(step + 1)
         from .plots import plot_learning_curves

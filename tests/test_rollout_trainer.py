@@ -208,7 +208,8 @@ class BrokenEnv(ParityEnv):
 
 def test_a_step_where_every_env_fails_is_logged_not_fatal(tiny_model_dir, tmp_path):
     games = _scripted_games(tmp_path / "games")
-    cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2), algo=AlgoConfig(name="rloo", group_size=2),
+    cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2, max_env_error_frac=1.0),  # 1: never stop
+                    algo=AlgoConfig(name="rloo", group_size=2),
                     model=ModelCPU(), train=TrainConfig(steps=2, games_per_step=1, max_new_tokens=4))
     trainer = Trainer(cfg, tmp_path / "run", init=tiny_model_dir, pool=SerialPool(2, factory=BrokenEnv),
                       progress=False)

@@ -87,6 +87,18 @@ def read_game(folder: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return traj, data
 
 
+def game_files(path: str) -> list[Path]:
+    """The files an ALFWorld game needs: its folder's game.tw-pddl (traj_data.json is read when present).
+
+    Raises: GameLoadError when `path` is a file other than game.tw-pddl (a TextWorld story file? then the
+    manifest's family is wrong)."""
+    p = Path(path)
+    if p.is_file() and p.name != GAME_FILE:
+        raise GameLoadError(f"{path} is a file, not an ALFWorld game folder: is the family in manifest.json right "
+                            "(TextWorld games are .z8/.ulx files)?")
+    return [p] if p.name == GAME_FILE else [p / GAME_FILE]
+
+
 # ------------------------------------------------------------------------------------------------ engine-side caches
 def _digest(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()

@@ -9,8 +9,11 @@ Introduced in notebooks/00_quickstart.ipynb.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+import time
 import unicodedata
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -69,6 +72,20 @@ class GameSetError(ValueError):
 
 class GameLoadError(RuntimeError):
     """A game file could not be loaded by its engine (corrupted or from another engine version)."""
+
+
+class TooManyEnvErrors(RuntimeError):
+    """More than `env.max_env_error_frac` of the episodes of a training step or an evaluation ended in an env error
+    (a game that would not load, an interpreter that crashed or hung); the message names the first reason."""
+
+
+def check_env_errors(n_errors: int, n_episodes: int, max_frac: float, first_reason: str, where: str) -> None:
+    """Raise TooManyEnvErrors when `n_errors` > `max_frac` * `n_episodes` (`where`: e.g. "step 3", "evaluation")."""
+    if n_episodes and n_errors > max_frac * n_episodes:
+        raise TooManyEnvErrors(
+            f"{where}: {n_errors} of {n_episodes} episodes ended in an env error, more than env.max_env_error_frac "
+            f"= {max_frac:g} (first: {' '.join(first_reason.split())[:300]}); check the games "
+            "(`agentrl eval` checks them first) or raise --max-env-error-frac")
 
 
 @dataclass
@@ -181,14 +198,133 @@ def load_game_set(root: str | Path) -> GameSet:
         raise GameSetError(f"{mf} is malformed ({e}); delete the directory and regenerate it; {hint}") from e
     if not rows:
         raise GameSetError(f"{mf} lists no games; {hint}")
+    if family not in FAMILIES:
+        raise GameSetError(f"{mf} names an unknown game family {family!r} (known: {', '.join(FAMILIES)}); "
+                           f"regenerate the directory; {hint}")
     games = []
     for row in rows:
-        path = root / row["path"]
+        try:
+            path = root / row["path"]
+            rec = GameRecord(path=str(path), name=row["name"], seed=row["seed"], max_score=row["max_score"],
+                             walkthrough=list(row["walkthrough"]), params=row.get("params", {}))
+        except (KeyError, TypeError) as e:
+            raise GameSetError(f"{mf} is malformed (a game row lacks {e}); delete the directory and regenerate it; "
+                               f"{hint}") from e
         if not path.exists():
             raise GameSetError(f"game file {path} listed in {mf} is missing; regenerate the directory")
-        games.append(GameRecord(path=str(path), name=row["name"], seed=row["seed"], max_score=row["max_score"],
-                                walkthrough=list(row["walkthrough"]), params=row.get("params", {})))
+        games.append(rec)
     return GameSet(root=root, family=family, games=games, params=data.get("params", {}))
+
+
+FAMILIES = ("textworld", "alfworld")
+"""Game families make_env knows."""
+
+CHECK_CACHE = ".agentrl-game-check.json"
+"""File next to manifest.json listing the games that passed check_game_set (keyed by file sizes and mtimes)."""
+
+
+def required_game_files(family: str, path: str) -> list[Path]:
+    """The files a game of `family` needs (TextWorld: story file + JSON sidecar; ALFWorld: game.tw-pddl).
+
+    Raises: GameLoadError when the path has the other family's shape; ValueError for an unknown family."""
+    if family == "textworld":
+        from .textworld import game_files
+    elif family == "alfworld":
+        from .alfworld import game_files
+    else:
+        raise ValueError(f"unknown environment family {family!r}; known: {', '.join(FAMILIES)}")
+    return game_files(path)
+
+
+def _signature(family: str, game: GameRecord, files: list[Path]) -> str:
+    stats = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+    return hashlib.sha1(json.dumps([family, game.path, game.walkthrough, stats]).encode()).hexdigest()
+
+
+def check_game_set(games: GameSet, pool, cache: bool = True) -> dict[str, Any]:
+    """Check every game of a set through the envs a run will use, before the run spends time on it.
+
+    Each game must have its family's files (`required_game_files`), reset without error, and, when it has a
+    walkthrough, win by replaying it (this catches a damaged story file or game folder, a manifest whose family is
+    wrong, and a missing TextWorld JSON sidecar, with which a game plays with no objective and no reward). Games are
+    played `pool.size` at a time through `pool` (an EnvPool: a SerialPool, a ProcessPool, or a test's scripted
+    envs). Games that passed are recorded in CHECK_CACHE next to manifest.json, keyed by their files' sizes and
+    mtimes: a second check of an unchanged set plays nothing. Leaves the pool's slots mid-episode (rollouts reset).
+
+    Cost measured (2 shared CPU cores, 2026-11-23): see README "Environment faults".
+
+    Returns: {"games": n, "played": games played now, "cached": games skipped as already checked, "seconds": wall}.
+    Raises: GameSetError naming the failing games (up to 3 with their reasons) and how to fix them.
+    """
+    t0 = time.perf_counter()
+    failures: dict[str, str] = {}
+    cache_path = games.root / CHECK_CACHE
+    known: set[str] = set()
+    if cache:
+        try:
+            known = set(json.loads(cache_path.read_text()).get("passed", []))
+        except (OSError, ValueError, AttributeError):
+            known = set()
+    todo: list[tuple[GameRecord, str]] = []
+    passed: set[str] = set()
+    n_cached = 0
+    for g in games.games:
+        try:
+            files = required_game_files(games.family, g.path)
+            missing = [str(f) for f in files if not f.exists()]
+            if missing:
+                failures[g.name] = f"missing {', '.join(missing)}"
+                continue
+            sig = _signature(games.family, g, files)
+        except (GameLoadError, OSError) as e:
+            failures[g.name] = str(e)
+            continue
+        if sig in known:
+            passed.add(sig)
+            n_cached += 1
+        else:
+            todo.append((g, sig))
+    for start in range(0, len(todo), pool.size):  # plumbing: play pool.size games at once, walkthroughs in lockstep
+        chunk = todo[start:start + pool.size]
+        live: dict[int, StepResult] = {}
+        for i, r in enumerate(pool.reset(list(range(len(chunk))), [g.path for g, _ in chunk])):
+            if isinstance(r, StepResult):
+                live[i] = r
+            else:
+                failures[chunk[i][0].name] = f"reset failed: {r.reason}"
+        t = 0
+        while True:
+            idx = [i for i, r in live.items() if not r.done and t < len(chunk[i][0].walkthrough)]
+            if not idx:
+                break
+            for i, r in zip(idx, pool.step(idx, [chunk[i][0].walkthrough[t] for i in idx])):
+                if isinstance(r, StepResult):
+                    live[i] = r
+                else:
+                    failures[chunk[i][0].name] = f"step {t + 1} of the walkthrough failed: {r.reason}"
+                    del live[i]
+            t += 1
+        for i, r in live.items():
+            g, sig = chunk[i]
+            if g.walkthrough and not r.info.won:
+                failures[g.name] = (f"replaying its walkthrough ({len(g.walkthrough)} commands) does not win "
+                                    f"(score {r.info.score:g}/{r.info.max_score:g}; a missing or stale game file?)")
+            else:
+                passed.add(sig)
+    if cache:
+        try:
+            tmp = cache_path.with_name(CHECK_CACHE + f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"passed": sorted(passed)}))
+            tmp.replace(cache_path)
+        except OSError:  # a read-only games dir: check again next time
+            pass
+    if failures:
+        shown = "; ".join(f"{name}: {' '.join(reason.split())[:300]}" for name, reason in list(failures.items())[:3])
+        more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
+        raise GameSetError(f"{len(failures)} of {len(games)} games in {games.root} failed the game check: {shown}"
+                           f"{more}; regenerate the games dir (`agentrl make-games ... --force`)")
+    return {"games": len(games), "played": len(todo), "cached": n_cached,
+            "seconds": round(time.perf_counter() - t0, 3)}
 
 
 def make_env(family: str, **kwargs) -> Env:
@@ -201,4 +337,4 @@ def make_env(family: str, **kwargs) -> Env:
         from .alfworld import AlfWorldEnv  # type: ignore[import-not-found]
 
         return AlfWorldEnv(**kwargs)
-    raise ValueError(f"unknown environment family {family!r}; known: textworld, alfworld")
+    raise ValueError(f"unknown environment family {family!r}; known: {', '.join(FAMILIES)}")

@@ -45,7 +45,11 @@ SERIAL_TIMEOUT_EXIT_CODE = 124
 """Exit status of a process ended by the SerialPool watchdog (as coreutils `timeout`)."""
 
 WORKER_LOG_BYTES = 1 << 20
-"""Size cap (bytes) of each worker's stdout/stderr log and of any file the env writes (RLIMIT_FSIZE)."""
+"""A worker's stdout/stderr log is emptied before a call when it has grown past this size (bytes)."""
+
+WORKER_FILE_BYTES = 16 << 20
+"""The most a worker may write into one file (RLIMIT_FSIZE, bytes): bounds the log of a runaway interpreter
+(dumb-frotz printed 25-700 MB/s) within one call; writes past it fail (EFBIG)."""
 
 
 @dataclass
@@ -182,7 +186,7 @@ def _worker_main(conn, factory: Callable[[], Env], workdir: str, log_path: str) 
     """Worker loop: one env, requests (method, arg) → ("ok", StepResult) or ("err", reason).
 
     Sandbox first: cwd = `workdir` (files a game writes land there), stdout/stderr (Python's and C's) → `log_path`,
-    files capped at WORKER_LOG_BYTES (RLIMIT_FSIZE; writes past it fail, SIGXFSZ ignored), SIGINT ignored (the
+    files capped at WORKER_FILE_BYTES (RLIMIT_FSIZE; writes past it fail, SIGXFSZ ignored), SIGINT ignored (the
     parent handles Ctrl-C). Then it answers ("ready", None) and serves requests."""
     import resource
 
@@ -194,7 +198,7 @@ def _worker_main(conn, factory: Callable[[], Env], workdir: str, log_path: str) 
     os.close(fd)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (WORKER_LOG_BYTES, WORKER_LOG_BYTES))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (WORKER_FILE_BYTES, WORKER_FILE_BYTES))
     except (ValueError, OSError):  # a lower hard limit already applies
         pass
     env, env_error = None, None
@@ -249,10 +253,12 @@ class ProcessPool:
     with the last lines the worker printed (`; last output: ...`) when there are any, and a fresh worker is started
     for that slot on its next call (so the slot needs a new reset). Exceptions raised by the env come back as
     `EnvFailure("ExceptionType: message")` and keep the worker. Other slots are unaffected. A call returns within
-    `timeout_s` (plus `start_timeout_s` for a worker's start: process, imports, env construction).
+    `timeout_s`, plus `start_timeout_s` when it is a fresh worker's first call (process start, imports, env
+    construction and its first game load).
 
     Each worker runs in its own directory under a private temp dir (removed by close()), writes its stdout/stderr
-    to a log there capped at WORKER_LOG_BYTES, and ignores SIGINT.
+    to a log there (at most WORKER_FILE_BYTES within one call; emptied before a call once past WORKER_LOG_BYTES),
+    and ignores SIGINT.
 
     Workers use the 'forkserver' start method where available ('spawn' otherwise): the parent has usually imported
     torch, which plain fork does not copy safely. As with any spawn-style start, the main module must be importable
@@ -262,7 +268,7 @@ class ProcessPool:
         size: number of slots/workers (>= 1).
         family: env family for make_env ('textworld', 'alfworld').
         timeout_s: seconds to wait for one reset/step answer (> 0).
-        start_timeout_s: extra seconds allowed for a fresh worker to start (process, imports, env construction).
+        start_timeout_s: extra seconds allowed for a fresh worker's first call.
         factory: a picklable callable that builds one env in the worker (overrides family/env_kwargs).
         **env_kwargs: passed to the env constructor in each worker (must be picklable).
     Raises: ValueError for size < 1 or timeout_s <= 0.
@@ -293,7 +299,7 @@ class ProcessPool:
         return w[0].pid if w is not None else None
 
     def log_path(self, slot: int) -> Path:
-        """The file a slot's worker writes its stdout/stderr to (capped at WORKER_LOG_BYTES)."""
+        """The file a slot's worker writes its stdout/stderr to (see WORKER_LOG_BYTES, WORKER_FILE_BYTES)."""
         return self._tmp / f"slot{slot}.log"
 
     def _start(self, slot: int):
@@ -341,6 +347,8 @@ class ProcessPool:
                 continue
             if w is None:
                 w = self._start(slot)
+            else:
+                self._trim_log(slot)
             try:
                 w[1].send((method, arg))
                 pending.append(slot)
@@ -353,7 +361,7 @@ class ProcessPool:
 
     def _await(self, slot: int, deadline: float) -> StepResult | EnvFailure:
         proc, conn = self._workers[slot]
-        if slot in self._fresh:  # a fresh worker first says it is ready; its call's clock starts then
+        if slot in self._fresh:  # a fresh worker's first call also starts the process and loads its first game
             deadline += self.start_timeout_s
         while True:
             remaining = deadline - time.monotonic()
@@ -368,13 +376,20 @@ class ProcessPool:
                     status, payload = conn.recv()
                 except (EOFError, OSError):
                     return self._crashed(slot)
-                if status == "ready":
+                if status == "ready":  # started: a timeout from now on is the call's, not the start's
                     self._fresh.discard(slot)
-                    deadline = min(deadline, time.monotonic() + self.timeout_s)
                     continue
                 return payload if status == "ok" else EnvFailure(payload)
             if not proc.is_alive():
                 return self._crashed(slot)
+
+    def _trim_log(self, slot: int) -> None:
+        """Empty a slot's log once it is past WORKER_LOG_BYTES (the worker appends: it goes on at offset 0)."""
+        try:
+            if self.log_path(slot).stat().st_size > WORKER_LOG_BYTES:
+                os.truncate(self.log_path(slot), 0)
+        except OSError:
+            pass
 
     def _with_output(self, slot: int, reason: str) -> str:
         tail = _tail(self.log_path(slot))
@@ -433,3 +448,22 @@ class ProcessPool:
             self.close()
         except Exception:  # noqa: BLE001
             pass
+
+
+def open_pool(env_cfg, size: int, games) -> EnvPool:
+    """The env pool a run uses, built from an EnvConfig (`process_pool`, `step_timeout_s`, `show_inventory`,
+    `check_games`), with every game of `games` (a GameSet) checked through it first (`check_game_set`; cached).
+
+    Raises: GameSetError when a game fails the check (the pool is closed then)."""
+    from .base import check_game_set
+
+    kwargs = {"show_inventory": True} if env_cfg.show_inventory and games.family == "textworld" else {}
+    kind = ProcessPool if env_cfg.process_pool else SerialPool
+    pool = kind(size, family=games.family, timeout_s=env_cfg.step_timeout_s, **kwargs)
+    if env_cfg.check_games:
+        try:
+            check_game_set(games, pool)
+        except BaseException:
+            pool.close()
+            raise
+    return pool

@@ -30,6 +30,7 @@ CHALLENGE_NAMES = ("tw-simple", "tw-cooking", "tw-coin_collector", "tw-treasure_
 _ROOM_HEADER = re.compile(r"^-= .+ =-\s*$", re.M)
 _STATUS_LINE = re.compile(r"\n?>[^\n]*$")  # trailing prompt + status bar, e.g. ">     -= Studio =-0/1"
 _END = re.compile(r"\*\*\* The End \*\*\*.*", re.S)
+_HALTED = "Emulator halted due to runtime error."
 
 
 INTERPRETER_COMMANDS = frozenset({"save", "restore", "restart", "quit", "q", "script", "transcript", "unscript",
@@ -103,6 +104,18 @@ def check_story_file(path: str) -> None:
         raise GameLoadError(f"{path}: unknown game file type {p.suffix!r} (expected .z1-.z8, .ulx or .gblorb)")
 
 
+def game_files(path: str) -> list[Path]:
+    """The files a TextWorld game needs: the story file and, for generated games, its JSON sidecar (`game.json`:
+    objective, walkthrough, admissible commands, score; without it the game plays with no objective and no reward).
+
+    Raises: GameLoadError when `path` is a folder (an ALFWorld game? then the manifest's family is wrong)."""
+    p = Path(path)
+    if p.is_dir():
+        raise GameLoadError(f"{path} is a folder, not a TextWorld story file: is the family in manifest.json right "
+                            "(ALFWorld games are folders)?")
+    return [p, p.with_suffix(".json")] if p.suffix in (".z8", ".ulx") else [p]
+
+
 class TextWorldEnv:
     """One TextWorld game at a time behind the env protocol (see envs/base.py).
 
@@ -150,6 +163,10 @@ class TextWorldEnv:
             self._game = game
         else:
             state = self._env.reset()
+        if _HALTED in (state.feedback or "") or not clean_observation(state.feedback or "", first=True):
+            self.close()
+            raise GameLoadError(f"{game}: the interpreter halted with a runtime error at the start (the story file "
+                                "is damaged). The file is corrupted or not a TextWorld game; regenerate the games dir.")
         self._score, self._done = float(state.get("score") or 0), False
         self._admissible = list(state.get("admissible_commands") or [])
         self._last_info = self._info(state, True)
@@ -170,6 +187,10 @@ class TextWorldEnv:
             return StepResult(obs=refusal, reward=0.0, done=False, info=dataclasses.replace(self._last_info, valid=False))
         valid = normalize_action(command) in {normalize_action(a) for a in self._admissible}
         state, score, done = self._env.step(command or "look")
+        if _HALTED in (state.feedback or ""):  # the story file is damaged: an env error, not an observation
+            self._done = True
+            raise GameLoadError(f"{self._game}: the interpreter halted with a runtime error (\"{_HALTED}\"); the story "
+                                "file is damaged; regenerate the games dir")
         score = float(score or 0)
         reward, self._score, self._done = score - self._score, score, bool(done)
         self._admissible = list(state.get("admissible_commands") or [])
