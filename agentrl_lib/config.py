@@ -34,7 +34,7 @@ class EnvConfig:
     """Append the inventory to each observation (costs ~15 tokens per turn)."""
     process_pool: bool = True
     """Run each episode's env in its own worker process: a crashed or hung game interpreter ends only its episode.
-    Costs ~4 ms per step and ~5 s to start 8 workers (measured, envs/pool.py). Off (`--no-process-pool`): envs step
+    Costs 0-4 ms per step and ~2 s to start 8 workers (measured, envs/pool.py). Off (`--no-process-pool`): envs step
     in this process, and a hung step ends the process after step_timeout_s (resumable with --resume)."""
     step_timeout_s: float = 30.0
     """Watchdog of one env reset/step, in seconds (> 0): TextWorld steps take 2-15 ms, ALFWorld resets up to 0.5 s;

@@ -14,11 +14,14 @@ Every env call runs under a watchdog of `timeout_s` seconds (`env.step_timeout_s
   process with ONE line ("env step exceeded N s in this process; rerun with --process-pool; resume with
   --resume", exit code 124); checkpoints make the run resumable. A segfault in the interpreter ends the process.
 
-Measured (`python benchmarks/bench_env_pool.py --games <16 tw-cooking games>`, 8 slots, 8 turns, 2 shared CPU
-cores, 2026-11-23): a batched step costs 5.5 ms per episode in a SerialPool and 9.7 ms in a ProcessPool (+4 ms,
-next to ~1-3 s of generation per turn: < 0.5%); a reset of 8 games 0.20 s vs 0.31 s; starting the 8 workers
-(forkserver with textworld preloaded) ~5 s once per pool; ~77 MB RSS per worker. Hence the process pool is the
-default and the serial pool the opt-out (`--no-process-pool`) for tests and quick experiments.
+Measured (`python benchmarks/bench_env_pool.py --games <16 tw-cooking games>`: 8 slots, 5 rounds of resets and 8
+batched steps; 2 CPU cores shared with other jobs, load 3-4; 2026-11-23; 4 runs): a step costs 5.1-7.4 ms per
+episode in a SerialPool and 6.3-9.7 ms in a ProcessPool (the difference, -0.6 to +4.1 ms, is noise-sized next to
+~1-3 s of generation per turn); a batched reset of 8 games 0.20-0.29 s vs 0.19-0.31 s; the first call of a fresh
+8-worker pool 1.8-2.7 s (0.4 s once this process's forkserver runs; 24 s before the forkserver preloaded textworld
+and the game logic); 61-77 MB RSS per worker. Hence the process pool is the default and the serial pool the opt-out
+(`--no-process-pool`) for tests and quick experiments. Workers re-import the main module (Python's forkserver/spawn
+rule): keep a script's heavy imports (torch) under `if __name__ == "__main__":` or inside functions.
 
 Introduced in notebooks/00_quickstart.ipynb.
 """
@@ -177,9 +180,11 @@ class SerialPool:
 
 
 # ------------------------------------------------------------------------------------------------------ process pool
-_PRELOAD = {"textworld": ["agentrl_lib.envs.pool", "agentrl_lib.envs.textworld", "textworld", "jericho"],
+_PRELOAD = {"textworld": ["agentrl_lib.envs.pool", "agentrl_lib.envs.textworld", "textworld", "jericho",
+                          "agentrl_lib.envs._forkserver_warm"],
             "alfworld": ["agentrl_lib.envs.pool", "agentrl_lib.envs.alfworld", "textworld", "textworld.envs.pddl"]}
-"""Modules the forkserver imports once, so each worker forks with them loaded (8 TextWorld workers: 12 s → 5 s)."""
+"""Modules the forkserver imports once, so each worker forks with them loaded (8 TextWorld workers: 12 s → 5 s);
+`_forkserver_warm` also parses the first game's logic there (AGENTRL_ENVPOOL_WARM, set while workers start)."""
 
 
 def _worker_main(conn, factory: Callable[[], Env], workdir: str, log_path: str) -> None:
@@ -288,8 +293,8 @@ class ProcessPool:
         self._factory = factory or functools.partial(make_env, family, **env_kwargs)
         methods = mp.get_all_start_methods()
         self._ctx = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
-        if "forkserver" in methods and factory is None:
-            self._ctx.set_forkserver_preload(_PRELOAD.get(family, ["agentrl_lib.envs.pool"]))  # once per process
+        if "forkserver" in methods:  # takes effect when this process's forkserver starts (once)
+            self._ctx.set_forkserver_preload(_PRELOAD.get(family, ["agentrl_lib.envs.pool"]))
         self._tmp = Path(tempfile.mkdtemp(prefix="agentrl-envpool-"))
         self._workers: list[tuple[Any, Any] | None] = [None] * size  # (process, parent connection)
 
@@ -302,7 +307,7 @@ class ProcessPool:
         """The file a slot's worker writes its stdout/stderr to (see WORKER_LOG_BYTES, WORKER_FILE_BYTES)."""
         return self._tmp / f"slot{slot}.log"
 
-    def _start(self, slot: int):
+    def _start(self, slot: int, warm: str | None = None):
         parent, child = self._ctx.Pipe()
         workdir = self._tmp / f"slot{slot}"
         shutil.rmtree(workdir, ignore_errors=True)
@@ -310,7 +315,14 @@ class ProcessPool:
         proc = self._ctx.Process(target=_worker_main, args=(child, self._factory, str(workdir),
                                                             str(self.log_path(slot))), daemon=True,
                                  name=f"envpool-{self.family}-{slot}")
-        proc.start()
+        saved = os.environ.get("AGENTRL_ENVPOOL_WARM")
+        if warm and saved is None:  # read by the forkserver if this start launches it (see _PRELOAD)
+            os.environ["AGENTRL_ENVPOOL_WARM"] = warm
+        try:
+            proc.start()
+        finally:
+            if warm and saved is None:
+                del os.environ["AGENTRL_ENVPOOL_WARM"]
         child.close()
         self._workers[slot] = (proc, parent)
         self._fresh.add(slot)
@@ -346,7 +358,7 @@ class ProcessPool:
                 results[slot] = self._crashed(slot)
                 continue
             if w is None:
-                w = self._start(slot)
+                w = self._start(slot, warm=arg if method == "reset" else None)
             else:
                 self._trim_log(slot)
             try:
