@@ -256,3 +256,53 @@ def test_sft_examples_use_alfworlds_prompt_and_mask_only_actions(train_set, toke
         assert masked == [t for a in game.walkthrough for t in chat.action_ids(a)]
     with pytest.raises(ValueError, match="no system prompt"):
         system_prompt_for("sokoban")
+
+
+def test_import_does_not_create_a_mistyped_alfworld_data(tmp_path):
+    """`import alfworld` creates whatever ALFWORLD_DATA names; prepare_alfworld keeps a typo from becoming a dir."""
+    import os
+    import subprocess
+    import sys
+
+    repo = str(Path(__file__).resolve().parents[1])
+    code = ("import os; from agentrl_lib.envs.alfworld import prepare_alfworld; prepare_alfworld(); "
+            "import alfworld.agents.utils.misc; print(os.environ['ALFWORLD_DATA'])")
+    env = dict(os.environ, ALFWORLD_DATA=str(tmp_path / "typo" / "data"), PYTHONPATH=repo)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(tmp_path / "typo" / "data"), "the user's value is kept"
+    assert not (tmp_path / "typo").exists()
+    env["ALFWORLD_DATA"] = str(tmp_path / "typo2")  # negative control: a plain import creates it
+    subprocess.run([sys.executable, "-c", "import alfworld"], env=env, check=True)
+    assert (tmp_path / "typo2").is_dir()
+
+
+def test_unsafe_text_is_an_invalid_action_in_alfworld(train_set, env):
+    """ALFWorld has no interpreter to crash: backslashes, NUL, control characters and meta commands are unknown
+    commands ("Nothing happens."), invalid, and change nothing."""
+    game = train_set.games[0]
+    first = env.reset(game.path)
+    for action in ("\\n go", "\\boxed{go to sinkbasin 1}", "\\help", "\x00", "look\x00", "save", "quit", "\t"):
+        r = env.step(action)
+        assert r.obs == "Nothing happens." and not r.info.valid and not r.done, action
+        assert r.info.admissible == first.info.admissible
+    for a in game.walkthrough:
+        r = env.step(a)
+    assert r.info.won
+
+
+def test_damaged_alfworld_game_fails_the_game_check(train_set, tmp_path):
+    from agentrl_lib.envs.base import check_game_set
+    from agentrl_lib.envs.pool import SerialPool
+
+    root = tmp_path / "games"
+    shutil.copytree(train_set.root, root)
+    gs = load_game_set(root)
+    with SerialPool(2, family="alfworld") as pool:
+        assert check_game_set(gs, pool)["played"] == len(gs)
+        bad = Path(gs.games[1].path) / "game.tw-pddl"
+        bad.write_text(bad.read_text()[:400])  # truncated JSON
+        with pytest.raises(GameSetError, match=f"1 of {len(gs)} games .*{gs.games[1].name}: reset failed: GameLoadError"):
+            check_game_set(gs, pool)
+        gs.family = "textworld"  # a manifest whose family lies
+        with pytest.raises(GameSetError, match="is a folder, not a TextWorld story file"):
+            check_game_set(gs, pool)

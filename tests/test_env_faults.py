@@ -112,7 +112,7 @@ def test_without_the_sanitiser_the_process_pool_watchdog_ends_only_that_episode(
         t0 = time.monotonic()
         out = pool.step([0, 1, 2], ["\\boxed{go east}", "look\x00", "look"])
         elapsed = time.monotonic() - t0
-        assert isinstance(out[0], EnvFailure) and out[0].kind == "timeout", out[0]
+        assert isinstance(out[0], EnvFailure) and out[0].kind in ("flood", "timeout"), out[0]
         reason = out[0].reason  # quotes the worker's last lines: "DUMB-FROTZ: unknown command ... Enter \help to ..."
         assert "last output: " in reason and ("DUMB-FROTZ" in reason or "help to see the list" in reason), reason
         assert isinstance(out[1], EnvFailure), out[1]  # segfault (rc 139) or hang, as dumb-frotz decides

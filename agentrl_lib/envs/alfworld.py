@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -37,9 +38,21 @@ _OWN_DATA_DIR = os.path.join(tempfile.gettempdir(), "agentrl_alfworld_data")
 
 
 def prepare_alfworld() -> None:
-    """Make `import alfworld` side-effect free: point `ALFWORLD_DATA` at a temp dir when the user has not set it
-    (alfworld creates `~/.cache/alfworld` otherwise). Call before importing alfworld."""
-    if not os.environ.get("ALFWORLD_DATA"):
+    """Make `import alfworld` side-effect free. Importing it (alfworld.info) creates the directory `ALFWORLD_DATA`
+    names, `~/.cache/alfworld` when unset, so a typo in the variable would silently create that path. This imports
+    alfworld once with `ALFWORLD_DATA` pointing at a temp dir, then puts the user's value back (left pointing at the
+    temp dir when the user set none; `user_alfworld_data` ignores it). Call before importing alfworld."""
+    user = os.environ.get("ALFWORLD_DATA")
+    if "alfworld.info" not in sys.modules:
+        os.makedirs(_OWN_DATA_DIR, exist_ok=True)
+        os.environ["ALFWORLD_DATA"] = _OWN_DATA_DIR
+        try:
+            import alfworld.info  # noqa: F401 - creates (only) our temp dir
+        except ImportError:  # pragma: no cover - AlfWorldEnv says what to install
+            pass
+    if user:
+        os.environ["ALFWORLD_DATA"] = user
+    else:
         os.makedirs(_OWN_DATA_DIR, exist_ok=True)
         os.environ["ALFWORLD_DATA"] = _OWN_DATA_DIR
 

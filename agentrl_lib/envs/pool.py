@@ -8,8 +8,9 @@ Every env call runs under a watchdog of `timeout_s` seconds (`env.step_timeout_s
 - ProcessPool (the default of `agentrl train` / `eval`, `env.process_pool`): one worker process per slot. A worker
   that crashes (even a segfault in the game interpreter) or does not answer in time is killed and answers
   EnvFailure for its slot only; the call returns within the timeout. Workers run in a private temporary directory
-  (a game's `save`/`script` cannot write into yours), their stdout/stderr go to a size-capped log file (never into
-  the trainer's output), and the last lines of that log are quoted in the failure reason.
+  (a game's `save`/`script` cannot write into yours), their stdout/stderr go to a log file there (never into the
+  trainer's output; a worker that floods it is stopped, see WORKER_FLOOD_BYTES), and the last lines of that log are
+  quoted in the failure reason.
 - SerialPool: all slots in this process. A hung C call cannot be interrupted from Python, so its watchdog ends the
   process with ONE line ("env step exceeded N s in this process; rerun with --process-pool; resume with
   --resume", exit code 124); checkpoints make the run resumable. A segfault in the interpreter ends the process.
@@ -50,17 +51,21 @@ SERIAL_TIMEOUT_EXIT_CODE = 124
 WORKER_LOG_BYTES = 1 << 20
 """A worker's stdout/stderr log is emptied before a call when it has grown past this size (bytes)."""
 
-WORKER_FILE_BYTES = 16 << 20
-"""The most a worker may write into one file (RLIMIT_FSIZE, bytes): bounds the log of a runaway interpreter
-(dumb-frotz printed 25-700 MB/s) within one call; writes past it fail (EFBIG)."""
+WORKER_FLOOD_BYTES = 16 << 20
+"""A worker whose log passes this size (bytes) while the parent waits for its answer is killed: a runaway
+interpreter (dumb-frotz printed 25-700 MB/s) ends as EnvFailure(kind='flood') within ~0.1 s, not at the timeout."""
+
+WORKER_FILE_BYTES = 256 << 20
+"""The most a worker may write into one file (RLIMIT_FSIZE, bytes; writes past it fail with EFBIG): the hard
+bound on a log between two checks. Larger than any file an env writes (fast-downward copies its 33 MB library)."""
 
 
 @dataclass
 class EnvFailure:
     """A slot's environment failed on this call; `reason` is shown in the trajectory's termination field.
 
-    `kind`: 'error' (the env raised; "ExceptionType: message"), 'crash' (the worker process died) or 'timeout'
-    (no answer within the pool's timeout_s).
+    `kind`: 'error' (the env raised; "ExceptionType: message"), 'crash' (the worker process died), 'timeout' (no
+    answer within the pool's timeout_s) or 'flood' (the worker printed more than WORKER_FLOOD_BYTES in one call).
     """
 
     reason: str
@@ -254,7 +259,8 @@ class ProcessPool:
 
     Requests are sent to every addressed slot first, then awaited. A slot whose worker dies answers
     `EnvFailure("worker crashed (exit code N)", kind="crash")`, one that does not answer within `timeout_s` answers
-    `EnvFailure("worker timed out after T s", kind="timeout")` and its worker is killed; either way the reason ends
+    `EnvFailure("worker timed out after T s", kind="timeout")` and one that prints more than WORKER_FLOOD_BYTES
+    while it works answers kind="flood"; the last two workers are killed. In every case the reason ends
     with the last lines the worker printed (`; last output: ...`) when there are any, and a fresh worker is started
     for that slot on its next call (so the slot needs a new reset). Exceptions raised by the env come back as
     `EnvFailure("ExceptionType: message")` and keep the worker. Other slots are unaffected. A call returns within
@@ -262,8 +268,7 @@ class ProcessPool:
     construction and its first game load).
 
     Each worker runs in its own directory under a private temp dir (removed by close()), writes its stdout/stderr
-    to a log there (at most WORKER_FILE_BYTES within one call; emptied before a call once past WORKER_LOG_BYTES),
-    and ignores SIGINT.
+    to a log there (emptied before a call once past WORKER_LOG_BYTES), and ignores SIGINT.
 
     Workers use the 'forkserver' start method where available ('spawn' otherwise): the parent has usually imported
     torch, which plain fork does not copy safely. As with any spawn-style start, the main module must be importable
@@ -378,7 +383,7 @@ class ProcessPool:
         while True:
             remaining = deadline - time.monotonic()
             try:
-                ready = conn.poll(min(max(remaining, 0.0), 0.5))  # an answer already there counts even if late
+                ready = conn.poll(min(max(remaining, 0.0), 0.1))  # an answer already there counts even if late
             except (EOFError, OSError):
                 return self._crashed(slot)
             if not ready and remaining <= 0:
@@ -394,14 +399,25 @@ class ProcessPool:
                 return payload if status == "ok" else EnvFailure(payload)
             if not proc.is_alive():
                 return self._crashed(slot)
+            if self._log_size(slot) > WORKER_FLOOD_BYTES:
+                self._kill(slot)
+                return EnvFailure(self._with_output(slot, f"worker printed more than {WORKER_FLOOD_BYTES >> 20} MB in "
+                                                          "one call (a runaway interpreter) and was stopped"),
+                                  kind="flood")
+
+    def _log_size(self, slot: int) -> int:
+        try:
+            return self.log_path(slot).stat().st_size
+        except OSError:
+            return 0
 
     def _trim_log(self, slot: int) -> None:
         """Empty a slot's log once it is past WORKER_LOG_BYTES (the worker appends: it goes on at offset 0)."""
-        try:
-            if self.log_path(slot).stat().st_size > WORKER_LOG_BYTES:
+        if self._log_size(slot) > WORKER_LOG_BYTES:
+            try:
                 os.truncate(self.log_path(slot), 0)
-        except OSError:
-            pass
+            except OSError:
+                pass
 
     def _with_output(self, slot: int, reason: str) -> str:
         tail = _tail(self.log_path(slot))
