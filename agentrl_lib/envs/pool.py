@@ -317,6 +317,7 @@ class ProcessPool:
         workdir = self._tmp / f"slot{slot}"
         shutil.rmtree(workdir, ignore_errors=True)
         workdir.mkdir(parents=True)
+        self.log_path(slot).write_bytes(b"")  # the previous worker's log is not this one's
         proc = self._ctx.Process(target=_worker_main, args=(child, self._factory, str(workdir),
                                                             str(self.log_path(slot))), daemon=True,
                                  name=f"envpool-{self.family}-{slot}")
