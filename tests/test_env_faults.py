@@ -328,3 +328,49 @@ def test_eval_exits_non_zero_when_most_episodes_fail_and_keeps_the_result(games_
     assert json.loads(out.read_text())["env_errors"] == 2, "the result is written before the exit"
     assert main(["eval", "--model", tiny_model_dir, "--games", str(games_copy), "--max-turns", "1", "--device", "cpu",
                  "--no-process-pool", "--max-env-error-frac", "1"]) == 0  # negative control
+
+
+# ------------------------------------------------------------------------------------------------ make-games
+@pytest.mark.parametrize("args,message", [
+    (["--quest-length", "100"], "--quest-length must be in [1, 80] (got 100)"),
+    (["--world-size", "500"], "--world-size must be in [1, 30] (got 500)"),
+    (["--nb-objects", "0"], "--nb-objects must be in [1, 100] (got 0)"),
+    (["--challenge", "tw-cooking", "--challenge-args", "--recipe 99"], "tw-cooking --recipe must be in [1, 5]"),
+    (["--challenge", "tw-cooking", "--challenge-args", "--recipe 2 --take 3"], "--take (3) must be <= --recipe (2)"),
+    (["--challenge", "tw-coin_collector"], "the following arguments are required: --level"),
+    (["--challenge", "tw-treasure_hunter", "--challenge-args", "--level 31"], "--level must be in [1, 30]"),
+])
+def test_make_games_refuses_what_the_generator_cannot_make_at_once(args, message, tmp_path, capsys):
+    from agentrl_lib.cli import main
+
+    t0 = time.monotonic()
+    assert main(["make-games", "textworld", "--out", str(tmp_path / "g"), "--n", "1"] + args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert time.monotonic() - t0 < 5 and not (tmp_path / "g").exists()
+
+
+def test_a_generator_failure_leaves_no_partial_files(tmp_path, monkeypatch, capsys):
+    import textworld.generator
+
+    from agentrl_lib.cli import main
+
+    out = tmp_path / "g"
+    args = ["make-games", "textworld", "--out", str(out), "--world-size", "1", "--nb-objects", "1", "--quest-length",
+            "1", "--seed", "5"]
+    assert main(args + ["--n", "1"]) == 0
+    before = sorted(p.name for p in out.iterdir())
+    real, calls = textworld.generator.compile_game, []
+
+    def compile_twice(game, opts):  # the second game fails, as --quest-length 100 did after 41 s
+        calls.append(opts.path)
+        if len(calls) == 2:
+            raise textworld.generator.inform7.CouldNotCompileGameError("planted")
+        return real(game, opts)
+
+    monkeypatch.setattr(textworld.generator, "compile_game", compile_twice)
+    assert main(args + ["--n", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # (above it: the progress bar)
+    assert err.startswith("agentrl make-games: error: textworld could not make game 1 (seed 6)") and "planted" in err
+    assert sorted(p.name for p in out.iterdir()) == before, "no partial files; the older set is intact"
+    assert len(load_game_set(out)) == 1

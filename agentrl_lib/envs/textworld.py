@@ -15,8 +15,11 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import os
 import re
 import shlex
+import shutil
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -216,21 +219,51 @@ class TextWorldEnv:
 
 
 # ---------------------------------------------------------------------------------------------------------- generation
+CUSTOM_LIMITS = {"world_size": (1, 30), "nb_objects": (1, 100), "quest_length": (1, 80)}
+"""Ranges of custom games textworld 1.7.0's generator makes in seconds, measured on 2 CPU cores (one game each):
+world size 30 in 12 s, 50 not within 45 s (the issue's 500 ran for minutes); 100 objects compile, 200 do not
+(CouldNotCompileGameError); quest length 80 compiles, 100 does not (after 15-41 s)."""
+
+_CHALLENGE_RANGES = {"tw-cooking": {"recipe": (1, 5), "take": (0, 5), "recipe_seed": (0, None)},
+                     "tw-coin_collector": {"level": (1, 300)}, "tw-treasure_hunter": {"level": (1, 30)}}
+"""Settings textworld.challenges asserts or raises on (cooking.py: 1-5 ingredients, take <= recipe; the levels)."""
+
+
+class GameGenerationError(ValueError):
+    """textworld's generator could not make a game with these parameters (nothing of it is left in the output)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse would print the usage and exit
+        raise ValueError(message)
+
+
 def _challenge_settings(name: str, args: str) -> dict[str, Any]:
+    """Parse `args` with the challenge's own tw-make parser and check them against what its generator supports.
+
+    Raises: ValueError naming the argument and its range."""
     from textworld.challenges import CHALLENGES
 
     if name not in CHALLENGES:
         raise ValueError(f"unknown TextWorld challenge {name!r}; known: {sorted(CHALLENGES)}")
     _, _, add_arguments = CHALLENGES[name]
-    parser = argparse.ArgumentParser(prog=name, add_help=False, exit_on_error=False)
+    parser = _Parser(prog=name, add_help=False, exit_on_error=False)
     add_arguments(parser)
     try:
         ns, unknown = parser.parse_known_args(shlex.split(args))
-    except (argparse.ArgumentError, SystemExit) as e:
-        raise ValueError(f"bad arguments {args!r} for {name}: {e}") from e
+    except (argparse.ArgumentError, ValueError) as e:
+        raise ValueError(f"bad arguments {args!r} for {name}: {e}; see `tw-make {name} --help`") from e
     if unknown:
         raise ValueError(f"unknown arguments {unknown} for {name}; see `tw-make {name} --help`")
-    return vars(ns)
+    settings = vars(ns)
+    for key, (lo, hi) in _CHALLENGE_RANGES.get(name, {}).items():
+        v = settings.get(key)
+        if v is not None and (v < lo or (hi is not None and v > hi)):
+            raise ValueError(f"{name} --{key.replace('_', '-')} must be in [{lo}, {hi if hi is not None else 'inf'}] "
+                             f"(got {v}): textworld's generator supports no more")
+    if name == "tw-cooking" and settings["take"] > settings["recipe"]:
+        raise ValueError(f"tw-cooking --take ({settings['take']}) must be <= --recipe ({settings['recipe']})")
+    return settings
 
 
 def make_textworld_games(out: str | Path, n: int, seed: int = 0, challenge: str | None = None,
@@ -245,7 +278,11 @@ def make_textworld_games(out: str | Path, n: int, seed: int = 0, challenge: str 
     Args:
         challenge: None for `custom` games (world_size, nb_objects, quest_length as in the paper), or one of
             CHALLENGE_NAMES with `challenge_args` as on the `tw-make` command line (e.g. "--recipe 1 --take 1 --go 1").
-    Returns: the GameSet. Raises ValueError for bad parameters.
+    Games are made in a temp dir inside `out` and moved in when all `n` exist: a failure or an interrupt leaves no
+    partial files (an older set in `out` stays as it was).
+
+    Returns: the GameSet. Raises ValueError for parameters the generator does not support (CUSTOM_LIMITS, the
+    challenges' own ranges), checked before anything is generated; GameGenerationError when textworld fails.
     """
     import textworld
     import textworld.generator
@@ -253,8 +290,13 @@ def make_textworld_games(out: str | Path, n: int, seed: int = 0, challenge: str 
 
     if n < 1:
         raise ValueError(f"n must be >= 1 (got {n})")
-    if challenge is None and min(world_size, nb_objects, quest_length) < 1:
-        raise ValueError("world_size, nb_objects and quest_length must be >= 1")
+    if challenge is None:
+        for key, value in (("world_size", world_size), ("nb_objects", nb_objects), ("quest_length", quest_length)):
+            lo, hi = CUSTOM_LIMITS[key]
+            if not lo <= value <= hi:
+                raise ValueError(f"--{key.replace('_', '-')} must be in [{lo}, {hi}] (got {value}): the range in which "
+                                 "textworld's generator makes custom games (larger ones fail to compile or take "
+                                 "minutes; CUSTOM_LIMITS)")
     params: dict[str, Any] = {"n": n, "seed": seed, "challenge": challenge or "custom"}
     if challenge:
         settings = _challenge_settings(challenge, challenge_args)
@@ -269,32 +311,52 @@ def make_textworld_games(out: str | Path, n: int, seed: int = 0, challenge: str 
                 return existing
         except GameSetError:
             pass
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
+    # plumbing: games are made in a temp dir next to the set and moved in only when all n exist, so a failure or
+    # Ctrl-C leaves no partial files (and an older set in `out` intact)
+    tmp = Path(tempfile.mkdtemp(prefix=".partial-", dir=out))
     records = []
     t0 = time.time()
-    for i in tqdm(range(n), desc=f"make {params['challenge']} games", disable=not progress):
-        s = seed + i
-        opts = textworld.GameOptions()
-        opts.seeds = s
-        opts.path = str(out / f"game_{s:06d}.z8")
-        opts.force_recompile = True
-        with warnings.catch_warnings():  # the generator replays the walkthrough in jericho: same harmless warning
-            warnings.filterwarnings("ignore", message=".*not fully supported.*")
-            if challenge:
-                from textworld.challenges import CHALLENGES
+    try:
+        for i in tqdm(range(n), desc=f"make {params['challenge']} games", disable=not progress):
+            s = seed + i
+            opts = textworld.GameOptions()
+            opts.seeds = s
+            opts.path = str(tmp / f"game_{s:06d}.z8")
+            opts.force_recompile = True
+            try:
+                with warnings.catch_warnings():  # the generator replays the walkthrough in jericho: harmless warning
+                    warnings.filterwarnings("ignore", message=".*not fully supported.*")
+                    if challenge:
+                        from textworld.challenges import CHALLENGES
 
-                game = CHALLENGES[challenge][1](dict(settings), opts)
-            else:
-                opts.nb_rooms, opts.nb_objects, opts.quest_length = world_size, nb_objects, quest_length
-                game = textworld.generator.make_game(opts)
-            path = textworld.generator.compile_game(game, opts)
-        walkthrough = list(game.metadata.get("walkthrough") or [])
-        if not walkthrough and game.quests:
-            walkthrough = list(game.quests[0].commands)
-        fp = hashlib.sha1(json.dumps([game.objective, walkthrough, sorted(map(str, game.world.facts))]).encode())
-        records.append(GameRecord(path=path, name=Path(path).stem, seed=s, max_score=float(game.max_score),
-                                  walkthrough=walkthrough, params={"fingerprint": fp.hexdigest()[:16],
-                                                                   "walkthrough_len": len(walkthrough)}))
+                        game = CHALLENGES[challenge][1](dict(settings), opts)
+                    else:
+                        opts.nb_rooms, opts.nb_objects, opts.quest_length = world_size, nb_objects, quest_length
+                        game = textworld.generator.make_game(opts)
+                    path = textworld.generator.compile_game(game, opts)
+            except Exception as e:  # noqa: BLE001 - the generator raises many types (QuestGenerationError, ...)
+                what = f"{challenge} {challenge_args!r}" if challenge else \
+                    f"world size {world_size}, {nb_objects} objects, quest length {quest_length}"
+                raise GameGenerationError(f"textworld could not make game {i} (seed {s}) with {what}: "
+                                          f"{type(e).__name__}: {str(e)[:200] or 'no message'}; try smaller "
+                                          "values; nothing was written") from e
+            walkthrough = list(game.metadata.get("walkthrough") or [])
+            if not walkthrough and game.quests:
+                walkthrough = list(game.quests[0].commands)
+            fp = hashlib.sha1(json.dumps([game.objective, walkthrough, sorted(map(str, game.world.facts))]).encode())
+            records.append(GameRecord(path=str(out / Path(path).name), name=Path(path).stem, seed=s,
+                                      max_score=float(game.max_score), walkthrough=walkthrough,
+                                      params={"fingerprint": fp.hexdigest()[:16], "walkthrough_len": len(walkthrough)}))
+        for f in tmp.iterdir():
+            os.replace(f, out / f.name)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if created and not any(out.iterdir()):
+            out.rmdir()
+        raise
+    shutil.rmtree(tmp, ignore_errors=True)
     write_manifest(out, "textworld", records, params)
     gs = load_game_set(out)
     gs.params["generation_seconds"] = round(time.time() - t0, 1)
