@@ -28,11 +28,13 @@ Introduced in notebooks/00_quickstart.ipynb.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing as mp
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -192,6 +194,26 @@ _PRELOAD = {"textworld": ["agentrl_lib.envs.pool", "agentrl_lib.envs.textworld",
 `_forkserver_warm` also parses the first game's logic there (AGENTRL_ENVPOOL_WARM, set while workers start)."""
 
 
+@contextlib.contextmanager
+def _forkserver_environment(warm: str | None):
+    """Environment for a forkserver that this start may launch (it is a fresh interpreter that inherits os.environ):
+    PYTHONPATH = this process's sys.path, so the preloaded modules are the ones this process runs (Python 3.11's
+    forkserver ignores the sys_path it is given, and a notebook's sys.path.insert would otherwise be lost), and
+    AGENTRL_ENVPOOL_WARM = a game whose logic `_forkserver_warm` parses. Restored afterwards."""
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "AGENTRL_ENVPOOL_WARM")}
+    os.environ["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
+    if warm and saved["AGENTRL_ENVPOOL_WARM"] is None:
+        os.environ["AGENTRL_ENVPOOL_WARM"] = warm
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def _worker_main(conn, factory: Callable[[], Env], workdir: str, log_path: str) -> None:
     """Worker loop: one env, requests (method, arg) → ("ok", StepResult) or ("err", reason).
 
@@ -321,14 +343,8 @@ class ProcessPool:
         proc = self._ctx.Process(target=_worker_main, args=(child, self._factory, str(workdir),
                                                             str(self.log_path(slot))), daemon=True,
                                  name=f"envpool-{self.family}-{slot}")
-        saved = os.environ.get("AGENTRL_ENVPOOL_WARM")
-        if warm and saved is None:  # read by the forkserver if this start launches it (see _PRELOAD)
-            os.environ["AGENTRL_ENVPOOL_WARM"] = warm
-        try:
+        with _forkserver_environment(warm):
             proc.start()
-        finally:
-            if warm and saved is None:
-                del os.environ["AGENTRL_ENVPOOL_WARM"]
         child.close()
         self._workers[slot] = (proc, parent)
         self._fresh.add(slot)
