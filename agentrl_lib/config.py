@@ -66,7 +66,11 @@ class AlgoConfig:
     group_size: int = 4
     """Episodes per game in one rollout batch (G). GRPO and RLOO need G >= 2 for a baseline; RAGEN uses 4-16."""
     gamma: float = 1.0
-    """Discount per policy token for GAE (the paper uses 1.0)."""
+    """Discount between turns for GAE (PPO): applied at each turn's last token (the Practitioner's Guide: 1.0; RAGEN's
+    turn-level gamma)."""
+    gamma_token: float = 1.0
+    """Discount between tokens of one reply for GAE (RAGEN's token-level gamma, 1.0); 1.0 keeps a reply's length from
+    changing its credit."""
     lam: float = 1.0
     """GAE lambda (the paper uses 1.0: advantage = remaining return - value)."""
     clip_low: float = 0.2
@@ -75,6 +79,15 @@ class AlgoConfig:
     """epsilon_high of the clipped ratio (StarPO-S / DAPO decoupled clipping: 0.28; set 0.2 for plain PPO)."""
     kl_coef: float = 0.0
     """Weight of the k3 KL estimate to the frozen reference policy (0 disables the reference model; paper 0.001-0.01)."""
+    dual_clip: float = 0.0
+    """Dual clip c > 1 for negative advantages: the objective is bounded below by c·A (Ye et al. 2020; 3.0 there; 0 =
+    off)."""
+    tis: str = "auto"
+    """Truncated importance sampling between the rollout's and the trainer's log-probs (Yao et al. 2025): 'on', 'off',
+    or 'auto' (on when the policy runs in bf16/fp16, where the two differ; off in fp32 on a CPU, where they agree to
+    ~1e-6)."""
+    tis_cap: float = 2.0
+    """C of truncated importance sampling, w = min(pi_old / pi_rollout, C) (Yao et al. 2025 use 2)."""
     entropy_coef: float = 0.001
     """Weight of the entropy bonus (StarPO-S: 0.001)."""
     vf_coef: float = 0.1
@@ -97,7 +110,7 @@ class AlgoConfig:
             raise ConfigError(
                 f"{self.name.upper()} needs algo.group_size >= 2 (got {self.group_size}): with one episode per game "
                 "the group baseline equals the episode's own return and every advantage is 0. Use --group-size 4.")
-        for name in ("gamma", "lam"):
+        for name in ("gamma", "gamma_token", "lam"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
                 raise ConfigError(f"algo.{name} must be in [0, 1] (got {v})")
@@ -105,6 +118,12 @@ class AlgoConfig:
             raise ConfigError(f"algo.clip_low must be in (0, 1) and clip_high > 0 (got {self.clip_low}, {self.clip_high})")
         if not 0.0 < self.keep_top_std <= 1.0:
             raise ConfigError(f"algo.keep_top_std must be in (0, 1] (got {self.keep_top_std})")
+        if self.dual_clip != 0 and not self.dual_clip > 1:
+            raise ConfigError(f"algo.dual_clip must be 0 (off) or > 1 (got {self.dual_clip}); Ye et al. 2020 use 3")
+        if self.tis not in ("auto", "on", "off"):
+            raise ConfigError(f"algo.tis must be 'auto', 'on' or 'off' (got {self.tis!r})")
+        if not self.tis_cap > 0:
+            raise ConfigError(f"algo.tis_cap must be > 0 (got {self.tis_cap}); Yao et al. 2025 use 2")
 
 
 @dataclass
@@ -151,9 +170,9 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     """Global gradient-norm clip."""
     temperature: float = 0.7
-    """Sampling temperature during training rollouts (the paper: 0.7)."""
+    """Sampling temperature during training rollouts (> 0; the paper: 0.7)."""
     eval_temperature: float = 0.0
-    """Sampling temperature for evaluation (0 = greedy)."""
+    """Sampling temperature of the held-out evaluation at the end of training (0 = greedy)."""
     max_new_tokens: int = 24
     """Tokens the policy may generate per turn (an action is a short command)."""
     seed: int = 0
@@ -169,8 +188,12 @@ class TrainConfig:
                 raise ConfigError(f"train.{name} must be >= 1 (got {getattr(self, name)})")
         if self.lr <= 0 or self.value_lr <= 0:
             raise ConfigError(f"train.lr and train.value_lr must be > 0 (got {self.lr}, {self.value_lr})")
-        if self.temperature < 0 or self.eval_temperature < 0:
-            raise ConfigError("train.temperature and train.eval_temperature must be >= 0 (0 = greedy)")
+        if not self.temperature > 0:
+            raise ConfigError(f"train.temperature must be > 0 for training (got {self.temperature}): the update needs "
+                              "the sampling distribution softmax(logits / T); use 0.7 (the paper). Greedy (0) is for "
+                              "evaluation: train.eval_temperature")
+        if self.eval_temperature < 0:
+            raise ConfigError(f"train.eval_temperature must be >= 0 (got {self.eval_temperature}; 0 = greedy)")
 
 
 @dataclass

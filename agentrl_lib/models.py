@@ -86,6 +86,22 @@ def embedded_model_dir() -> Path:
     return target
 
 
+def is_model_dir(path: str | Path) -> bool:
+    """True if `path` holds a transformers model (config.json) or a peft LoRA adapter (adapter_config.json)."""
+    path = Path(path)
+    return (path / "config.json").is_file() or (path / "adapter_config.json").is_file()
+
+
+def is_adapter(name: str) -> bool:
+    """True if the model `name` resolves to a peft LoRA adapter (an SFT or RL run trained with --lora-rank)."""
+    if name == EMBEDDED:
+        return False
+    try:
+        return Path(resolve_model_path(name), "adapter_config.json").is_file()
+    except FileNotFoundError:
+        return False
+
+
 def resolve_model_path(name: str) -> str:
     """Map a model name to something `from_pretrained` accepts.
 
@@ -102,9 +118,9 @@ def resolve_model_path(name: str) -> str:
         latest = path / "checkpoints" / "latest"
         if latest.is_file():
             path = path / "checkpoints" / latest.read_text().strip()
-        if (path / "policy" / "config.json").is_file():
+        if is_model_dir(path / "policy"):  # a checkpoint, an SFT output (full weights or a LoRA adapter)
             return str(path / "policy")
-        if (path / "config.json").is_file() or (path / "adapter_config.json").is_file():
+        if is_model_dir(path):
             return str(path)
         raise FileNotFoundError(f"{name} is a directory but holds no model (no config.json, no checkpoints/latest)")
     # a Hugging Face id is `name` or `org/name` (letters, digits, '-', '_', '.'); anything else is a local path
@@ -136,8 +152,9 @@ def load_policy(name: str = EMBEDDED, device: str = "auto", dtype: str = "auto",
         lora_rank: > 0 wraps the model with a peft LoRA adapter on all linear projections (only the adapter trains).
 
     Returns:
-        (model, tokenizer); the model is on `device`, in train mode off (eval()), generation config sampling-neutral
-        (top_k=0, top_p=1) so that the sampling distribution is exactly softmax(logits / T).
+        (model, tokenizer); the model is on `device`, in eval() mode. Its own generation config is left as loaded:
+        rollouts pass a complete one (`rollout.sampling_config`), so the sampling distribution is exactly
+        softmax(logits / T) whatever the checkpoint's defaults (transformers would otherwise add top-k 50).
     Raises:
         FileNotFoundError: a path that does not exist (see resolve_model_path).
     """
@@ -159,8 +176,6 @@ def load_policy(name: str = EMBEDDED, device: str = "auto", dtype: str = "auto",
                                                      target_modules="all-linear", task_type="CAUSAL_LM"))
     model.to(dev)
     model.eval()
-    gc = model.generation_config
-    gc.top_k, gc.top_p, gc.repetition_penalty = None, 1.0, 1.0
     tok = load_tokenizer(path)
     return model, tok
 
@@ -168,6 +183,39 @@ def load_policy(name: str = EMBEDDED, device: str = "auto", dtype: str = "auto",
 def base_model(model):
     """The underlying transformers model (unwraps a peft model; LoRA layers stay active inside it)."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def disable_dropout(model) -> int:
+    """Turn off every dropout in `model` for RL: π_old is computed without dropout, so an update with dropout on would
+    start from a ratio ≠ 1 on every token (TRL does the same for GRPO; SmolLM2 has no dropout, many HF models do).
+
+    TRL's `disable_dropout_in_model` sets `nn.Dropout.p = 0`; attention dropout in transformers' models is a float
+    attribute passed to the attention kernel (e.g. `LlamaAttention.attention_dropout`), so those are zeroed too.
+    Returns: the number of dropout modules and attributes that were > 0.
+    """
+    from trl.trainer.utils import disable_dropout_in_model
+
+    changed = sum(1 for m in model.modules() if isinstance(m, torch.nn.Dropout) and m.p > 0)
+    disable_dropout_in_model(model)
+    for module in model.modules():
+        for attr in ("attention_dropout", "dropout", "dropout_p", "attn_dropout", "resid_dropout", "hidden_dropout"):
+            v = getattr(module, attr, None)
+            if isinstance(v, float) and not isinstance(module, torch.nn.Dropout):
+                changed += v > 0
+                setattr(module, attr, 0.0)
+    return changed
+
+
+def load_reference(name: str, device: str = "auto", dtype: str = "auto"):
+    """The frozen reference policy π_ref of the KL term: the model a run started from, with a LoRA adapter merged
+    into its base (an SFT adapter is part of the starting model, not something to switch off).
+
+    Returns: the model in eval() mode with requires_grad False. Raises: as load_policy.
+    """
+    model, _ = load_policy(name, device, dtype)
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    return model.eval().requires_grad_(False)
 
 
 def enable_gradient_checkpointing(model) -> None:
