@@ -55,7 +55,7 @@ def _eval(a) -> None:
         pool = ProcessPool(min(a.batch_size, len(games)), family=games.family)
     try:
         res = evaluate(model, tok, games, max_turns=a.max_turns, temperature=a.temperature, batch_size=a.batch_size,
-                       show_admissible=a.show_admissible, pool=pool)
+                       show_admissible=a.show_admissible, show_inventory=a.show_inventory, pool=pool)
     finally:
         if pool is not None:
             pool.close()
@@ -71,7 +71,8 @@ def _sft(a) -> None:
     from .sft import sft
 
     s = sft(a.model, load_game_set(a.games), a.out, epochs=a.epochs, lr=a.lr, batch_size=a.batch_size,
-            max_turns=a.max_turns, seed=a.seed, device=a.device, dtype=a.dtype, lora_rank=a.lora_rank)
+            max_turns=a.max_turns, seed=a.seed, device=a.device, dtype=a.dtype, lora_rank=a.lora_rank,
+            show_admissible=a.show_admissible, show_inventory=a.show_inventory)
     print(f"SFT on {s['examples']} walkthroughs ({s['assistant_tokens']} action tokens): loss "
           f"{s['train_loss'][0]:.3f} → {s['train_loss'][-1]:.3f} in {s['seconds']:.0f}s; model in {a.out}/policy")
 
@@ -120,7 +121,9 @@ def _train(a) -> None:
         from .envs.base import load_game_set
         from .evaluate import evaluate, format_eval, save_eval
 
-        res = evaluate(trainer.policy, trainer.tok, load_game_set(cfg.train.eval_games), max_turns=cfg.env.max_turns)
+        res = evaluate(trainer.policy, trainer.tok, load_game_set(cfg.train.eval_games), max_turns=cfg.env.max_turns,
+                       temperature=cfg.train.eval_temperature, max_new_tokens=cfg.train.max_new_tokens,
+                       show_admissible=cfg.env.show_admissible, show_inventory=cfg.env.show_inventory)
         save_eval(res, run_dir / "eval.json")
         print(format_eval(res, "held-out"))
 
@@ -170,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--max-turns", type=int, default=8)
     e.add_argument("--temperature", type=float, default=0.0)
     e.add_argument("--batch-size", type=int, default=8)
-    e.add_argument("--show-admissible", action="store_true")
+    e.add_argument("--show-admissible", action="store_true", help="list the admissible commands in each observation")
+    e.add_argument("--show-inventory", action="store_true", help="append the inventory to each observation")
     e.add_argument("--process-pool", action="store_true", help="one env worker process per episode slot")
     e.set_defaults(func=_eval)
 
@@ -184,6 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-turns", type=int, default=None)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--lora-rank", type=int, default=0)
+    s.add_argument("--show-admissible", action="store_true",
+                   help="list the admissible commands in each observation (use the same setting for RL and eval)")
+    s.add_argument("--show-inventory", action="store_true",
+                   help="append the inventory to each observation (use the same setting for RL and eval)")
     s.set_defaults(func=_sft)
 
     t = sub.add_parser("train", help="multi-turn RL (PPO / GRPO / RLOO)")

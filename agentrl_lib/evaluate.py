@@ -15,9 +15,12 @@ from .rollout import rollout
 
 
 def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: float = 0.0, batch_size: int = 8,
-             max_new_tokens: int = 24, show_admissible: bool = False, pool: EnvPool | None = None,
-             progress: bool = True) -> dict:
+             max_new_tokens: int = 24, show_admissible: bool = False, show_inventory: bool = False,
+             pool: EnvPool | None = None, progress: bool = True) -> dict:
     """Play every game in `games` once, `batch_size` episodes at a time.
+
+    Observations are shown as in training: pass the run's env.show_admissible / env.show_inventory, since a policy
+    trained with the admissible commands or the inventory in view is evaluated with them.
 
     Returns a dict: success_rate, mean_turns, invalid_rate (share of turns whose action was not admissible),
     mean_score_frac (score / max_score), n_games, seconds, gen_tokens_per_s, and `per_game` rows (game, won,
@@ -29,7 +32,8 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
     own_pool = pool is None
-    pool = pool or SerialPool(min(batch_size, len(games)), family=games.family)
+    env_kwargs = {"show_inventory": True} if show_inventory else {}  # TextWorld reports the inventory on request
+    pool = pool or SerialPool(min(batch_size, len(games)), family=games.family, **env_kwargs)
     chat = ChatFormat(tokenizer)
     rows, t0, tokens, gen_s = [], time.perf_counter(), 0, 0.0
     bar = tqdm(total=len(games), desc="eval", disable=not progress)
@@ -38,7 +42,7 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
             chunk = games.games[start:start + pool.size]
             trajs, st = rollout(model, tokenizer, pool, [g.path for g in chunk], max_turns=max_turns,
                                 max_new_tokens=max_new_tokens, temperature=temperature,
-                                show_admissible=show_admissible, chat=chat,
+                                show_admissible=show_admissible, show_inventory=show_inventory, chat=chat,
                                 system_prompt=system_prompt_for(games.family))
             tokens, gen_s = tokens + st.generated_tokens, gen_s + st.generate_seconds
             for g, t in zip(chunk, trajs):
