@@ -6,6 +6,8 @@ Introduced in notebooks/00_quickstart.ipynb.
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,11 @@ import yaml
 
 ALGOS = ("ppo", "grpo", "rloo")
 REWARDS = ("sparse", "dense")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICE_PATTERN = r"auto|(cpu|cuda|mps)(:\d+)?"
+"""Device names accepted by model.device / --device (models.pick_device also checks the machine has the device)."""
+SEED_MAX = 2**32 - 1
+"""Largest seed: numpy (used by TRL's set_seed in SFT) takes seeds in [0, 2**32 - 1]."""
 
 
 class ConfigError(ValueError):
@@ -124,6 +131,13 @@ class AlgoConfig:
             raise ConfigError(f"algo.tis must be 'auto', 'on' or 'off' (got {self.tis!r})")
         if not self.tis_cap > 0:
             raise ConfigError(f"algo.tis_cap must be > 0 (got {self.tis_cap}); Yao et al. 2025 use 2")
+        for name, why in [("kl_coef", "0 disables the KL term; the paper uses 0.001-0.01"),
+                          ("entropy_coef", "a negative weight penalises entropy; StarPO-S uses 0.001"),
+                          ("vf_coef", "a negative weight trains the critic away from the returns; 0.1 is typical"),
+                          ("vf_clip", "0 disables value clipping; 0.2 is typical"),
+                          ("grpo_std_eps", "a negative epsilon can flip the sign of advantages; use 1e-6")]:
+            if getattr(self, name) < 0:
+                raise ConfigError(f"algo.{name} must be >= 0 (got {getattr(self, name)}); {why}")
 
 
 @dataclass
@@ -142,10 +156,14 @@ class ModelConfig:
     """LoRA alpha (scale = alpha / rank)."""
 
     def validate(self) -> None:
-        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+        if self.dtype not in DTYPES:
             raise ConfigError(f"model.dtype must be auto, float32, bfloat16 or float16 (got {self.dtype!r})")
         if self.lora_rank < 0:
             raise ConfigError(f"model.lora_rank must be >= 0 (got {self.lora_rank})")
+        if not re.fullmatch(DEVICE_PATTERN, self.device):
+            raise ConfigError(f"model.device must be auto, cpu, cuda, cuda:N or mps (got {self.device!r})")
+        if self.lora_rank > 0 and self.lora_alpha <= 0:
+            raise ConfigError(f"model.lora_alpha must be > 0 with LoRA (got {self.lora_alpha}); 32 is typical")
 
 
 @dataclass
@@ -186,6 +204,12 @@ class TrainConfig:
         for name in ("steps", "games_per_step", "epochs", "minibatch_size", "max_new_tokens", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"train.{name} must be >= 1 (got {getattr(self, name)})")
+        if self.max_grad_norm <= 0:
+            raise ConfigError(f"train.max_grad_norm must be > 0 (got {self.max_grad_norm}): it is the gradient-norm clip "
+                              "(a negative one reverses the gradient); 1.0 is typical")
+        if not 0 <= self.seed <= SEED_MAX:
+            raise ConfigError(f"train.seed (--seed) must be an integer in [0, {SEED_MAX}] (got {self.seed}); pick a "
+                              "smaller seed")
         if self.lr <= 0 or self.value_lr <= 0:
             raise ConfigError(f"train.lr and train.value_lr must be > 0 (got {self.lr}, {self.value_lr})")
         if not self.temperature > 0:
@@ -211,7 +235,12 @@ class RunConfig:
 
     def validate(self) -> None:
         for f in fields(self):
-            getattr(self, f.name).validate()
+            section = getattr(self, f.name)
+            for g in fields(section):  # NaN passes every `x < 0` test: refuse non-finite numbers first
+                v = getattr(section, g.name)
+                if isinstance(v, float) and not math.isfinite(v):
+                    raise ConfigError(f"{f.name}.{g.name} must be a finite number (got {v})")
+            section.validate()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -236,18 +265,7 @@ class RunConfig:
             if bad:
                 raise ConfigError(f"unknown key(s) {sorted(bad)} in section '{name}'; valid keys: {sorted(valid)}")
             for key, value in section.items():
-                default = getattr(proto, key)
-                if isinstance(default, bool) and not isinstance(value, bool):
-                    raise ConfigError(f"{name}.{key} must be true/false, got {value!r}")
-                if isinstance(default, (int, float)) and not isinstance(default, bool):
-                    if not isinstance(value, (int, float)) or isinstance(value, bool):
-                        raise ConfigError(f"{name}.{key} must be a number, got {value!r}")
-                    value = type(default)(value) if isinstance(default, float) else value
-                    if isinstance(default, int) and not isinstance(value, int):
-                        raise ConfigError(f"{name}.{key} must be an integer, got {value!r}")
-                if isinstance(default, str) and not isinstance(value, str):
-                    raise ConfigError(f"{name}.{key} must be a string, got {value!r}")
-                setattr(proto, key, value)
+                setattr(proto, key, _parse_value(f"{name}.{key}", getattr(proto, key), value))
             parts[name] = proto
         return cls(**parts)
 
@@ -258,10 +276,52 @@ class RunConfig:
     def load(cls, path: str | Path) -> "RunConfig":
         """Read a YAML config. Raises FileNotFoundError or ConfigError (malformed YAML, unknown keys, bad values)."""
         path = Path(path)
+        if path.is_dir():
+            raise ConfigError(f"config file {path} is a directory; pass a YAML file")
         if not path.is_file():
             raise FileNotFoundError(f"config file {path} does not exist")
         try:
             data = yaml.safe_load(path.read_text())
         except yaml.YAMLError as e:
             raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"config file {path} is not a text (UTF-8) YAML file: {e}") from e
         return cls.from_dict(data or {})
+
+
+def _parse_value(key: str, default: Any, value: Any) -> Any:
+    """`value` read from YAML for the field `key` (e.g. 'train.lr') whose default is `default`, converted to the
+    default's type. Numeric strings are numbers: PyYAML (YAML 1.1) reads `1e-5` and `1e3` as strings (its float needs
+    a dot: `1.0e-5`). Integer fields take integral numbers (`1e3`, `4.0`), not 2.5; no number field takes a bool.
+
+    Raises:
+        ConfigError: naming `key`, when the value has the wrong type.
+    """
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} must be true/false, got {value!r}")
+        return value
+    if isinstance(default, (int, float)):
+        number = value
+        if isinstance(value, str):
+            for parse in (int, float):
+                try:
+                    number = parse(value.strip())
+                    break
+                except ValueError:
+                    number = None
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            raise ConfigError(f"{key} must be a number, got {value!r} (write e.g. 3, 0.2 or 1e-5)")
+        if isinstance(default, float):
+            try:
+                return float(number)
+            except OverflowError:
+                raise ConfigError(f"{key} must be a finite number, got {value!r}") from None
+        if isinstance(number, float):
+            if not (math.isfinite(number) and number.is_integer()):
+                raise ConfigError(f"{key} must be an integer, got {value!r}")
+            number = int(number)
+        return number
+    if isinstance(default, str) and not isinstance(value, str):
+        raise ConfigError(f"{key} must be a string, got {value!r}")
+    return value
