@@ -51,7 +51,8 @@ def _require(ok: bool, message: str) -> None:
 def check_out_path(flag: str, out: str, is_dir: bool = False) -> None:
     """Check, before any work, that `out` (a file, or a directory when `is_dir`) can be written later: it is not a
     directory (file) / a file (directory), no ancestor is a file, and the nearest existing ancestor accepts a new
-    file (probed with a temporary file, as permission bits do not tell for root or read-only mounts). Creates nothing.
+    file (probed with a temporary file, as permission bits do not tell for root or read-only mounts); leaves nothing
+    behind.
 
     Raises:
         ConfigError: naming `flag` and `out`, saying what is in the way.

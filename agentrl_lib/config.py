@@ -205,8 +205,8 @@ class TrainConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(f"train.{name} must be >= 1 (got {getattr(self, name)})")
         if self.max_grad_norm <= 0:
-            raise ConfigError(f"train.max_grad_norm must be > 0 (got {self.max_grad_norm}): it is the gradient-norm clip "
-                              "(a negative one reverses the gradient); 1.0 is typical")
+            raise ConfigError(f"train.max_grad_norm must be > 0 (got {self.max_grad_norm}): it is the gradient-norm "
+                              "clip (a negative one reverses the gradient); 1.0 is typical")
         if not 0 <= self.seed <= SEED_MAX:
             raise ConfigError(f"train.seed (--seed) must be an integer in [0, {SEED_MAX}] (got {self.seed}); pick a "
                               "smaller seed")

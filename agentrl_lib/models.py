@@ -279,7 +279,8 @@ def _loaded(path: str, stage: str, load, *args, **kwargs):
     except (*_LOAD_ERRORS, SafetensorError) as e:
         bad = _bad_file(path, stage)
         if bad:
-            raise ModelLoadError(f"cannot load the model in {path}: {bad}; restore the file or re-save the model") from e
+            raise ModelLoadError(f"cannot load the model in {path}: {bad}; restore the file or re-save the "
+                                 "model") from e
         what = {"config": "its config.json", "weights": "its weights", "adapter": "its LoRA adapter",
                 "tokenizer": "its tokenizer"}[stage]
         first = " ".join(str(e).split("\n\n")[0].split()) or type(e).__name__

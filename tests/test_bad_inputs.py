@@ -55,7 +55,8 @@ def bad_models(tmp_path_factory, tiny_model_dir):
     (root / "empty").mkdir()
     return {
         "garbage": variant("garbage", lambda d: (d / "model.safetensors").write_bytes(os.urandom(4096))),
-        "truncated": variant("truncated", lambda d: (d / "model.safetensors").write_bytes(weights[: len(weights) // 2])),
+        "truncated": variant("truncated",
+                             lambda d: (d / "model.safetensors").write_bytes(weights[: len(weights) // 2])),
         "badjson": variant("badjson", lambda d: (d / "config.json").write_text('{"model_type": "llama", ')),
         "badtype": variant("badtype", lambda d: (d / "config.json").write_text(
             json.dumps({**config, "model_type": "llamaX"}))),
@@ -174,7 +175,8 @@ ROWS = [
     ("sft-batch-size-0", SFT + ["--batch-size", "0"], None, ["--batch-size", ">= 1"], True, ()),
     ("sft-seed-neg", SFT + ["--seed", "-1"], None, ["--seed", "4294967295"], True, ()),
     ("sft-max-turns-0", SFT + ["--max-turns", "0"], None, ["--max-turns", ">= 1"], True, ()),
-    ("sft-out-is-file", ["sft", "--games", "{games}", "--out", "{tmp}/a_file"], None, ["a_file", "is a file"], True, ()),
+    ("sft-out-is-file", ["sft", "--games", "{games}", "--out", "{tmp}/a_file"], None, ["a_file", "is a file"], True,
+     ()),
     ("sft-dtype-fp8", SFT + ["--dtype", "fp8"], None, ["--dtype fp8", "float32"], True, ()),
     # --- eval flags and --out (checked before the model loads)
     ("eval-temperature-neg", EVAL + ["--temperature", "-0.5"], None, ["--temperature", ">= 0", "greedy"], True, ()),
@@ -359,7 +361,8 @@ def _console(tmp_path, *args):
     """Run the installed `agentrl` script (or `python -m agentrl_lib.cli`) on this checkout's code."""
     script = Path(sys.executable).parent / "agentrl"
     cmd = [str(script)] if script.is_file() else [sys.executable, "-m", "agentrl_lib.cli"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    path = [str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     return subprocess.run(cmd + list(args), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
 
