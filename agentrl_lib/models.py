@@ -257,7 +257,7 @@ def _bad_file(path: str, stage: str) -> str:
                 json.loads((root / n).read_text())
             except (ValueError, OSError) as e:
                 return f"{root / n} is not valid JSON ({e})"
-    if stage == "weights":
+    if stage in ("weights", "adapter"):
         from safetensors import SafetensorError, safe_open
 
         for f in sorted(root.glob("*.safetensors")):

@@ -53,7 +53,15 @@ def bad_models(tmp_path_factory, tiny_model_dir):
 
     config = json.loads((tiny / "config.json").read_text())
     (root / "empty").mkdir()
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    adapter = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny),
+                             LoraConfig(r=2, target_modules="all-linear", task_type="CAUSAL_LM"))
+    adapter.save_pretrained(root / "badadapter")  # a LoRA run's policy/: adapter_config.json + adapter weights
+    (root / "badadapter" / "adapter_model.safetensors").write_bytes(b"\x00" * 100)
     return {
+        "badadapter": str(root / "badadapter"),
         "garbage": variant("garbage", lambda d: (d / "model.safetensors").write_bytes(os.urandom(4096))),
         "truncated": variant("truncated",
                              lambda d: (d / "model.safetensors").write_bytes(weights[: len(weights) // 2])),
@@ -203,6 +211,8 @@ ROWS = [
     ("model-unknown-model-type", EVAL + ["--model", "{badtype}"], None, ["config.json", "llamaX"], False, ()),
     ("model-no-weights", EVAL + ["--model", "{noweights}"], None, ["noweights", "model.safetensors"], False, ()),
     ("model-bad-tokenizer", EVAL + ["--model", "{badtok}"], None, ["tokenizer.json", "not valid JSON"], False, ()),
+    ("model-corrupt-lora-adapter", EVAL + ["--model", "{badadapter}"], None, ["adapter_model.safetensors", "corrupt"],
+     False, ()),
     ("model-hub-offline", EVAL + ["--model", "agentrl-probe/no-such-model"], None,
      ["agentrl-probe/no-such-model", "offline mode"], False, ("offline",)),
     ("model-hub-unreachable", EVAL + ["--model", "agentrl-probe/no-such-model"], None,
