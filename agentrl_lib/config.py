@@ -104,7 +104,7 @@ class AlgoConfig:
     normalize_advantages: bool = True
     """Whiten PPO advantages over the batch's policy tokens (GRPO/RLOO are already normalised per group)."""
     grpo_std_eps: float = 1e-6
-    """Epsilon in GRPO's (R - mean) / (std + eps)."""
+    """Epsilon in GRPO's (R - mean) / (std + eps) (>= 0)."""
     keep_top_std: float = 1.0
     """StarPO-S filter: keep this fraction of groups with the highest within-group reward std (1.0 keeps all; RAGEN 0.25)."""
 
@@ -186,7 +186,7 @@ class TrainConfig:
     value_lr: float = 1e-4
     """Learning rate of the value head (PPO only)."""
     max_grad_norm: float = 1.0
-    """Global gradient-norm clip."""
+    """Global gradient-norm clip (> 0; 1.0 is typical)."""
     temperature: float = 0.7
     """Sampling temperature during training rollouts (> 0; the paper: 0.7)."""
     eval_temperature: float = 0.0
@@ -194,7 +194,7 @@ class TrainConfig:
     max_new_tokens: int = 24
     """Tokens the policy may generate per turn (an action is a short command)."""
     seed: int = 0
-    """Seed for game sampling, sampling and initialisation."""
+    """Seed for game sampling, sampling and initialisation (0 to 2**32 - 1)."""
     checkpoint_every: int = 5
     """Save a checkpoint every this many iterations (and at the end)."""
     eval_games: str = ""
