@@ -170,11 +170,18 @@ class Trainer:
         run_dir: where config.yaml, metrics.jsonl, checkpoints/ and learning_curve.png go.
         init: model to start from ('embedded', HF id, dir, SFT output or run dir); default config.model.name.
             It is recorded as model.name in run_dir/config.yaml: the KL reference of a resumed run is that model.
-        resume: continue from run_dir's latest checkpoint with `config` (the CLI passes the saved config.yaml with
-            its flags applied); the starting model stays the one recorded in run_dir/config.yaml.
+        resume: continue from run_dir's newest complete checkpoint (older ones when it is damaged; step 0 when
+            there is none yet) with `config` (the CLI passes checkpoint.resume_config(run_dir) with its flags
+            applied); the starting model stays the recorded one, config.yaml is rewritten only once the state has
+            loaded, and the config's lr / value_lr replace the optimizer's saved ones. Rules: agentrl_lib/checkpoint.py.
         pool: an EnvPool with >= games_per_step * group_size slots (default: a SerialPool).
+    The run directory is locked (RUN/.lock) from construction until close().
     Raises:
         GameSetError / FileNotFoundError / ConfigError: bad games dir, model path or config.
+        FileExistsError: run_dir holds a run and resume is False.
+        RunLockedError: another process is training in run_dir.
+        CheckpointError: resume: no run in run_dir, a field that cannot change on resume changed (named), or no
+            complete, loadable checkpoint.
     """
 
     def __init__(self, config: RunConfig, run_dir: str | Path, init: str | None = None, resume: bool = False,

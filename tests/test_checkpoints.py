@@ -140,6 +140,53 @@ def test_nonfinite_weights_are_never_saved(run, tiny_model_dir, games):
     t.close()
 
 
+def test_every_file_and_directory_is_fsynced_before_and_after_the_rename(run, monkeypatch):
+    t = _trainer(RunConfig.load(run / "config.yaml"), run, resume=True)
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))),
+                                                 real_fsync(fd))[1])
+    monkeypatch.setattr(os, "replace", lambda a, b: (events.append(("replace", str(a), str(b))),
+                                                     real_replace(a, b))[1])
+
+    def unsynced(final: Path) -> list[str]:
+        """Files and dirs of the checkpoint not fsync'd (under the temp name) before the rename, or the parent
+        directory not fsync'd after it."""
+        i = next(k for k, e in enumerate(events) if e[0] == "replace" and e[2] == str(final))
+        tmp = Path(events[i][1])
+        synced = {e[1] for e in events[:i] if e[0] == "fsync"}
+        want = [tmp / p.relative_to(final) for p in final.rglob("*")] + [tmp]
+        missing = [str(p) for p in want if str(p) not in synced]
+        if not any(e == ("fsync", str(final.parent)) for e in events[i:]):
+            missing.append(f"{final.parent} after the rename")
+        return missing
+
+    final = t.save_checkpoint(4)
+    assert len(list(final.rglob("*"))) > 8 and unsynced(final) == []
+    # negative control: without the fsync of the tree the check names the files
+    events.clear()
+    monkeypatch.setattr(ckpt_lib, "fsync_tree", lambda root: None)
+    final = t.save_checkpoint(5)
+    assert any(m.endswith("optimizer.pt") for m in unsynced(final))
+    t.close()
+
+
+def test_checkpoints_from_before_the_manifest_still_resume(run):
+    """Format 1 (state.json = {"step": N}, no config copy) as written by earlier versions."""
+    ck = run / "checkpoints"
+    for name in ("step_000002", "step_000003"):
+        (ck / name / "state.json").write_text(json.dumps({"step": int(name[-1])}))
+        (ck / name / "config.yaml").unlink()
+    assert ckpt_lib.resume_config(run) == RunConfig.load(run / "config.yaml")
+    t = _trainer(ckpt_lib.resume_config(run), run, resume=True)
+    assert t.start_step == 3
+    t.close()
+    (ck / "step_000003" / "value_head.pt").unlink()  # PPO needs it: that checkpoint is incomplete
+    t = _trainer(ckpt_lib.resume_config(run), run, resume=True)
+    assert t.start_step == 2
+    t.close()
+
+
 def test_divergence_skips_nonfinite_updates_then_stops(games, tiny_model_dir, tmp_path, caplog):
     """lr 1e3: step 1 blows the weights up (finite), step 2 has a NaN gradient (measured; the issue's probe)."""
     cfg = _cfg(games, steps=6, lr=1e3, max_nonfinite_steps=2)
