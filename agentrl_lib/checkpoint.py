@@ -298,8 +298,8 @@ def save_checkpoint(ckpt_root: str | Path, step: int, policy, tokenizer, optimiz
     final, tmp = root / name, root / f".tmp-{name}"
     try:
         root.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            shutil.rmtree(tmp)
+        for stale in root.glob(".tmp-step_*"):  # left by a process killed mid-save (the run lock excludes others)
+            shutil.rmtree(stale)
         save_policy(policy, tokenizer, tmp / "policy")
         if value_head is not None:
             torch.save(value_head.state_dict(), tmp / "value_head.pt")

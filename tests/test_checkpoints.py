@@ -334,16 +334,17 @@ def test_disk_full_during_a_checkpoint(run, scripted_cli, monkeypatch, capsys):
     assert (ck / "latest").read_text() == "step_000004"
 
 
-SIGINT_SCRIPT = textwrap.dedent("""
+FAULT_SCRIPT = textwrap.dedent("""
     import functools, os, signal, sys
     sys.path.insert(0, {tests!r})
+    import torch
     from agentrl_lib import trainer as trainer_mod
     from agentrl_lib.cli import main
     from agentrl_lib.envs.pool import SerialPool
     from test_rollout_trainer import ParityEnv
 
     trainer_mod.SerialPool = functools.partial(SerialPool, factory=ParityEnv)
-    step = trainer_mod.Trainer.step
+    step, save = trainer_mod.Trainer.step, torch.save
 
     def step_then_ctrl_c(self, i):  # Ctrl-C in the middle of step 3 (after its rollout and update)
         row = step(self, i)
@@ -351,38 +352,78 @@ SIGINT_SCRIPT = textwrap.dedent("""
             os.kill(os.getpid(), signal.SIGINT)
         return row
 
-    trainer_mod.Trainer.step = step_then_ctrl_c
+    def save_then_die(obj, f, *a, **k):  # kill -9 in the middle of writing checkpoint step_000002
+        save(obj, f, *a, **k)
+        if str(f).endswith("step_000002/optimizer.pt"):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    if {fault!r} == "ctrl-c":
+        trainer_mod.Trainer.step = step_then_ctrl_c
+    else:
+        torch.save = save_then_die
     sys.exit(main(sys.argv[1:]))
 """)
 
 
-def test_ctrl_c_prints_one_line_and_the_resumed_run_is_identical(games, tiny_model_dir, tmp_path, scripted_cli):
-    flags = ["--games", str(games), "--init", tiny_model_dir, "--algo", "ppo", "--steps", "3", "--games-per-step", "1",
-             "--group-size", "2", "--max-turns", "2", "--lr", "1e-3", "--temperature", "1.0", "--device", "cpu"]
-    ref = tmp_path / "ref"
-    cfg_file = tmp_path / "c.yaml"
+@pytest.fixture(scope="module")
+def fault_flags(games, tiny_model_dir, tmp_path_factory):
+    cfg_file = tmp_path_factory.mktemp("fault") / "c.yaml"
     cfg_file.write_text("train:\n  checkpoint_every: 2\n  max_new_tokens: 4\n")
-    assert main(["train", "--out", str(ref), "--config", str(cfg_file), *flags]) == 0  # not interrupted
-    run = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-c", SIGINT_SCRIPT.format(tests=str(ROOT / "tests")), "train", "--out",
-                           str(run), "--config", str(cfg_file), *flags], capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
-    assert proc.returncode == 130, proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines()[-1] == (
-        f"agentrl train: interrupted during step 3/3 (that step is not saved); the last checkpoint is step_000002; "
-        f"resume with: agentrl train --out {run} --resume")
-    assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
-    assert main(["train", "--out", str(run), "--resume"]) == 0
+    return ["--config", str(cfg_file), "--games", str(games), "--init", tiny_model_dir, "--algo", "ppo", "--steps",
+            "3", "--games-per-step", "1", "--group-size", "2", "--max-turns", "2", "--lr", "1e-3", "--temperature",
+            "1.0", "--device", "cpu"]
 
+
+@pytest.fixture(scope="module")
+def uninterrupted(fault_flags, tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setattr(trainer_mod, "SerialPool", functools.partial(SerialPool, factory=ParityEnv))
+    ref = tmp_path_factory.mktemp("ref") / "run"
+    assert main(["train", "--out", str(ref), *fault_flags]) == 0
+    mp.undo()
+    return ref
+
+
+def _same_run(a: Path, b: Path) -> bool:
+    """Same metrics (timings aside) and bit-identical final weights, value head and optimizer state."""
     def rows(d):
         skip = ("seconds", "tokens_per_s")
         return [{k: v for k, v in json.loads(x).items() if not k.endswith(skip)}
                 for x in (d / "metrics.jsonl").read_text().splitlines()]
 
-    assert rows(run) == rows(ref)
-    weights = [(d / "checkpoints" / "step_000003" / "policy" / "model.safetensors").read_bytes() for d in (run, ref)]
-    assert weights[0] == weights[1], "the resumed run's weights are bit-identical to the uninterrupted run's"
-    a, b = (ckpt_lib.read_training_state(d / "checkpoints" / "step_000003") for d in (run, ref))
-    assert torch.equal(a["value_head"]["linear.weight"], b["value_head"]["linear.weight"])
-    assert all(torch.equal(x, y) for x, y in zip(a["optimizer"]["state"][0].values(), b["optimizer"]["state"][0].values()))
+    ck = [d / "checkpoints" / "step_000003" for d in (a, b)]
+    sa, sb = (ckpt_lib.read_training_state(c) for c in ck)
+    return (rows(a) == rows(b)
+            and (ck[0] / "policy" / "model.safetensors").read_bytes() == (ck[1] / "policy" / "model.safetensors").read_bytes()
+            and torch.equal(sa["value_head"]["linear.weight"], sb["value_head"]["linear.weight"])
+            and all(torch.equal(x, y) for x, y in zip(sa["optimizer"]["state"][0].values(),
+                                                      sb["optimizer"]["state"][0].values())))
+
+
+@pytest.mark.parametrize("fault", ["ctrl-c", "kill-9-in-checkpoint"])
+def test_an_interrupted_run_resumes_bit_identically(fault, fault_flags, uninterrupted, tmp_path, scripted_cli):
+    run = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-c", FAULT_SCRIPT.format(tests=str(ROOT / "tests"), fault=fault),
+                           "train", "--out", str(run), *fault_flags], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    if fault == "ctrl-c":  # one line, exit 130, no traceback; step 3 not logged; step 2's checkpoint intact
+        assert proc.returncode == 130, proc.stderr[-2000:]
+        assert "Traceback" not in proc.stderr
+        assert proc.stderr.strip().splitlines()[-1] == (
+            f"agentrl train: interrupted during step 3/3 (that step is not saved); the last checkpoint is step_000002; "
+            f"resume with: agentrl train --out {run} --resume")
+        assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    else:  # killed while writing its only checkpoint: a temp dir is left, no checkpoint; resume starts over
+        assert proc.returncode == -signal.SIGKILL
+        assert [p.name for p in (run / "checkpoints").iterdir()] == [".tmp-step_000002"]
+    spare = tmp_path / "spare"
+    shutil.copytree(run, spare)
+    assert main(["train", "--out", str(run), "--resume"]) == 0
+    assert _same_run(run, uninterrupted)
+    assert not list((run / "checkpoints").glob(".tmp-*"))
+    if fault == "ctrl-c":  # negative control: a resume that does not restore the optimizer state is caught
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(ckpt_lib, "apply_training_state", lambda state, opt, vh=None, lrs=None: vh.load_state_dict(
+                state["value_head"]))
+            assert main(["train", "--out", str(spare), "--resume"]) == 0
+        assert not _same_run(spare, uninterrupted)
