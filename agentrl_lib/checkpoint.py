@@ -423,7 +423,10 @@ def load_newest(ckpt_root: str | Path, load: Callable[[Path], Any], need_value_h
     for _, p in list_checkpoints(ckpt_root):
         try:
             step = verify_checkpoint(p, need_value_head)
-            return step, p, load(p)
+            loaded = load(p)
+            if reasons:  # fell back: `latest` (what `--model RUN` loads) must not name a damaged checkpoint
+                atomic_write_text(Path(ckpt_root) / "latest", p.name)
+            return step, p, loaded
         except Exception as e:  # noqa: BLE001 - any damage: report it and fall back
             reason = str(e) if isinstance(e, CheckpointError) else f"{p.name}: {type(e).__name__}: {e}"
             reasons.append(reason.splitlines()[0][:200])

@@ -105,6 +105,7 @@ def test_damaged_or_incomplete_latest_checkpoint_falls_back(run, caplog):
     with caplog.at_level(logging.WARNING):
         t = _trainer(cfg, run, resume=True)
     assert t.start_step == 2 and "step_000003: value_head.pt does not match its sha256" in caplog.text
+    assert (ck / "latest").read_text() == "step_000002", "`--model RUN` must not load the damaged checkpoint"
     assert all(torch.equal(p, step2_vh[n]) for n, p in t.value_head.named_parameters())
     t.close()
     # negative control: without the manifest check the damaged checkpoint is resumed silently
