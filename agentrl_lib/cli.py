@@ -15,6 +15,7 @@ import errno
 import logging
 import math
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -164,19 +165,27 @@ def build_config(a, base: RunConfig | None = None) -> RunConfig:
 
 
 def _train(a) -> None:
+    from .checkpoint import resume_config
     from .trainer import Trainer
 
     run_dir = Path(a.out)
-    saved = run_dir / "config.yaml"
-    cfg = build_config(a, RunConfig.load(saved) if a.resume and saved.is_file() else None)
+    cfg = build_config(a, resume_config(run_dir) if a.resume else None)  # "no run in DIR" when there is none
     if not cfg.env.games:
         raise ConfigError("no games: pass --games DIR (made by `agentrl make-games`) or set env.games in --config")
     eval_games = _check_train_inputs(a, cfg)
-    trainer = Trainer(cfg, run_dir, init=a.init, resume=a.resume)
+    trainer = None
     try:
+        trainer = Trainer(cfg, run_dir, init=a.init, resume=a.resume)
         rows = trainer.train()
+    except KeyboardInterrupt:  # Ctrl-C: one line, exit 130, the last checkpoint intact (no traceback)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not break the cleanup
+        if trainer is not None:
+            trainer.close()
+        print(f"agentrl train: {_interrupted(trainer, run_dir)}", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
     finally:
-        trainer.close()
+        if trainer is not None:
+            trainer.close()
     if rows:
         last = rows[-1]
         print(f"done: {len(rows)} steps; last step success {last['success_rate']:.2f}, return {last['return_mean']:+.3f}; "
@@ -204,6 +213,18 @@ def _check_train_inputs(a, cfg: RunConfig):
         if name != "embedded":  # the embedded model resolves by converting it (~20 s): leave that to the trainer
             resolve_model_path(name)
     return load_game_set(cfg.train.eval_games) if cfg.train.eval_games else None
+
+
+def _interrupted(trainer, run_dir: Path) -> str:
+    """The one line printed on Ctrl-C: where training stopped and how to go on."""
+    resume = f"resume with: agentrl train --out {run_dir} --resume"
+    if trainer is None:
+        return "interrupted before training started; nothing was trained: run the same command again"
+    where = (f"during step {trainer.step_in_progress}/{trainer.cfg.train.steps} (that step is not saved)"
+             if trainer.step_in_progress else f"after step {trainer.last_step}")
+    if trainer.last_checkpoint:
+        return f"interrupted {where}; the last checkpoint is {trainer.last_checkpoint}; {resume}"
+    return f"interrupted {where}; no checkpoint yet, so --resume starts over at step 1; {resume}"
 
 
 def _demo(a) -> None:

@@ -197,11 +197,18 @@ class TrainConfig:
     """Seed for game sampling, sampling and initialisation (0 to 2**32 - 1)."""
     checkpoint_every: int = 5
     """Save a checkpoint every this many iterations (and at the end)."""
+    keep_checkpoints: int = 2
+    """Checkpoints kept (the newest ones; >= 1). A resume falls back to an older one when the newest is damaged;
+    each costs about 3x the model's size on disk (weights + AdamW state)."""
+    max_nonfinite_steps: int = 3
+    """Stop the run after this many consecutive steps with a NaN/inf loss or gradient (their updates are skipped,
+    so the weights stay finite; lower the lr and resume). 1-5."""
     eval_games: str = ""
     """Optional held-out games evaluated at the end of training."""
 
     def validate(self) -> None:
-        for name in ("steps", "games_per_step", "epochs", "minibatch_size", "max_new_tokens", "checkpoint_every"):
+        for name in ("steps", "games_per_step", "epochs", "minibatch_size", "max_new_tokens", "checkpoint_every",
+                     "keep_checkpoints", "max_nonfinite_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"train.{name} must be >= 1 (got {getattr(self, name)})")
         if self.max_grad_norm <= 0:

@@ -22,17 +22,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
+import logging
 import math
-import os
 import random
-import shutil
 import time
+import weakref
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from . import checkpoint as ckpt_lib
 from .advantages import (broadcast_to_tokens, gae, grpo_advantages, rloo_advantages, singleton_groups, top_std_groups,
                          whiten)
 from .config import AlgoConfig, RunConfig
@@ -41,10 +41,16 @@ from .envs.pool import EnvPool, ProcessPool, SerialPool
 from .losses import (entropy_from_logits, explained_variance, kl_k3, masked_mean, policy_loss, truncated_is_weights,
                      value_loss)
 from .models import (base_model, disable_dropout, enable_gradient_checkpointing, is_adapter, load_policy,
-                     load_reference, save_policy)
+                     load_reference)
 from .prompts import ChatFormat, system_prompt_for
 from .rewards import place_on_tokens, turn_rewards
 from .rollout import Trajectory, rollout
+
+log = logging.getLogger(__name__)
+
+
+class DivergenceError(ValueError):
+    """Training produced non-finite losses or gradients for train.max_nonfinite_steps steps in a row."""
 
 
 class ValueHead(nn.Module):
@@ -156,15 +162,6 @@ def minibatch_loss(policy, value_head: ValueHead | None, input_ids: torch.Tensor
     return loss, pm
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 class Trainer:
     """Multi-turn RL trainer for one run directory.
 
@@ -173,45 +170,61 @@ class Trainer:
         run_dir: where config.yaml, metrics.jsonl, checkpoints/ and learning_curve.png go.
         init: model to start from ('embedded', HF id, dir, SFT output or run dir); default config.model.name.
             It is recorded as model.name in run_dir/config.yaml: the KL reference of a resumed run is that model.
-        resume: continue from run_dir's latest checkpoint with `config` (the CLI passes the saved config.yaml with
-            its flags applied); the starting model stays the one recorded in run_dir/config.yaml.
+        resume: continue from run_dir's newest complete checkpoint (older ones when it is damaged; step 0 when
+            there is none yet) with `config` (the CLI passes checkpoint.resume_config(run_dir) with its flags
+            applied); the starting model stays the recorded one, config.yaml is rewritten only once the state has
+            loaded, and the config's lr / value_lr replace the optimizer's saved ones. Rules: agentrl_lib/checkpoint.py.
         pool: an EnvPool with >= games_per_step * group_size slots (default: a SerialPool).
+    The run directory is locked (RUN/.lock) from construction until close().
     Raises:
         GameSetError / FileNotFoundError / ConfigError: bad games dir, model path or config.
+        FileExistsError: run_dir holds a run and resume is False.
+        RunLockedError: another process is training in run_dir.
+        CheckpointError: resume: no run in run_dir, a field that cannot change on resume changed (named), or no
+            complete, loadable checkpoint.
     """
 
     def __init__(self, config: RunConfig, run_dir: str | Path, init: str | None = None, resume: bool = False,
                  pool: EnvPool | None = None, progress: bool = True):
         config.validate()
         run_dir = Path(run_dir)
-        saved = run_dir / "config.yaml"
-        if resume and saved.is_file():  # the model a run started from is a fact of the run: keep the recorded one
-            init = RunConfig.load(saved).model.name
-        elif init:
+        # plumbing: one trainer per run dir (RUN/.lock; released by close(), garbage collection or process death)
+        lock = ckpt_lib.RunLock(run_dir)
+        self._release_lock = weakref.finalize(self, lock.release)
+        if init:
             local = Path(init).expanduser()
             init = str(local.resolve()) if local.exists() else init  # a resume may start from another directory
+        if resume:  # the resume rules: see agentrl_lib/checkpoint.py
+            if not ckpt_lib.run_exists(run_dir):
+                raise ckpt_lib.CheckpointError(f"no run in {run_dir} (no config.yaml, no checkpoints/); start one "
+                                               "without --resume")
+            recorded = ckpt_lib.recorded_config(run_dir) or config
+            ckpt_lib.check_resume_overrides(recorded, config, init)
+            init = recorded.model.name  # the model a run started from is a fact of the run (the KL reference)
+        elif ckpt_lib.list_checkpoints(run_dir / "checkpoints") or (run_dir / "checkpoints" / "latest").is_file():
+            raise FileExistsError(f"{run_dir} already holds a run; pass --resume to continue it or pick a new --out")
         if init:  # the run's config names the model it starts from (the KL reference)
             config = dataclasses.replace(config, model=dataclasses.replace(config.model, name=init))
         self.cfg, self.run_dir, self.progress = config, run_dir, progress
         self.games: GameSet = load_game_set(config.env.games)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ckpt_root = self.run_dir / "checkpoints"
         self.metrics_path = self.run_dir / "metrics.jsonl"
-        self.start_step = 0
-        latest = self.ckpt_root / "latest"
-        model_name = config.model.name
-        if resume:
-            if not latest.is_file():
-                raise FileNotFoundError(f"--resume: {self.run_dir} has no checkpoint yet (no checkpoints/latest)")
-            ckpt = self.ckpt_root / latest.read_text().strip()
-            model_name = str(ckpt / "policy")
-            self.start_step = json.loads((ckpt / "state.json").read_text())["step"]
-        elif latest.is_file():
-            raise FileExistsError(f"{self.run_dir} already holds a run; pass --resume to continue it or pick a new --out")
-        config.save(self.run_dir / "config.yaml")
+        self.start_step, self.last_checkpoint, self.step_in_progress, self._nonfinite_streak = 0, None, None, []
         mc = config.model
-        self.policy, self.tok = load_policy(model_name, mc.device, mc.dtype,
-                                            lora_rank=0 if resume else mc.lora_rank, lora_alpha=mc.lora_alpha)
+        need_vh = config.algo.name == "ppo"
+        state = None
+        if resume and ckpt_lib.list_checkpoints(self.ckpt_root):  # newest complete checkpoint that loads, else older
+            def load(ckpt: Path):
+                return (*load_policy(str(ckpt / "policy"), mc.device, mc.dtype), ckpt_lib.read_training_state(ckpt))
+
+            self.start_step, ckpt, (self.policy, self.tok, state) = ckpt_lib.load_newest(self.ckpt_root, load, need_vh)
+            self.last_checkpoint = ckpt.name
+        else:
+            if resume:
+                log.warning("%s has no checkpoint yet: starting at step 1 with its saved config", run_dir)
+            self.policy, self.tok = load_policy(config.model.name, mc.device, mc.dtype, lora_rank=mc.lora_rank,
+                                                lora_alpha=mc.lora_alpha)
+        self.last_step = self.start_step
         self.device = next(self.policy.parameters()).device
         self.chat = ChatFormat(self.tok)
         hidden = base_model(self.policy).config.hidden_size
@@ -233,8 +246,10 @@ class Trainer:
         self.opt = torch.optim.AdamW(groups, weight_decay=0.0)
         if config.train.gradient_checkpointing:  # active in train() mode only: rollouts keep their KV cache
             enable_gradient_checkpointing(self.policy)
-        if resume:
-            self._load_state(ckpt)
+        if state is not None:  # optimizer + value head; then the config's lr / value_lr (a resume may change them)
+            ckpt_lib.apply_training_state(state, self.opt, self.value_head,
+                                          [config.train.lr, config.train.value_lr])
+        ckpt_lib.write_config(self.run_dir / "config.yaml", config)  # only now: a failed resume changes nothing
         n_episodes = config.train.games_per_step * config.algo.group_size
         if pool is None:
             kind = ProcessPool if config.env.process_pool else SerialPool
@@ -246,25 +261,54 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------------ the loop
     def train(self) -> list[dict]:
-        """Run config.train.steps iterations (from the checkpoint's step when resuming). Returns all metrics rows."""
+        """Run config.train.steps iterations (from the checkpoint's step when resuming). Returns all metrics rows.
+
+        A step whose loss or gradient is NaN/inf skips those updates (logged as nonfinite_updates, with a warning).
+        Raises:
+            DivergenceError: train.max_nonfinite_steps such steps in a row (the last checkpoint holds finite weights).
+            CheckpointError: a checkpoint or metrics row could not be written (disk full, ...).
+        """
         cfg = self.cfg
         rows = self._read_metrics()
+        self.last_step = self.start_step
         for step in range(self.start_step, cfg.train.steps):
+            self.step_in_progress = step + 1
             row = self.step(step)
             rows.append(row)
-            with open(self.metrics_path, "a") as f:
-                f.write(json.dumps(row) + "\n")
+            ckpt_lib.append_metrics(self.metrics_path, row)  # strict JSON: NaN → null
+            self.step_in_progress, self.last_step = None, step + 1
             if self.progress:
                 print(f"step {step + 1}/{cfg.train.steps}  success {row['success_rate']:.2f}  return "
                       f"{row['return_mean']:+.3f}  invalid {row['invalid_rate']:.2f}  turns {row['mean_turns']:.1f}  "
                       f"entropy {row['entropy']:.3f}  {row['step_seconds']:.0f}s", flush=True)
-            if (step + 1) % cfg.train.checkpoint_every == 0 or step + 1 == cfg.train.steps:
+            self._check_finite(row)
+            if step + 1 == cfg.train.steps or ((step + 1) % cfg.train.checkpoint_every == 0
+                                               and not self._nonfinite_streak):  # keep the pre-divergence ones
                 self.save_checkpoint(step + 1)
         from .plots import plot_learning_curves
 
         if rows:
             plot_learning_curves(rows, self.run_dir / "learning_curve.png", title=f"{cfg.algo.name} / {cfg.reward.kind}")
         return rows
+
+    def _check_finite(self, row: dict) -> None:
+        """plumbing: count consecutive steps with non-finite updates or metrics; stop after max_nonfinite_steps."""
+        if row.get("nonfinite_updates", 0) == 0 and is_finite_row(row):
+            self._nonfinite_streak = []
+            return
+        self._nonfinite_streak.append(row["step"])
+        bad = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)
+               and k not in ("entropy", "explained_variance")]
+        log.warning("step %d: non-finite loss or gradient (%s); %s update(s) skipped, weights unchanged by them",
+                    row["step"], ", ".join(bad) or "nan", row.get("nonfinite_updates", "no"))
+        k = self.cfg.train.max_nonfinite_steps
+        if len(self._nonfinite_streak) >= k:
+            lr = self.cfg.train.lr
+            raise DivergenceError(
+                f"training diverged: {k} step(s) in a row ({self._nonfinite_streak[0]}-{self._nonfinite_streak[-1]}) "
+                f"had a NaN/inf loss or gradient at lr {lr:g}. The last checkpoint is "
+                f"{self.last_checkpoint or 'none (resume starts over)'}; resume it with a lower learning rate: "
+                f"agentrl train --out {self.run_dir} --resume --lr {lr / 10:g}")
 
     def step(self, step: int) -> dict:
         """One iteration: rollout, rewards, advantages, update. Returns its metrics row."""
@@ -436,44 +480,21 @@ class Trainer:
 
     # ----------------------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self, step: int) -> Path:
-        """Write checkpoints/step_NNNNNN (zero-padded step) atomically (temp dir + rename), point `latest` at it, drop older ones."""
-        self.ckpt_root.mkdir(parents=True, exist_ok=True)
-        name = f"step_{step:06d}"
-        final = self.ckpt_root / name
-        tmp = self.ckpt_root / f".tmp-{name}"
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        save_policy(self.policy, self.tok, tmp / "policy")
-        if self.value_head is not None:
-            torch.save(self.value_head.state_dict(), tmp / "value_head.pt")
-        torch.save(self.opt.state_dict(), tmp / "optimizer.pt")
-        (tmp / "state.json").write_text(json.dumps({"step": step}))
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        _atomic_write_text(self.ckpt_root / "latest", name)
-        for old in self.ckpt_root.glob("step_*"):
-            if old.name != name:
-                shutil.rmtree(old, ignore_errors=True)
-        return final
-
-    def _load_state(self, ckpt: Path) -> None:
-        if self.value_head is not None and (ckpt / "value_head.pt").is_file():
-            self.value_head.load_state_dict(torch.load(ckpt / "value_head.pt", map_location=self.device))
-        if (ckpt / "optimizer.pt").is_file():
-            self.opt.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location=self.device))
+        """Write checkpoints/step_NNNNNN (zero-padded step) durably and atomically, point `latest` at it, keep the
+        newest train.keep_checkpoints. Refuses non-finite weights. See checkpoint.save_checkpoint."""
+        path = ckpt_lib.save_checkpoint(self.ckpt_root, step, self.policy, self.tok, self.opt, self.value_head,
+                                        self.cfg, keep=self.cfg.train.keep_checkpoints)
+        self.last_checkpoint = path.name
+        return path
 
     def _read_metrics(self) -> list[dict]:
         """Metrics rows up to the resume step (later rows, from an interrupted run, are dropped and rewritten)."""
-        if not self.metrics_path.is_file():
-            return []
-        rows = [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line.strip()]
-        rows = [r for r in rows if r["step"] <= self.start_step]
-        _atomic_write_text(self.metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
-        return rows
+        return ckpt_lib.read_metrics(self.metrics_path, self.start_step)
 
     def close(self) -> None:
+        """Close the env pool and release the run directory's lock."""
         self.pool.close()
+        self._release_lock()
 
 
 def is_finite_row(row: dict) -> bool:
