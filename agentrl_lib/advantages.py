@@ -10,22 +10,33 @@ Introduced in notebooks/00_quickstart.ipynb.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
-        lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        lam: float = 1.0, turn_end: torch.Tensor | None = None,
+        gamma_token: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised Advantage Estimation over policy tokens only (Schulman et al. 2016, eq. 16).
 
     Environment and prompt tokens (mask 0) are skipped: the "next state" of a policy token is the next policy token
     of the same trajectory, so a turn's last token bootstraps from the first token of the next turn.
 
-        δ_t = r_t + γ V_{next(t)} − V_t,      A_t = δ_t + γ λ A_{next(t)},     V_{next(last)} = 0
+        δ_t = r_t + γ_t V_{next(t)} − V_t,      A_t = δ_t + γ_t λ A_{next(t)},     V_{next(last)} = 0
+        γ_t = gamma (the turn-level discount) if t ends a turn, else gamma_token (within a reply)
+
+    Which γ the papers mean: the Practitioner's Guide (§4.3) uses γ = λ = 1, where the two coincide; RAGEN's bi-level
+    GAE discounts between turns with a turn-level γ and within a reply with a token-level γ (1 by default). One γ per
+    token (turn_end=None) discounts a long reply more than a short one for the same turn.
 
     Args:
         rewards: (B, T) float32, turn rewards on turn-end tokens (0 elsewhere).
         values: (B, T) float32, V(s_t) on policy tokens (ignored elsewhere).
         mask: (B, T) 0/1 (bool or float), 1 on policy tokens.
+        gamma: discount between turns (applied at turn-end tokens); with turn_end=None, per policy token.
+        turn_end: (B, T) 0/1, 1 on each turn's last policy token; None treats every token as a turn end.
+        gamma_token: discount between tokens of one reply (used only with turn_end).
     Returns:
         (advantages, returns): (B, T) float32 each, zero where mask is 0; returns = advantages + values.
     """
@@ -36,8 +47,9 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
     next_adv = torch.zeros(B, dtype=torch.float32, device=rewards.device)
     for t in reversed(range(T)):
         m = mask[:, t]
-        delta = rewards[:, t] + gamma * next_value - values[:, t]
-        a = delta + gamma * lam * next_adv
+        g = gamma if turn_end is None else torch.where(turn_end[:, t] > 0, gamma, gamma_token).float()
+        delta = rewards[:, t] + g * next_value - values[:, t]
+        a = delta + g * lam * next_adv
         adv[:, t] = a * m
         # only policy tokens move the "next" pointers; env tokens leave them untouched
         next_value = torch.where(m > 0, values[:, t].float(), next_value)
@@ -51,22 +63,29 @@ def _group_index(group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return uniq, inv
 
 
+def singleton_groups(group_ids: torch.Tensor) -> int:
+    """Number of groups with a single trajectory (no group baseline; GRPO and RLOO give them advantage 0)."""
+    _, counts = torch.unique(group_ids, return_counts=True)
+    return int((counts < 2).sum().item())
+
+
 def grpo_advantages(returns: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """A_i = (R_i − mean_g R) / (std_g R + eps) within each group g (unbiased std, as TRL's GRPOTrainer).
 
-    A group whose returns are all equal gets advantage 0 (it carries no learning signal).
+    A group whose returns are all equal gets advantage 0 (it carries no learning signal), and so does a group left
+    with one trajectory (e.g. its other episodes failed in the environment): without a second member there is no
+    baseline. Count those with `singleton_groups` and log them; config validation refuses group_size < 2.
 
     Args:
         returns: (N,) float32 trajectory returns.  group_ids: (N,) int64.
     Returns: (N,) float32.
-    Raises: ValueError if a group has a single member (no baseline; use group_size >= 2).
     """
     _, inv = _group_index(group_ids)
     adv = torch.zeros_like(returns, dtype=torch.float32)
     for g in inv.unique():
         idx = (inv == g).nonzero(as_tuple=True)[0]
         if len(idx) < 2:
-            raise ValueError("GRPO needs at least 2 trajectories per group (group_size >= 2)")
+            continue  # no baseline: advantage 0 (counted by singleton_groups)
         r = returns[idx].float()
         std = r.std()
         adv[idx] = 0.0 if std.item() == 0 else (r - r.mean()) / (std + eps)
@@ -74,9 +93,10 @@ def grpo_advantages(returns: torch.Tensor, group_ids: torch.Tensor, eps: float =
 
 
 def rloo_advantages(returns: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
-    """A_i = R_i − (1/(G−1)) Σ_{j≠i} R_j within each group (REINFORCE leave-one-out; unbiased baseline).
+    """A_i = R_i − (1/(G−1)) Σ_{j≠i} R_j within each group (REINFORCE leave-one-out; Ahmadian et al. 2024, eq. 5).
 
-    Args / Returns: as grpo_advantages. Raises ValueError for a group of size 1.
+    A group with one trajectory has no leave-one-out baseline and gets advantage 0 (see grpo_advantages).
+    Args / Returns: as grpo_advantages.
     """
     _, inv = _group_index(group_ids)
     adv = torch.zeros_like(returns, dtype=torch.float32)
@@ -84,7 +104,7 @@ def rloo_advantages(returns: torch.Tensor, group_ids: torch.Tensor) -> torch.Ten
         idx = (inv == g).nonzero(as_tuple=True)[0]
         n = len(idx)
         if n < 2:
-            raise ValueError("RLOO needs at least 2 trajectories per group (group_size >= 2)")
+            continue  # no baseline: advantage 0 (counted by singleton_groups)
         r = returns[idx].float()
         adv[idx] = r - (r.sum() - r) / (n - 1)
     return adv
@@ -98,13 +118,14 @@ def broadcast_to_tokens(traj_adv: torch.Tensor, mask: torch.Tensor) -> torch.Ten
 def top_std_groups(returns: torch.Tensor, group_ids: torch.Tensor, keep_frac: float) -> torch.Tensor:
     """StarPO-S filter: keep the groups whose within-group return std is among the top `keep_frac` (RAGEN §4.2).
 
-    Returns: (N,) bool, True for trajectories of kept groups (at least one group is kept; ties broken by order).
+    The number of kept groups is keep_frac × n_groups rounded half up (at least 1); ties are broken by order.
+    Returns: (N,) bool, True for trajectories of kept groups.
     """
     if keep_frac >= 1.0:
         return torch.ones_like(returns, dtype=torch.bool)
     uniq, inv = _group_index(group_ids)
     stds = torch.stack([returns[inv == g].float().std(unbiased=False) for g in range(len(uniq))])
-    n_keep = max(1, int(round(keep_frac * len(uniq))))
+    n_keep = max(1, math.floor(keep_frac * len(uniq) + 0.5))  # round half up (Python's round() rounds 0.5 to even)
     kept = torch.argsort(stds, descending=True, stable=True)[:n_keep]
     return torch.isin(inv, kept)
 

@@ -11,12 +11,16 @@ notebooks call.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import math
 import os
+import signal
 import sys
+import tempfile
 from pathlib import Path
 
-from .config import ALGOS, REWARDS, ConfigError, RunConfig
+from .config import ALGOS, REWARDS, SEED_MAX, ConfigError, RunConfig
 
 
 def _make_games(a) -> None:
@@ -39,6 +43,52 @@ def _make_games(a) -> None:
           f"{min(lens)}-{max(lens)}, max score {gs.games[0].max_score:g}")
 
 
+def _require(ok: bool, message: str) -> None:
+    """Raise ConfigError(message) unless `ok`: a bad flag value, found before any work starts."""
+    if not ok:
+        raise ConfigError(message)
+
+
+def check_out_path(flag: str, out: str, is_dir: bool = False) -> None:
+    """Check, before any work, that `out` (a file, or a directory when `is_dir`) can be written later: it is not a
+    directory (file) / a file (directory), no ancestor is a file, and the nearest existing ancestor accepts a new
+    file (probed with a temporary file, as permission bits do not tell for root or read-only mounts); leaves nothing
+    behind.
+
+    Raises:
+        ConfigError: naming `flag` and `out`, saying what is in the way.
+    """
+    path = Path(out).expanduser()
+    if not is_dir and path.is_dir():
+        raise ConfigError(f"{flag} {out} is a directory; pass a file path, e.g. {Path(out) / 'eval.json'}")
+    if is_dir and path.exists() and not path.is_dir():
+        raise ConfigError(f"{flag} {out} is a file, not a directory; pick another path")
+    ancestor = path if is_dir and path.is_dir() else path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"{flag} {out}: {ancestor} is a file, not a directory; pick another path")
+    try:
+        with tempfile.NamedTemporaryFile(dir=ancestor, prefix=".agentrl-write-check-"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"{flag} {out}: cannot write in {ancestor} ({e.strerror or e}); pick a writable path") from e
+
+
+def _check_model_flags(a) -> None:
+    """--device and --dtype, checked against this machine before games or models load (models.pick_device)."""
+    from .models import ModelLoadError, pick_device, pick_dtype
+
+    try:
+        device = pick_device(a.device)
+    except ModelLoadError as e:
+        raise ConfigError(f"--device {a.device}: {e}") from e
+    try:
+        pick_dtype(a.dtype, device)
+    except ModelLoadError as e:
+        raise ConfigError(f"--dtype {a.dtype}: {e}") from e
+
+
 def _eval(a) -> None:
     from .config import EnvConfig
     from .envs.base import check_env_errors, load_game_set
@@ -46,19 +96,22 @@ def _eval(a) -> None:
     from .evaluate import evaluate, format_eval, save_eval
     from .models import load_policy
 
+    _require(a.max_turns >= 1, f"--max-turns must be >= 1 (got {a.max_turns}); 8-12 suits small TextWorld games")
+    _require(a.batch_size >= 1, f"--batch-size must be >= 1 (got {a.batch_size})")
+    _require(math.isfinite(a.temperature) and a.temperature >= 0,
+             f"--temperature must be >= 0 (got {a.temperature}); 0 is greedy, 0.7 samples as in training")
+    if a.out:
+        check_out_path("--out", a.out)
+    _check_model_flags(a)
     games = load_game_set(a.games)
-    if a.max_turns < 1:
-        raise ConfigError(f"--max-turns must be >= 1 (got {a.max_turns})")
-    if a.batch_size < 1:
-        raise ConfigError(f"--batch-size must be >= 1 (got {a.batch_size})")
     env_cfg = EnvConfig(process_pool=a.process_pool, step_timeout_s=a.step_timeout,
-                        max_env_error_frac=a.max_env_error_frac)
+                        max_env_error_frac=a.max_env_error_frac, show_inventory=a.show_inventory)
     env_cfg.validate()
     pool = open_pool(env_cfg, min(a.batch_size, len(games)), games)  # every game checked before the model loads
     try:
         model, tok = load_policy(a.model, a.device, a.dtype)
         res = evaluate(model, tok, games, max_turns=a.max_turns, temperature=a.temperature, batch_size=a.batch_size,
-                       show_admissible=a.show_admissible, pool=pool)
+                       show_admissible=a.show_admissible, show_inventory=a.show_inventory, pool=pool)
     finally:
         pool.close()
     res["model"], res["games"] = a.model, str(games.root)
@@ -74,8 +127,18 @@ def _sft(a) -> None:
     from .envs.base import load_game_set
     from .sft import sft
 
+    _require(math.isfinite(a.epochs) and a.epochs > 0,
+             f"--epochs must be > 0 (got {a.epochs}); 1 is the warm-up the Practitioner's Guide uses")
+    _require(math.isfinite(a.lr) and a.lr > 0, f"--lr must be > 0 (got {a.lr}); 5e-5 is the default")
+    _require(a.batch_size >= 1, f"--batch-size must be >= 1 (got {a.batch_size})")
+    _require(a.max_turns is None or a.max_turns >= 1, f"--max-turns must be >= 1 (got {a.max_turns})")
+    _require(0 <= a.seed <= SEED_MAX, f"--seed must be in [0, {SEED_MAX}] (got {a.seed})")
+    _require(a.lora_rank >= 0, f"--lora-rank must be >= 0 (got {a.lora_rank}); 0 is full fine-tuning")
+    check_out_path("--out", a.out, is_dir=True)
+    _check_model_flags(a)
     s = sft(a.model, load_game_set(a.games), a.out, epochs=a.epochs, lr=a.lr, batch_size=a.batch_size,
-            max_turns=a.max_turns, seed=a.seed, device=a.device, dtype=a.dtype, lora_rank=a.lora_rank)
+            max_turns=a.max_turns, seed=a.seed, device=a.device, dtype=a.dtype, lora_rank=a.lora_rank,
+            show_admissible=a.show_admissible, show_inventory=a.show_inventory)
     print(f"SFT on {s['examples']} walkthroughs ({s['assistant_tokens']} action tokens): loss "
           f"{s['train_loss'][0]:.3f} → {s['train_loss'][-1]:.3f} in {s['seconds']:.0f}s; model in {a.out}/policy")
 
@@ -123,29 +186,66 @@ def build_config(a, base: RunConfig | None = None) -> RunConfig:
 
 
 def _train(a) -> None:
+    from .checkpoint import resume_config
     from .trainer import Trainer
 
     run_dir = Path(a.out)
-    saved = run_dir / "config.yaml"
-    cfg = build_config(a, RunConfig.load(saved) if a.resume and saved.is_file() else None)
+    cfg = build_config(a, resume_config(run_dir) if a.resume else None)  # "no run in DIR" when there is none
     if not cfg.env.games:
         raise ConfigError("no games: pass --games DIR (made by `agentrl make-games`) or set env.games in --config")
-    trainer = Trainer(cfg, run_dir, init=a.init, resume=a.resume)
+    eval_games = _check_train_inputs(a, cfg)
+    trainer = None
     try:
+        trainer = Trainer(cfg, run_dir, init=a.init, resume=a.resume)
         rows = trainer.train()
+    except KeyboardInterrupt:  # Ctrl-C: one line, exit 130, the last checkpoint intact (no traceback)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not break the cleanup
+        if trainer is not None:
+            trainer.close()
+        print(f"agentrl train: {_interrupted(trainer, run_dir)}", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
     finally:
-        trainer.close()
+        if trainer is not None:
+            trainer.close()
     if rows:
         last = rows[-1]
         print(f"done: {len(rows)} steps; last step success {last['success_rate']:.2f}, return {last['return_mean']:+.3f}; "
               f"metrics in {run_dir}/metrics.jsonl, curves in {run_dir}/learning_curve.png")
     if cfg.train.eval_games:
-        from .envs.base import load_game_set
         from .evaluate import evaluate, format_eval, save_eval
 
-        res = evaluate(trainer.policy, trainer.tok, load_game_set(cfg.train.eval_games), max_turns=cfg.env.max_turns)
+        res = evaluate(trainer.policy, trainer.tok, eval_games, max_turns=cfg.env.max_turns,
+                       temperature=cfg.train.eval_temperature, max_new_tokens=cfg.train.max_new_tokens,
+                       show_admissible=cfg.env.show_admissible, show_inventory=cfg.env.show_inventory)
         save_eval(res, run_dir / "eval.json")
         print(format_eval(res, "held-out"))
+
+
+def _check_train_inputs(a, cfg: RunConfig):
+    """What `train` would otherwise find out only after training: the held-out games (train.eval_games), --out, the
+    device / dtype and a model path that does not exist. Returns the loaded eval GameSet, or None."""
+    from .envs.base import load_game_set
+    from .models import pick_device, pick_dtype, resolve_model_path
+
+    check_out_path("--out", a.out, is_dir=True)
+    pick_dtype(cfg.model.dtype, pick_device(cfg.model.device))
+    if not a.resume:
+        name = a.init or cfg.model.name
+        if name != "embedded":  # the embedded model resolves by converting it (~20 s): leave that to the trainer
+            resolve_model_path(name)
+    return load_game_set(cfg.train.eval_games) if cfg.train.eval_games else None
+
+
+def _interrupted(trainer, run_dir: Path) -> str:
+    """The one line printed on Ctrl-C: where training stopped and how to go on."""
+    resume = f"resume with: agentrl train --out {run_dir} --resume"
+    if trainer is None:
+        return "interrupted before training started; nothing was trained: run the same command again"
+    where = (f"during step {trainer.step_in_progress}/{trainer.cfg.train.steps} (that step is not saved)"
+             if trainer.step_in_progress else f"after step {trainer.last_step}")
+    if trainer.last_checkpoint:
+        return f"interrupted {where}; the last checkpoint is {trainer.last_checkpoint}; {resume}"
+    return f"interrupted {where}; no checkpoint yet, so --resume starts over at step 1; {resume}"
 
 
 def _demo(a) -> None:
@@ -204,7 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--max-turns", type=int, default=8)
     e.add_argument("--temperature", type=float, default=0.0)
     e.add_argument("--batch-size", type=int, default=8)
-    e.add_argument("--show-admissible", action="store_true")
+    e.add_argument("--show-admissible", action="store_true", help="list the admissible commands in each observation")
+    e.add_argument("--show-inventory", action="store_true", help="append the inventory to each observation")
     env_flags(e, process_pool=True, step_timeout=30.0, max_env_error_frac=0.5)
     e.set_defaults(func=_eval)
 
@@ -218,6 +319,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-turns", type=int, default=None)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--lora-rank", type=int, default=0)
+    s.add_argument("--show-admissible", action="store_true",
+                   help="list the admissible commands in each observation (use the same setting for RL and eval)")
+    s.add_argument("--show-inventory", action="store_true",
+                   help="append the inventory to each observation (use the same setting for RL and eval)")
     s.set_defaults(func=_sft)
 
     t = sub.add_parser("train", help="multi-turn RL (PPO / GRPO / RLOO)")
@@ -252,16 +357,43 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+USER_ERRNOS = {errno.ENOENT, errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.ENOSPC,
+               errno.EDQUOT, errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP}
+"""OSErrors that come from the user's paths or disk (not from a bug): main() reports them in one line."""
+
+
+def is_user_error(e: BaseException) -> bool:
+    """Whether main() reports `e` as one line (bad input, bad file, full disk) rather than let its traceback show a
+    bug: configuration, game and model errors (ValueError subclasses), ValueErrors, too many env errors
+    (TooManyEnvErrors), a missing module (with our install hint), and OSErrors about a path (a filename, or an errno
+    of USER_ERRNOS)."""
+    from .envs.base import GameLoadError, GameSetError, TooManyEnvErrors
+
+    if isinstance(e, (ConfigError, GameSetError, GameLoadError, TooManyEnvErrors, ValueError, ModuleNotFoundError)):
+        return True
+    return isinstance(e, OSError) and (e.filename is not None or e.errno in USER_ERRNOS
+                                       or isinstance(e, (FileNotFoundError, FileExistsError, PermissionError,
+                                                         NotADirectoryError, IsADirectoryError)))
+
+
+def error_line(cmd: str, e: BaseException) -> str:
+    """`agentrl CMD: error: MESSAGE` on one line (multi-line messages, e.g. YAML's, are joined)."""
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        message = f"{e.strerror}: {e.filename}" + (f" -> {e.filename2}" if e.filename2 else "")
+    else:
+        message = str(e) or type(e).__name__
+    return f"agentrl {cmd}: error: {' '.join(message.split())}"
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     a = build_parser().parse_args(argv)
-    from .envs.base import GameLoadError, GameSetError, TooManyEnvErrors
-
     try:
         a.func(a)
-    except (ConfigError, GameSetError, GameLoadError, TooManyEnvErrors, FileNotFoundError, FileExistsError,
-            ValueError) as e:
-        print(f"agentrl {a.cmd}: error: {e}", file=sys.stderr)
+    except Exception as e:
+        if not is_user_error(e):
+            raise  # a bug: its traceback is what a report needs
+        print(error_line(a.cmd, e), file=sys.stderr)
         return 2
     return 0
 

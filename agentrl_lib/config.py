@@ -6,6 +6,8 @@ Introduced in notebooks/00_quickstart.ipynb.
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,11 @@ import yaml
 
 ALGOS = ("ppo", "grpo", "rloo")
 REWARDS = ("sparse", "dense")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICE_PATTERN = r"auto|(cpu|cuda|mps)(:\d+)?"
+"""Device names accepted by model.device / --device (models.pick_device also checks the machine has the device)."""
+SEED_MAX = 2**32 - 1
+"""Largest seed: numpy (used by TRL's set_seed in SFT) takes seeds in [0, 2**32 - 1]."""
 
 
 class ConfigError(ValueError):
@@ -82,7 +89,11 @@ class AlgoConfig:
     group_size: int = 4
     """Episodes per game in one rollout batch (G). GRPO and RLOO need G >= 2 for a baseline; RAGEN uses 4-16."""
     gamma: float = 1.0
-    """Discount per policy token for GAE (the paper uses 1.0)."""
+    """Discount between turns for GAE (PPO): applied at each turn's last token (the Practitioner's Guide: 1.0; RAGEN's
+    turn-level gamma)."""
+    gamma_token: float = 1.0
+    """Discount between tokens of one reply for GAE (RAGEN's token-level gamma, 1.0); 1.0 keeps a reply's length from
+    changing its credit."""
     lam: float = 1.0
     """GAE lambda (the paper uses 1.0: advantage = remaining return - value)."""
     clip_low: float = 0.2
@@ -91,6 +102,15 @@ class AlgoConfig:
     """epsilon_high of the clipped ratio (StarPO-S / DAPO decoupled clipping: 0.28; set 0.2 for plain PPO)."""
     kl_coef: float = 0.0
     """Weight of the k3 KL estimate to the frozen reference policy (0 disables the reference model; paper 0.001-0.01)."""
+    dual_clip: float = 0.0
+    """Dual clip c > 1 for negative advantages: the objective is bounded below by c·A (Ye et al. 2020; 3.0 there; 0 =
+    off)."""
+    tis: str = "auto"
+    """Truncated importance sampling between the rollout's and the trainer's log-probs (Yao et al. 2025): 'on', 'off',
+    or 'auto' (on when the policy runs in bf16/fp16, where the two differ; off in fp32 on a CPU, where they agree to
+    ~1e-6)."""
+    tis_cap: float = 2.0
+    """C of truncated importance sampling, w = min(pi_old / pi_rollout, C) (Yao et al. 2025 use 2)."""
     entropy_coef: float = 0.001
     """Weight of the entropy bonus (StarPO-S: 0.001)."""
     vf_coef: float = 0.1
@@ -100,7 +120,7 @@ class AlgoConfig:
     normalize_advantages: bool = True
     """Whiten PPO advantages over the batch's policy tokens (GRPO/RLOO are already normalised per group)."""
     grpo_std_eps: float = 1e-6
-    """Epsilon in GRPO's (R - mean) / (std + eps)."""
+    """Epsilon in GRPO's (R - mean) / (std + eps) (>= 0)."""
     keep_top_std: float = 1.0
     """StarPO-S filter: keep this fraction of groups with the highest within-group reward std (1.0 keeps all; RAGEN 0.25)."""
 
@@ -113,7 +133,7 @@ class AlgoConfig:
             raise ConfigError(
                 f"{self.name.upper()} needs algo.group_size >= 2 (got {self.group_size}): with one episode per game "
                 "the group baseline equals the episode's own return and every advantage is 0. Use --group-size 4.")
-        for name in ("gamma", "lam"):
+        for name in ("gamma", "gamma_token", "lam"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
                 raise ConfigError(f"algo.{name} must be in [0, 1] (got {v})")
@@ -121,6 +141,19 @@ class AlgoConfig:
             raise ConfigError(f"algo.clip_low must be in (0, 1) and clip_high > 0 (got {self.clip_low}, {self.clip_high})")
         if not 0.0 < self.keep_top_std <= 1.0:
             raise ConfigError(f"algo.keep_top_std must be in (0, 1] (got {self.keep_top_std})")
+        if self.dual_clip != 0 and not self.dual_clip > 1:
+            raise ConfigError(f"algo.dual_clip must be 0 (off) or > 1 (got {self.dual_clip}); Ye et al. 2020 use 3")
+        if self.tis not in ("auto", "on", "off"):
+            raise ConfigError(f"algo.tis must be 'auto', 'on' or 'off' (got {self.tis!r})")
+        if not self.tis_cap > 0:
+            raise ConfigError(f"algo.tis_cap must be > 0 (got {self.tis_cap}); Yao et al. 2025 use 2")
+        for name, why in [("kl_coef", "0 disables the KL term; the paper uses 0.001-0.01"),
+                          ("entropy_coef", "a negative weight penalises entropy; StarPO-S uses 0.001"),
+                          ("vf_coef", "a negative weight trains the critic away from the returns; 0.1 is typical"),
+                          ("vf_clip", "0 disables value clipping; 0.2 is typical"),
+                          ("grpo_std_eps", "a negative epsilon can flip the sign of advantages; use 1e-6")]:
+            if getattr(self, name) < 0:
+                raise ConfigError(f"algo.{name} must be >= 0 (got {getattr(self, name)}); {why}")
 
 
 @dataclass
@@ -139,10 +172,14 @@ class ModelConfig:
     """LoRA alpha (scale = alpha / rank)."""
 
     def validate(self) -> None:
-        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+        if self.dtype not in DTYPES:
             raise ConfigError(f"model.dtype must be auto, float32, bfloat16 or float16 (got {self.dtype!r})")
         if self.lora_rank < 0:
             raise ConfigError(f"model.lora_rank must be >= 0 (got {self.lora_rank})")
+        if not re.fullmatch(DEVICE_PATTERN, self.device):
+            raise ConfigError(f"model.device must be auto, cpu, cuda, cuda:N or mps (got {self.device!r})")
+        if self.lora_rank > 0 and self.lora_alpha <= 0:
+            raise ConfigError(f"model.lora_alpha must be > 0 with LoRA (got {self.lora_alpha}); 32 is typical")
 
 
 @dataclass
@@ -165,28 +202,45 @@ class TrainConfig:
     value_lr: float = 1e-4
     """Learning rate of the value head (PPO only)."""
     max_grad_norm: float = 1.0
-    """Global gradient-norm clip."""
+    """Global gradient-norm clip (> 0; 1.0 is typical)."""
     temperature: float = 0.7
-    """Sampling temperature during training rollouts (the paper: 0.7)."""
+    """Sampling temperature during training rollouts (> 0; the paper: 0.7)."""
     eval_temperature: float = 0.0
-    """Sampling temperature for evaluation (0 = greedy)."""
+    """Sampling temperature of the held-out evaluation at the end of training (0 = greedy)."""
     max_new_tokens: int = 24
     """Tokens the policy may generate per turn (an action is a short command)."""
     seed: int = 0
-    """Seed for game sampling, sampling and initialisation."""
+    """Seed for game sampling, sampling and initialisation (0 to 2**32 - 1)."""
     checkpoint_every: int = 5
     """Save a checkpoint every this many iterations (and at the end)."""
+    keep_checkpoints: int = 2
+    """Checkpoints kept (the newest ones; >= 1). A resume falls back to an older one when the newest is damaged;
+    each costs about 3x the model's size on disk (weights + AdamW state)."""
+    max_nonfinite_steps: int = 3
+    """Stop the run after this many consecutive steps with a NaN/inf loss or gradient (their updates are skipped,
+    so the weights stay finite; lower the lr and resume). 1-5."""
     eval_games: str = ""
     """Optional held-out games evaluated at the end of training."""
 
     def validate(self) -> None:
-        for name in ("steps", "games_per_step", "epochs", "minibatch_size", "max_new_tokens", "checkpoint_every"):
+        for name in ("steps", "games_per_step", "epochs", "minibatch_size", "max_new_tokens", "checkpoint_every",
+                     "keep_checkpoints", "max_nonfinite_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"train.{name} must be >= 1 (got {getattr(self, name)})")
+        if self.max_grad_norm <= 0:
+            raise ConfigError(f"train.max_grad_norm must be > 0 (got {self.max_grad_norm}): it is the gradient-norm "
+                              "clip (a negative one reverses the gradient); 1.0 is typical")
+        if not 0 <= self.seed <= SEED_MAX:
+            raise ConfigError(f"train.seed (--seed) must be an integer in [0, {SEED_MAX}] (got {self.seed}); pick a "
+                              "smaller seed")
         if self.lr <= 0 or self.value_lr <= 0:
             raise ConfigError(f"train.lr and train.value_lr must be > 0 (got {self.lr}, {self.value_lr})")
-        if self.temperature < 0 or self.eval_temperature < 0:
-            raise ConfigError("train.temperature and train.eval_temperature must be >= 0 (0 = greedy)")
+        if not self.temperature > 0:
+            raise ConfigError(f"train.temperature must be > 0 for training (got {self.temperature}): the update needs "
+                              "the sampling distribution softmax(logits / T); use 0.7 (the paper). Greedy (0) is for "
+                              "evaluation: train.eval_temperature")
+        if self.eval_temperature < 0:
+            raise ConfigError(f"train.eval_temperature must be >= 0 (got {self.eval_temperature}; 0 = greedy)")
 
 
 @dataclass
@@ -204,7 +258,12 @@ class RunConfig:
 
     def validate(self) -> None:
         for f in fields(self):
-            getattr(self, f.name).validate()
+            section = getattr(self, f.name)
+            for g in fields(section):  # NaN passes every `x < 0` test: refuse non-finite numbers first
+                v = getattr(section, g.name)
+                if isinstance(v, float) and not math.isfinite(v):
+                    raise ConfigError(f"{f.name}.{g.name} must be a finite number (got {v})")
+            section.validate()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -229,18 +288,7 @@ class RunConfig:
             if bad:
                 raise ConfigError(f"unknown key(s) {sorted(bad)} in section '{name}'; valid keys: {sorted(valid)}")
             for key, value in section.items():
-                default = getattr(proto, key)
-                if isinstance(default, bool) and not isinstance(value, bool):
-                    raise ConfigError(f"{name}.{key} must be true/false, got {value!r}")
-                if isinstance(default, (int, float)) and not isinstance(default, bool):
-                    if not isinstance(value, (int, float)) or isinstance(value, bool):
-                        raise ConfigError(f"{name}.{key} must be a number, got {value!r}")
-                    value = type(default)(value) if isinstance(default, float) else value
-                    if isinstance(default, int) and not isinstance(value, int):
-                        raise ConfigError(f"{name}.{key} must be an integer, got {value!r}")
-                if isinstance(default, str) and not isinstance(value, str):
-                    raise ConfigError(f"{name}.{key} must be a string, got {value!r}")
-                setattr(proto, key, value)
+                setattr(proto, key, _parse_value(f"{name}.{key}", getattr(proto, key), value))
             parts[name] = proto
         return cls(**parts)
 
@@ -251,10 +299,52 @@ class RunConfig:
     def load(cls, path: str | Path) -> "RunConfig":
         """Read a YAML config. Raises FileNotFoundError or ConfigError (malformed YAML, unknown keys, bad values)."""
         path = Path(path)
+        if path.is_dir():
+            raise ConfigError(f"config file {path} is a directory; pass a YAML file")
         if not path.is_file():
             raise FileNotFoundError(f"config file {path} does not exist")
         try:
             data = yaml.safe_load(path.read_text())
         except yaml.YAMLError as e:
             raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"config file {path} is not a text (UTF-8) YAML file: {e}") from e
         return cls.from_dict(data or {})
+
+
+def _parse_value(key: str, default: Any, value: Any) -> Any:
+    """`value` read from YAML for the field `key` (e.g. 'train.lr') whose default is `default`, converted to the
+    default's type. Numeric strings are numbers: PyYAML (YAML 1.1) reads `1e-5` and `1e3` as strings (its float needs
+    a dot: `1.0e-5`). Integer fields take integral numbers (`1e3`, `4.0`), not 2.5; no number field takes a bool.
+
+    Raises:
+        ConfigError: naming `key`, when the value has the wrong type.
+    """
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} must be true/false, got {value!r}")
+        return value
+    if isinstance(default, (int, float)):
+        number = value
+        if isinstance(value, str):
+            for parse in (int, float):
+                try:
+                    number = parse(value.strip())
+                    break
+                except ValueError:
+                    number = None
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            raise ConfigError(f"{key} must be a number, got {value!r} (write e.g. 3, 0.2 or 1e-5)")
+        if isinstance(default, float):
+            try:
+                return float(number)
+            except OverflowError:
+                raise ConfigError(f"{key} must be a finite number, got {value!r}") from None
+        if isinstance(number, float):
+            if not (math.isfinite(number) and number.is_integer()):
+                raise ConfigError(f"{key} must be an integer, got {value!r}")
+            number = int(number)
+        return number
+    if isinstance(default, str) and not isinstance(value, str):
+        raise ConfigError(f"{key} must be a string, got {value!r}")
+    return value

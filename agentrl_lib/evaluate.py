@@ -15,11 +15,13 @@ from .rollout import rollout
 
 
 def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: float = 0.0, batch_size: int = 8,
-             max_new_tokens: int = 24, show_admissible: bool = False, pool: EnvPool | None = None,
-             progress: bool = True, process_pool: bool = True, step_timeout_s: float = 30.0,
-             check_games: bool = True) -> dict:
+             max_new_tokens: int = 24, show_admissible: bool = False, show_inventory: bool = False,
+             pool: EnvPool | None = None, progress: bool = True, process_pool: bool = True,
+             step_timeout_s: float = 30.0, check_games: bool = True) -> dict:
     """Play every game in `games` once, `batch_size` episodes at a time.
 
+    Observations are shown as in training: pass the run's env.show_admissible / env.show_inventory, since a policy
+    trained with the admissible commands or the inventory in view is evaluated with them.
     Without `pool`, the envs run as a run's do (`envs.pool.open_pool`): a ProcessPool (`process_pool`), a watchdog
     of `step_timeout_s` seconds per env call, and every game checked first (`check_games`, cached).
 
@@ -37,8 +39,8 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
         raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
     own_pool = pool is None
     if pool is None:
-        pool = open_pool(EnvConfig(process_pool=process_pool, step_timeout_s=step_timeout_s, check_games=check_games),
-                         min(batch_size, len(games)), games)
+        pool = open_pool(EnvConfig(process_pool=process_pool, step_timeout_s=step_timeout_s, check_games=check_games,
+                                   show_inventory=show_inventory), min(batch_size, len(games)), games)
     chat = ChatFormat(tokenizer)
     rows, t0, tokens, gen_s = [], time.perf_counter(), 0, 0.0
     bar = tqdm(total=len(games), desc="eval", disable=not progress)
@@ -47,7 +49,7 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
             chunk = games.games[start:start + pool.size]
             trajs, st = rollout(model, tokenizer, pool, [g.path for g in chunk], max_turns=max_turns,
                                 max_new_tokens=max_new_tokens, temperature=temperature,
-                                show_admissible=show_admissible, chat=chat,
+                                show_admissible=show_admissible, show_inventory=show_inventory, chat=chat,
                                 system_prompt=system_prompt_for(games.family))
             tokens, gen_s = tokens + st.generated_tokens, gen_s + st.generate_seconds
             for g, t in zip(chunk, trajs):

@@ -19,24 +19,67 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                clip_low: float = 0.2, clip_high: float = 0.2) -> tuple[torch.Tensor, dict[str, float]]:
-    """Clipped surrogate (Schulman et al. 2017, eq. 7) with decoupled clip range (DAPO, Yu et al. 2025; StarPO-S):
+                clip_low: float = 0.2, clip_high: float = 0.2, dual_clip: float = 0.0,
+                is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped surrogate (Schulman et al. 2017, eq. 7) with decoupled clip range (DAPO, Yu et al. 2025; StarPO-S),
+    optional dual clip (Ye et al. 2020, eq. 5) and optional truncated importance-sampling weights (Yao et al. 2025):
 
         ρ_t = exp(log π_θ(a_t) − log π_old(a_t))
-        L = −mean_t min(ρ_t A_t, clip(ρ_t, 1 − ε_low, 1 + ε_high) A_t)
+        J_t = min(ρ_t A_t, clip(ρ_t, 1 − ε_low, 1 + ε_high) A_t)
+        dual clip (c > 1):  J_t = max(J_t, c · A_t) where A_t < 0     (a bounded step for very large ρ_t)
+        TIS:                J_t = w_t · J_t,  w_t = min(π_old(a_t) / π_behaviour(a_t), C)  (given as is_weights)
+        L = −mean_t J_t   (token mean over the mask)
 
-    Returns: loss (scalar), metrics {clip_frac, approx_kl (k3 of π_old to π_θ), ratio_mean}.
+    Args:
+        logprobs, old_logprobs, advantages: (B, T) float32.  mask: (B, T) 0/1, the policy tokens that train.
+        dual_clip: c of the dual clip (0 = off; Ye et al. use 3).
+        is_weights: (B, T) float32 truncated importance weights (no gradient flows through them), or None.
+    Returns: loss (scalar), metrics {clip_frac, dual_clip_frac, approx_kl, ratio_mean, policy_loss}. approx_kl is
+        the k3 estimate of KL(π_old ‖ π_θ) from the sampled tokens, (ρ − 1) − log ρ (Schulman 2020, "Approximating
+        KL divergence"); policy_loss is the surrogate alone (before entropy, value and KL terms).
+    Raises: ValueError if 0 < dual_clip <= 1.
     """
+    if 0 < dual_clip <= 1:
+        raise ValueError(f"dual_clip must be 0 (off) or > 1 (got {dual_clip}); Ye et al. 2020 use 3")
     log_ratio = logprobs - old_logprobs
     ratio = torch.exp(log_ratio)
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages
-    loss = -masked_mean(torch.min(unclipped, clipped), mask)
+    objective = torch.min(unclipped, clipped)
+    dual = torch.zeros_like(objective, dtype=torch.bool)
+    if dual_clip > 0:
+        floor = dual_clip * advantages
+        dual = (advantages < 0) & (objective < floor)
+        objective = torch.where(advantages < 0, torch.max(objective, floor), objective)
+    if is_weights is not None:
+        objective = objective * is_weights.detach()
+    loss = -masked_mean(objective, mask)
     with torch.no_grad():
         clip_frac = masked_mean((clipped < unclipped).float(), mask).item()
-        approx_kl = masked_mean(torch.exp(-log_ratio) - 1 + log_ratio, mask).item()
+        approx_kl = masked_mean((ratio - 1) - log_ratio, mask).item()
         ratio_mean = masked_mean(ratio, mask).item()
-    return loss, {"clip_frac": clip_frac, "approx_kl": approx_kl, "ratio_mean": ratio_mean}
+        dual_frac = masked_mean(dual.float(), mask).item()
+    return loss, {"clip_frac": clip_frac, "dual_clip_frac": dual_frac, "approx_kl": approx_kl,
+                  "ratio_mean": ratio_mean, "policy_loss": loss.item()}
+
+
+def truncated_is_weights(old_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, mask: torch.Tensor,
+                         cap: float) -> torch.Tensor:
+    """Truncated importance-sampling weights w_t = min(π_old(a_t) / π_behaviour(a_t), C) (Yao et al. 2025, "Your
+    efficient RL framework secretly brings you off-policy RL training", TIS).
+
+    π_behaviour is the distribution the rollout engine sampled from (its logged log-probs); π_old is the same policy
+    as the trainer computes it. They differ when the two run different kernels or precisions (bf16 on a GPU, vLLM);
+    on a CPU in fp32 they agree to ~1e-6 and w ≈ 1.
+
+    Args:
+        old_logprobs, behaviour_logprobs: (B, T) float32.  mask: (B, T) 0/1.  cap: C > 0 (Yao et al. use 2).
+    Returns: (B, T) float32 weights, 0 where mask is 0. Raises: ValueError if cap <= 0.
+    """
+    if cap <= 0:
+        raise ValueError(f"the TIS cap must be > 0 (got {cap})")
+    w = torch.exp(old_logprobs - behaviour_logprobs).clamp(max=cap)
+    return w * mask.float()
 
 
 def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from .config import DEVICE_PATTERN, DTYPES
+
 EMBEDDED = "embedded"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -26,19 +28,48 @@ def cache_root() -> Path:
     return path
 
 
+class ModelLoadError(ValueError):
+    """The model, one of its files, or the device / dtype asked for cannot be used; the message names the file or
+    value and says how to fix it."""
+
+
 def pick_device(device: str = "auto") -> torch.device:
-    """'auto' → CUDA when available, else CPU."""
+    """'auto' → CUDA when available, else CPU; 'cpu', 'cuda', 'cuda:N', 'mps' are checked against this machine.
+
+    Raises:
+        ModelLoadError: not a device name (e.g. 'tpu0'), or a device this machine does not have (CUDA without a GPU
+            or a CUDA build of torch, an index past the GPU count, MPS off a Mac).
+    """
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    if not isinstance(device, str) or not re.fullmatch(DEVICE_PATTERN, device):
+        raise ModelLoadError(f"device {device!r} is not a device name; use auto, cpu, cuda, cuda:N or mps")
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch build has no CUDA" if torch.version.cuda is None else "no GPU is visible"
+            raise ModelLoadError(f"device {device!r}: CUDA is not available ({why}; torch {torch.__version__}); "
+                                 "use --device cpu or auto")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ModelLoadError(f"device {device!r}: this machine has {torch.cuda.device_count()} GPU(s) "
+                                 f"(cuda:0 to cuda:{torch.cuda.device_count() - 1}); pick one of those or auto")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ModelLoadError(f"device {device!r}: MPS (Apple GPU) is not available here; use --device cpu or auto")
+    return dev
 
 
 def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """'auto' → bfloat16 on CUDA (when supported), float32 on CPU (bf16 is not faster on most CPUs)."""
+    """'auto' → bfloat16 on CUDA (when supported), float32 on CPU (bf16 is not faster on most CPUs).
+
+    Raises:
+        ModelLoadError: a dtype other than auto, float32, bfloat16, float16 (e.g. 'fp8').
+    """
     if dtype == "auto":
         if device.type == "cuda" and torch.cuda.is_bf16_supported():
             return torch.bfloat16
         return torch.float32
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"dtype {dtype!r} is not supported; use one of {', '.join(DTYPES)}")
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
 
 
@@ -86,6 +117,22 @@ def embedded_model_dir() -> Path:
     return target
 
 
+def is_model_dir(path: str | Path) -> bool:
+    """True if `path` holds a transformers model (config.json) or a peft LoRA adapter (adapter_config.json)."""
+    path = Path(path)
+    return (path / "config.json").is_file() or (path / "adapter_config.json").is_file()
+
+
+def is_adapter(name: str) -> bool:
+    """True if the model `name` resolves to a peft LoRA adapter (an SFT or RL run trained with --lora-rank)."""
+    if name == EMBEDDED:
+        return False
+    try:
+        return Path(resolve_model_path(name), "adapter_config.json").is_file()
+    except FileNotFoundError:
+        return False
+
+
 def resolve_model_path(name: str) -> str:
     """Map a model name to something `from_pretrained` accepts.
 
@@ -93,7 +140,9 @@ def resolve_model_path(name: str) -> str:
     its `policy/`; an existing local dir → itself; anything else is taken as a Hugging Face id.
 
     Raises:
-        FileNotFoundError: `name` looks like a path (starts with '.', '/', '~' or contains os.sep) but does not exist.
+        FileNotFoundError: `name` looks like a local path but does not exist: it starts with '.', '/' or '~', is not
+            of the Hub's `org/name` form, or its first component is a local directory (`runs/ppo2` when `runs/`
+            exists; see `_local_path_hint`).
     """
     if name == EMBEDDED:
         return str(embedded_model_dir())
@@ -102,24 +151,151 @@ def resolve_model_path(name: str) -> str:
         latest = path / "checkpoints" / "latest"
         if latest.is_file():
             path = path / "checkpoints" / latest.read_text().strip()
-        if (path / "policy" / "config.json").is_file():
+        if is_model_dir(path / "policy"):  # a checkpoint, an SFT output (full weights or a LoRA adapter)
             return str(path / "policy")
-        if (path / "config.json").is_file() or (path / "adapter_config.json").is_file():
+        if is_model_dir(path):
             return str(path)
         raise FileNotFoundError(f"{name} is a directory but holds no model (no config.json, no checkpoints/latest)")
     # a Hugging Face id is `name` or `org/name` (letters, digits, '-', '_', '.'); anything else is a local path
-    if name.startswith((".", "/", "~")) or not re.fullmatch(r"[\w.\-]+(/[\w.\-]+)?", name):
+    if name.startswith((".", "/", "~")) or not re.fullmatch(r"[\w.\-]+(/[\w.\-]+)?", name) or _local_path_hint(name):
         raise FileNotFoundError(
-            f"model path {name} does not exist; pass 'embedded', a Hugging Face id (e.g. Qwen/Qwen2.5-0.5B-Instruct), "
-            "a local model directory or a run directory")
+            f"local path {name} does not exist{_local_path_hint(name)}; pass 'embedded', a Hugging Face id "
+            "(e.g. Qwen/Qwen2.5-0.5B-Instruct), a local model directory or a run directory")
     return name
 
 
+def _local_path_hint(name: str) -> str:
+    """'' unless `name` (of the Hub's `org/name` form) starts with an existing local directory, as `runs/ppo2` does
+    when `runs/` exists: then it is a typo'd local path, not a Hub id, and the hint lists the nearest names there."""
+    head, sep, tail = name.partition("/")
+    parent = Path(head).expanduser()
+    if not sep or not parent.is_dir():
+        return ""
+    import difflib
+
+    try:
+        close = difflib.get_close_matches(tail, [p.name for p in parent.iterdir()], n=3)
+    except OSError:
+        close = []
+    return f" ({head}/ exists{'; did you mean ' + ' or '.join(f'{head}/{c}' for c in close) + '?' if close else ''})"
+
+
+def _hub_offline() -> bool:
+    """Offline mode as huggingface_hub and transformers read it: HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE set to a true
+    value (1, ON, YES, TRUE), read now, not when huggingface_hub was imported."""
+    from huggingface_hub import constants
+
+    env = (os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or "").upper()
+    return env in ("1", "ON", "YES", "TRUE") or bool(constants.HF_HUB_OFFLINE)
+
+
+def check_hub_model(repo_id: str, timeout: float = 10.0) -> str:
+    """Fail fast, with one clear message, when a Hugging Face id cannot be loaded.
+
+    One HEAD request for `config.json`, without huggingface_hub's retries (its `http_backoff` waits 1+2+4+8+8 s on
+    each network error, for each file transformers asks for), tells a missing or gated repo from an unreachable Hub.
+    A model in the local Hugging Face cache loads from the cache when offline mode is on (HF_HUB_OFFLINE /
+    TRANSFORMERS_OFFLINE) or the Hub cannot be reached. The endpoint is $HF_ENDPOINT (default https://huggingface.co).
+
+    Returns:
+        what to load: the cached snapshot directory when the model is cached and offline mode is on or the Hub is
+        unreachable (loading by id would still ask the Hub for optional files, each with retries), else `repo_id`.
+    Raises:
+        ModelLoadError: not cached and offline; no such repo; gated repo; no config.json in it; Hub unreachable.
+    """
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url, snapshot_download, try_to_load_from_cache
+    from huggingface_hub.errors import EntryNotFoundError, GatedRepoError, RepositoryNotFoundError
+
+    cached = isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    not_local = f"model {repo_id!r} is not a local path and not in the Hugging Face cache"
+    if _hub_offline():
+        if cached:
+            return snapshot_download(repo_id, local_files_only=True)
+        raise ModelLoadError(f"{not_local}, and offline mode is on (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE); pass a "
+                             "local model directory, or download it once with the network on")
+    try:
+        get_hf_file_metadata(hf_hub_url(repo_id, "config.json", endpoint=os.environ.get("HF_ENDPOINT") or None),
+                             timeout=timeout)
+        return repo_id
+    except GatedRepoError as e:
+        raise ModelLoadError(f"model {repo_id!r} is gated on the Hugging Face Hub: accept its terms on its page, then "
+                             "log in (`hf auth login`) or set HF_TOKEN") from e
+    except RepositoryNotFoundError as e:
+        raise ModelLoadError(f"{not_local}, and the Hugging Face Hub has no model {repo_id!r} (or it is private); "
+                             "check the spelling, or pass 'embedded' or a local model directory") from e
+    except EntryNotFoundError as e:
+        raise ModelLoadError(f"model {repo_id!r} on the Hugging Face Hub has no config.json: it is not a "
+                             "transformers model") from e
+    except Exception as e:  # network errors (httpx ConnectError, timeouts) and HTTP errors: the Hub is unusable now
+        if cached:
+            import logging
+
+            logging.getLogger(__name__).warning("the Hugging Face Hub cannot be reached (%s); loading %s from the "
+                                                "local cache", e, repo_id)
+            return snapshot_download(repo_id, local_files_only=True)
+        raise ModelLoadError(f"{not_local}, and the Hugging Face Hub cannot be reached to download it "
+                             f"({type(e).__name__}: {e}); check the name and your network, or pass a local model "
+                             "directory (HF_HUB_OFFLINE=1 uses cached models only)") from e
+
+
+_LOAD_ERRORS = (OSError, ValueError, RuntimeError, KeyError, TypeError)  # what from_pretrained raises on bad files
+
+
+def _bad_file(path: str, stage: str) -> str:
+    """Name the file of local model dir `path` that a failed `stage` ('config', 'weights', 'tokenizer') points at:
+    the first JSON file that does not parse, or safetensors file whose header does not open; '' if none is found."""
+    root = Path(path)
+    if not root.is_dir():
+        return ""
+    import json
+
+    names = {"config": ["config.json"], "weights": ["config.json"], "adapter": ["adapter_config.json"],
+             "tokenizer": ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]}[stage]
+    for n in names:
+        if (root / n).is_file():
+            try:
+                json.loads((root / n).read_text())
+            except (ValueError, OSError) as e:
+                return f"{root / n} is not valid JSON ({e})"
+    if stage in ("weights", "adapter"):
+        from safetensors import SafetensorError, safe_open
+
+        for f in sorted(root.glob("*.safetensors")):
+            try:
+                with safe_open(str(f), framework="pt"):
+                    pass
+            except (SafetensorError, OSError) as e:
+                return f"{f} is corrupt or truncated ({e})"
+    return ""
+
+
+def _loaded(path: str, stage: str, load, *args, **kwargs):
+    """`load(*args, **kwargs)` (a from_pretrained), with a failure turned into one ModelLoadError that names the file
+    of `path` it comes from (stage: 'config', 'weights', 'adapter' or 'tokenizer')."""
+    from safetensors import SafetensorError
+
+    try:
+        return load(*args, **kwargs)
+    except (*_LOAD_ERRORS, SafetensorError) as e:
+        bad = _bad_file(path, stage)
+        if bad:
+            raise ModelLoadError(f"cannot load the model in {path}: {bad}; restore the file or re-save the "
+                                 "model") from e
+        what = {"config": "its config.json", "weights": "its weights", "adapter": "its LoRA adapter",
+                "tokenizer": "its tokenizer"}[stage]
+        first = " ".join(str(e).split("\n\n")[0].split()) or type(e).__name__
+        raise ModelLoadError(f"cannot load the model in {path} ({what}): {type(e).__name__}: {first}") from e
+
+
 def load_tokenizer(name: str = EMBEDDED):
-    """Tokenizer with left padding (batched generation) and a pad token."""
+    """Tokenizer with left padding (batched generation) and a pad token.
+
+    Raises: FileNotFoundError (see resolve_model_path); ModelLoadError naming a tokenizer file that does not load.
+    """
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(resolve_model_path(name))
+    path = resolve_model_path(name)
+    tok = _loaded(path, "tokenizer", AutoTokenizer.from_pretrained, path)
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
@@ -136,22 +312,29 @@ def load_policy(name: str = EMBEDDED, device: str = "auto", dtype: str = "auto",
         lora_rank: > 0 wraps the model with a peft LoRA adapter on all linear projections (only the adapter trains).
 
     Returns:
-        (model, tokenizer); the model is on `device`, in train mode off (eval()), generation config sampling-neutral
-        (top_k=0, top_p=1) so that the sampling distribution is exactly softmax(logits / T).
+        (model, tokenizer); the model is on `device`, in eval() mode. Its own generation config is left as loaded:
+        rollouts pass a complete one (`rollout.sampling_config`), so the sampling distribution is exactly
+        softmax(logits / T) whatever the checkpoint's defaults (transformers would otherwise add top-k 50).
     Raises:
         FileNotFoundError: a path that does not exist (see resolve_model_path).
+        ModelLoadError: a bad device or dtype (checked before loading), a Hub id that cannot be fetched
+            (check_hub_model), or a file that does not load (bad config.json, corrupt or truncated safetensors,
+            missing weights, bad tokenizer files): the message names the file.
     """
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     path = resolve_model_path(name)
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
+    if not Path(path).is_dir():
+        path = check_hub_model(path)
     if Path(path, "adapter_config.json").is_file():
         from peft import AutoPeftModelForCausalLM
 
-        model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=dt, is_trainable=True)
+        model = _loaded(path, "adapter", AutoPeftModelForCausalLM.from_pretrained, path, dtype=dt, is_trainable=True)
     else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dt)
+        config = _loaded(path, "config", AutoConfig.from_pretrained, path)
+        model = _loaded(path, "weights", AutoModelForCausalLM.from_pretrained, path, config=config, dtype=dt)
         if lora_rank > 0:
             from peft import LoraConfig, get_peft_model
 
@@ -159,8 +342,6 @@ def load_policy(name: str = EMBEDDED, device: str = "auto", dtype: str = "auto",
                                                      target_modules="all-linear", task_type="CAUSAL_LM"))
     model.to(dev)
     model.eval()
-    gc = model.generation_config
-    gc.top_k, gc.top_p, gc.repetition_penalty = None, 1.0, 1.0
     tok = load_tokenizer(path)
     return model, tok
 
@@ -168,6 +349,39 @@ def load_policy(name: str = EMBEDDED, device: str = "auto", dtype: str = "auto",
 def base_model(model):
     """The underlying transformers model (unwraps a peft model; LoRA layers stay active inside it)."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def disable_dropout(model) -> int:
+    """Turn off every dropout in `model` for RL: π_old is computed without dropout, so an update with dropout on would
+    start from a ratio ≠ 1 on every token (TRL does the same for GRPO; SmolLM2 has no dropout, many HF models do).
+
+    TRL's `disable_dropout_in_model` sets `nn.Dropout.p = 0`; attention dropout in transformers' models is a float
+    attribute passed to the attention kernel (e.g. `LlamaAttention.attention_dropout`), so those are zeroed too.
+    Returns: the number of dropout modules and attributes that were > 0.
+    """
+    from trl.trainer.utils import disable_dropout_in_model
+
+    changed = sum(1 for m in model.modules() if isinstance(m, torch.nn.Dropout) and m.p > 0)
+    disable_dropout_in_model(model)
+    for module in model.modules():
+        for attr in ("attention_dropout", "dropout", "dropout_p", "attn_dropout", "resid_dropout", "hidden_dropout"):
+            v = getattr(module, attr, None)
+            if isinstance(v, float) and not isinstance(module, torch.nn.Dropout):
+                changed += v > 0
+                setattr(module, attr, 0.0)
+    return changed
+
+
+def load_reference(name: str, device: str = "auto", dtype: str = "auto"):
+    """The frozen reference policy π_ref of the KL term: the model a run started from, with a LoRA adapter merged
+    into its base (an SFT adapter is part of the starting model, not something to switch off).
+
+    Returns: the model in eval() mode with requires_grad False. Raises: as load_policy.
+    """
+    model, _ = load_policy(name, device, dtype)
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    return model.eval().requires_grad_(False)
 
 
 def enable_gradient_checkpointing(model) -> None:

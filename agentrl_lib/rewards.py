@@ -5,6 +5,8 @@ Introduced in notebooks/00_quickstart.ipynb.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -17,25 +19,28 @@ def sparse_turn_rewards(n_turns: int, won: bool) -> list[float]:
 
 
 def dense_turn_rewards(increments: list[float], max_score: float, won: bool) -> list[float]:
-    """Each turn's score increment, scaled so that a won episode totals exactly 1 and any other episode totals
-    strictly less.
+    """Each turn's score increment on one scale, so that a won episode totals exactly 1 and any other episode totals
+    strictly less (before the format penalty, see turn_rewards).
 
         r_k = Δscore_k / max_score                                   (every episode, the same scale)
-        won:      r_last += 1 - Σ_k r_k                              (total exactly 1)
-        not won:  if Σ_k r_k > 1 - 1/(2·max_score), rescale all r_k so the total is 1 - 1/(2·max_score)
+        won:      r_last += 1 − Σ_k r_k                              (total exactly 1)
+        not won:  if Σ_k r_k > 1 − m/2, rescale all r_k so the total is 1 − m/2,
+                  m = the smallest positive r_k of the episode       (half its smallest step below a win)
 
     The reference code (Practitioner's Guide repo) divides by the number of positive increments only for won games,
     so a lost game with many small increments can out-score a won one; a common scale avoids that, and the cap keeps
-    a non-won episode strictly below every won one (a won episode scores 1).
+    a non-won episode that collected every point strictly below every won one. The cap depends only on the rewards'
+    ratios, so it is the same for any unit of score (for integer points it is 1 − 1/(2·max_score)).
 
     Args:
         increments: per-turn score increments in game points (may be negative).
-        max_score: the game's maximum score (> 0).
+        max_score: the game's maximum score (> 0, any unit).
+    Returns: list of floats, one per turn.
     Raises:
-        ValueError: max_score <= 0.
+        ValueError: max_score <= 0 or not finite.
     """
-    if max_score <= 0:
-        raise ValueError(f"max_score must be > 0 (got {max_score})")
+    if not (max_score > 0 and math.isfinite(max_score)):
+        raise ValueError(f"max_score must be a finite number > 0 (got {max_score})")
     rewards = [d / max_score for d in increments]
     if not rewards:
         return rewards
@@ -43,8 +48,9 @@ def dense_turn_rewards(increments: list[float], max_score: float, won: bool) -> 
     if won:
         rewards[-1] += 1.0 - total
     else:
-        cap = 1.0 - 1.0 / (2.0 * max_score)
-        if total > cap:
+        steps = [r for r in rewards if r > 0]
+        cap = max(1.0 - min(steps) / 2.0, 0.0) if steps else 1.0
+        if total > cap:  # total > cap >= 0, so no division by zero
             rewards = [r * cap / total for r in rewards]
     return rewards
 
@@ -54,8 +60,10 @@ def turn_rewards(kind: str, increments: list[float], max_score: float, won: bool
     """Rewards of each turn: sparse or dense, minus `format_penalty` on each turn whose action was not admissible.
 
     The penalty comes on top of the outcome reward (RAGEN's −0.1 per invalid answer), so a won episode with many
-    invalid turns can total less than a lost one with none; the outcome part alone keeps every win above every
-    non-win. Set format_penalty=0 for that strict ordering of whole returns.
+    invalid turns can total less than a non-won one with none: on a real cooking game (max score 3) a win in 3 valid
+    moves after 4 invalid ones returns 1 − 0.4 = 0.60, below a non-won game at 2/3 of the score with no invalid move
+    (0.67). What always holds is the ordering of the outcome part: every win totals 1, every non-win less. Set
+    format_penalty=0 for that strict ordering of whole returns.
 
     Raises:
         ValueError: unknown kind, or len(valid) != len(increments).

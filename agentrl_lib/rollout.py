@@ -74,6 +74,8 @@ class RolloutStats:
     generate_seconds: float = 0.0
     env_seconds: float = 0.0
     wall_seconds: float = 0.0
+    sampler_gap: float = 0.0
+    """Largest TurnSample.sampler_gap of the rollout (≈ 1e-6 when sampling is plain softmax(logits / T))."""
 
     @property
     def tokens_per_second(self) -> float:
@@ -119,41 +121,84 @@ class _Batch:
             self.cache.batch_select_indices(idx)
 
 
+def sampling_config(temperature: float, max_new_tokens: int, eos_id: int, pad_id: int):
+    """A complete `GenerationConfig` whose sampling distribution is exactly softmax(logits / T), or greedy at T = 0.
+
+    transformers fills every field left at None from the model's own generation config and then from its global
+    defaults, which include top_k = 50 (../shared/NOTES.md): a `do_sample=True` call that does not set top_k samples
+    from the top 50 tokens only, while an RL loss that uses log softmax(logits / T) assumes the full distribution. So
+    every field that adds a logits processor is set here to its neutral value, independent of how the model was
+    loaded: top_k 0, top_p 1, min_p / typical_p / epsilon / eta cut-offs off, no repetition penalty, no n-gram ban,
+    no suppressed or forced tokens.
+
+    Args:
+        temperature: > 0 samples from softmax(logits / T); 0 = greedy.
+    Returns: transformers.GenerationConfig.
+    """
+    from transformers import GenerationConfig
+
+    sample = temperature > 0
+    warpers = dict(temperature=temperature, top_k=0, top_p=1.0, min_p=None, typical_p=1.0, epsilon_cutoff=0.0,
+                   eta_cutoff=0.0, top_h=None) if sample else {}  # warpers only run when sampling
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens, do_sample=sample, **warpers,
+        repetition_penalty=1.0, no_repeat_ngram_size=0, encoder_repetition_penalty=1.0,
+        bad_words_ids=None, suppress_tokens=None, begin_suppress_tokens=None, forced_bos_token_id=None,
+        forced_eos_token_id=None, min_length=0, min_new_tokens=None, renormalize_logits=False,
+        num_beams=1, num_return_sequences=1, eos_token_id=eos_id, pad_token_id=pad_id,
+        output_logits=True, output_scores=True, return_dict_in_generate=True, use_cache=True)
+
+
+@dataclass
+class TurnSample:
+    """What one batched `generate` call returns per row (see generate_turn)."""
+
+    ids: list[list[int]]
+    """Sampled ids of each row, up to and including the first end token."""
+    logprobs: list[list[float]]
+    """log π_behaviour of each sampled id: log-softmax of the scores the token was actually drawn from."""
+    truncated: list[bool]
+    """True for rows that hit max_new_tokens without an end token."""
+    sampler_gap: float
+    """max |log-softmax(processed scores) − log-softmax(raw logits / T)| over the sampled ids: 0 (to float error) when
+    the sampler is plain softmax(logits / T); large when a hidden logits warper (top-k, top-p, penalties) is active."""
+
+
 @torch.no_grad()
-def generate_turn(model, batch: _Batch, eos_id: int, max_new_tokens: int,
-                  temperature: float) -> tuple[list[list[int]], list[list[float]], list[bool]]:
+def generate_turn(model, batch: _Batch, eos_id: int, max_new_tokens: int, temperature: float) -> TurnSample:
     """One batched `generate` call for all live episodes, continuing from the batch's KV cache.
 
     Args:
         batch: the live episodes (ending with the assistant header); updated in place with the sampled tokens, their
             attention mask (0 after each row's eos) and the new cache.
-        temperature: 0 = greedy; otherwise plain sampling from softmax(logits / T) (top-k/top-p off), so the
-            returned log-probs are the exact behaviour-policy log-probs.
+        temperature: 0 = greedy; otherwise plain sampling from softmax(logits / T) (`sampling_config`: no top-k,
+            top-p or other warper), so the returned log-probs are the exact behaviour-policy log-probs.
     Returns:
-        (sampled ids up to and including the first eos, their log-probs, truncated flags) per row.
-        Log-probs use softmax(logits / T) (T = 1 when greedy).
+        TurnSample. Log-probs are those of the distribution sampled (T = 1 when greedy), read from the processed
+        scores; `sampler_gap` compares them with softmax(raw logits / T).
     """
     sample = temperature > 0
     width = batch.ids.shape[1]
+    gen_cfg = sampling_config(temperature, max_new_tokens, eos_id, batch.pad_id)
     out = model.generate(input_ids=batch.ids, attention_mask=batch.attn, past_key_values=batch.cache,
-                         max_new_tokens=max_new_tokens, do_sample=sample,
-                         temperature=temperature if sample else None, top_p=1.0 if sample else None,
-                         eos_token_id=eos_id, pad_token_id=batch.pad_id, output_logits=True,
-                         return_dict_in_generate=True, use_cache=True)
+                         generation_config=gen_cfg)
     new = out.sequences[:, width:]  # (B, n_steps)
-    logits = torch.stack(out.logits, dim=1).float()  # (B, n_steps, V) raw, before temperature
-    logp = torch.log_softmax(logits / (temperature if sample else 1.0), dim=-1)
-    token_logp = logp.gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (B, n_steps)
-    seqs, lps, truncated = [], [], []
+    scores = torch.stack(out.scores, dim=1).float()  # (B, n_steps, V): what the next token was drawn from
+    token_logp = torch.log_softmax(scores, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (B, n_steps)
+    raw = torch.stack(out.logits, dim=1).float() / (temperature if sample else 1.0)
+    raw_logp = torch.log_softmax(raw, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+    ids, lps, truncated, gap = [], [], [], 0.0
     new_attn = torch.zeros_like(new)
     for r, (row, lp) in enumerate(zip(new.tolist(), token_logp.tolist())):
         n = row.index(eos_id) + 1 if eos_id in row else len(row)
-        seqs.append(row[:n])
+        ids.append(row[:n])
         lps.append(lp[:n])
         truncated.append(eos_id not in row[:n])
         new_attn[r, :n] = 1
+        if n:
+            gap = max(gap, (token_logp[r, :n] - raw_logp[r, :n]).abs().max().item())
     batch.ids, batch.attn, batch.cache = out.sequences, torch.cat([batch.attn, new_attn], dim=1), out.past_key_values
-    return seqs, lps, truncated
+    return TurnSample(ids, lps, truncated, gap)
 
 
 def rollout(model, tokenizer, pool: EnvPool, games: list[str], groups: list[int] | None = None, max_turns: int = 8,
@@ -224,7 +269,9 @@ def rollout(model, tokenizer, pool: EnvPool, games: list[str], groups: list[int]
             batch = _Batch([trajs[i].ids for i in live], pad_id, device)
         # ALGO: the policy acts in every live episode at once (one batched generate call).
         t = time.perf_counter()
-        seqs, lps, truncs = generate_turn(model, batch, chat.eos_id, max_new_tokens, temperature)
+        turn_sample = generate_turn(model, batch, chat.eos_id, max_new_tokens, temperature)
+        seqs, lps, truncs = turn_sample.ids, turn_sample.logprobs, turn_sample.truncated
+        stats.sampler_gap = max(stats.sampler_gap, turn_sample.sampler_gap)
         stats.generate_seconds += time.perf_counter() - t
         stats.generated_tokens += sum(len(s) for s in seqs)
         actions = []

@@ -27,16 +27,18 @@ log = logging.getLogger(__name__)
 
 
 def expert_examples(games: GameSet, chat: ChatFormat, system_prompt: str | None = None, max_turns: int | None = None,
-                    show_admissible: bool = False) -> list[dict]:
+                    show_admissible: bool = False, show_inventory: bool = False) -> list[dict]:
     """Replay each game's walkthrough and return tokenised examples.
 
     Args:
         system_prompt: default `system_prompt_for(games.family)`, the prompt rollouts and evaluation use.
+        show_admissible, show_inventory: show the admissible commands / the inventory in each observation, as the
+            RL run and the evaluation will (the observation layout must match between SFT and RL).
     Returns: list of {'input_ids': list[int], 'assistant_masks': list[int] (1 on action tokens + end token),
     'game': name}. Games whose walkthrough does not win, or is longer than max_turns, are skipped (logged).
     """
     system_prompt = system_prompt or system_prompt_for(games.family)
-    env = make_env(games.family)
+    env = make_env(games.family, **({"show_inventory": True} if show_inventory else {}))
     examples = []
     try:
         for g in games.games:
@@ -44,7 +46,8 @@ def expert_examples(games: GameSet, chat: ChatFormat, system_prompt: str | None 
                 log.warning("skip %s: walkthrough of %d steps exceeds max_turns=%d", g.name, len(g.walkthrough), max_turns)
                 continue
             res = env.reset(g.path)
-            user = first_user_message(res.info.objective, res.obs, res.info.admissible if show_admissible else None)
+            user = first_user_message(res.info.objective, res.obs, res.info.admissible if show_admissible else None,
+                                      res.info.inventory if show_inventory else "")
             ids = chat.prompt_ids(system_prompt, user)
             mask = [0] * len(ids)
             for k, action in enumerate(g.walkthrough):
@@ -55,7 +58,8 @@ def expert_examples(games: GameSet, chat: ChatFormat, system_prompt: str | None 
                 if res.done:
                     break
                 if k < len(g.walkthrough) - 1:
-                    u = chat.user_turn_ids(feedback_message(res.obs, res.info.admissible if show_admissible else None))
+                    u = chat.user_turn_ids(feedback_message(res.obs, res.info.admissible if show_admissible else None,
+                                                            res.info.inventory if show_inventory else ""))
                     ids += u
                     mask += [0] * len(u)
             if not res.info.won:
@@ -69,7 +73,7 @@ def expert_examples(games: GameSet, chat: ChatFormat, system_prompt: str | None 
 
 def sft(model_name: str, games: GameSet, out: str | Path, epochs: float = 1.0, lr: float = 5e-5, batch_size: int = 4,
         max_turns: int | None = None, seed: int = 0, device: str = "auto", dtype: str = "auto",
-        lora_rank: int = 0) -> dict:
+        lora_rank: int = 0, show_admissible: bool = False, show_inventory: bool = False) -> dict:
     """Fine-tune `model_name` on the walkthroughs of `games`; save to `out/policy`.
 
     Returns a summary dict (examples, tokens, epochs, train_loss per logging step, seconds), also written to
@@ -83,7 +87,8 @@ def sft(model_name: str, games: GameSet, out: str | Path, epochs: float = 1.0, l
     out = Path(out)
     model, tok = load_policy(model_name, device, dtype, lora_rank=lora_rank)
     tok.padding_side = "right"
-    examples = expert_examples(games, ChatFormat(tok), max_turns=max_turns)
+    examples = expert_examples(games, ChatFormat(tok), max_turns=max_turns, show_admissible=show_admissible,
+                               show_inventory=show_inventory)
     if not examples:
         raise ValueError(f"no usable walkthroughs in {games.root}: every game was skipped (see the log)")
     ds = Dataset.from_list([{k: e[k] for k in ("input_ids", "assistant_masks")} for e in examples])

@@ -3,10 +3,12 @@
 PPO, GRPO and RLOO share everything except the advantage estimator (and PPO's critic):
 
     for step in 1..N:
-        trajectories = rollout(policy, games × G)                  # batched multi-turn episodes
-        r_turn = turn_rewards(sparse | dense) − format penalty     # on each turn's end token
-        A = GAE(r, V) [PPO]  |  group-normalised R [GRPO]  |  R − leave-one-out mean [RLOO]
-        for epoch, minibatch:  loss = clipped surrogate + c_v·value loss + β·KL(k3) − c_H·entropy
+        trajectories = rollout(policy, games × G)                  # batched multi-turn episodes, π_behaviour log-probs
+        drop env-fault episodes; r_turn = turn_rewards(sparse | dense) − format penalty   # on each turn's end token
+        keep the groups with the largest return spread (StarPO-S; all by default)
+        π_old, V_old = training forward of the kept trajectories (no grad)
+        A = GAE(r, V_old) [PPO]  |  group-normalised R [GRPO]  |  R − leave-one-out mean [RLOO]
+        for epoch, minibatch:  loss = clipped surrogate (× TIS weight) + c_v·value loss + β·KL(k3) − c_H·entropy
         log metrics.jsonl; checkpoint atomically
 
 Critic (PPO): a linear value head on the policy's last hidden state — a *shared backbone*, as TRL's
@@ -20,26 +22,35 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
+import logging
 import math
-import os
 import random
-import shutil
 import time
+import weakref
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from .advantages import broadcast_to_tokens, gae, grpo_advantages, rloo_advantages, top_std_groups, whiten
+from . import checkpoint as ckpt_lib
+from .advantages import (broadcast_to_tokens, gae, grpo_advantages, rloo_advantages, singleton_groups, top_std_groups,
+                         whiten)
 from .config import AlgoConfig, RunConfig
 from .envs.base import GameSet, check_env_errors, load_game_set
 from .envs.pool import EnvPool, open_pool
-from .losses import entropy_from_logits, explained_variance, kl_k3, masked_mean, policy_loss, value_loss
-from .models import base_model, enable_gradient_checkpointing, load_policy, save_policy
+from .losses import (entropy_from_logits, explained_variance, kl_k3, masked_mean, policy_loss, truncated_is_weights,
+                     value_loss)
+from .models import (base_model, disable_dropout, enable_gradient_checkpointing, is_adapter, load_policy,
+                     load_reference)
 from .prompts import ChatFormat, system_prompt_for
 from .rewards import place_on_tokens, turn_rewards
 from .rollout import Trajectory, rollout
+
+log = logging.getLogger(__name__)
+
+
+class DivergenceError(ValueError):
+    """Training produced non-finite losses or gradients for train.max_nonfinite_steps steps in a row."""
 
 
 class ValueHead(nn.Module):
@@ -56,21 +67,25 @@ class ValueHead(nn.Module):
 
 
 def collate(trajs: list[Trajectory], pad_id: int, device) -> dict[str, torch.Tensor]:
-    """Right-pad trajectories into (B, T) tensors: input_ids long, attention_mask long, mask float (policy tokens),
-    old_logprobs float32."""
+    """Right-pad trajectories into (B, T) tensors: input_ids long, attention_mask long, mask float32 (policy tokens),
+    behaviour_logprobs float32 (the rollout's log-probs of the sampled tokens, 0 elsewhere), turn_end float32 (1 on
+    each turn's last policy token)."""
     T = max(len(t.ids) for t in trajs)
     B = len(trajs)
     ids = torch.full((B, T), pad_id, dtype=torch.long)
     attn = torch.zeros((B, T), dtype=torch.long)
     mask = torch.zeros((B, T), dtype=torch.float32)
-    old = torch.zeros((B, T), dtype=torch.float32)
+    behaviour = torch.zeros((B, T), dtype=torch.float32)
+    turn_end = torch.zeros((B, T), dtype=torch.float32)
     for i, t in enumerate(trajs):
         n = len(t.ids)
         ids[i, :n] = torch.tensor(t.ids)
         attn[i, :n] = 1
         mask[i, :n] = torch.tensor(t.mask, dtype=torch.float32)
-        old[i, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
-    return {k: v.to(device) for k, v in dict(input_ids=ids, attention_mask=attn, mask=mask, old_logprobs=old).items()}
+        behaviour[i, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
+        turn_end[i, t.turn_ends] = 1.0
+    return {k: v.to(device) for k, v in dict(input_ids=ids, attention_mask=attn, mask=mask,
+                                             behaviour_logprobs=behaviour, turn_end=turn_end).items()}
 
 
 def token_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor,
@@ -113,23 +128,28 @@ def token_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
 def minibatch_loss(policy, value_head: ValueHead | None, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                    mask: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, algo: AlgoConfig,
                    temperature: float, returns: torch.Tensor | None = None, old_values: torch.Tensor | None = None,
-                   ref_logprobs: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+                   ref_logprobs: torch.Tensor | None = None,
+                   is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss of one minibatch, shared by PPO, GRPO and RLOO:
 
-        L = clipped surrogate − c_H · entropy  [+ c_v · clipped value loss, PPO]  [+ β · KL_k3(π_θ ‖ π_ref)]
+        L = clipped surrogate (dual clip, TIS weights) − c_H · entropy  [+ c_v · clipped value loss, PPO]
+            [+ β · KL_k3(π_θ ‖ π_ref)]
 
     Args:
         input_ids, attention_mask: (B, T) long.  mask: (B, T) float, the policy tokens that train.
-        old_logprobs, advantages: (B, T) float32.  returns, old_values: (B, T) float32, needed with a value head.
+        old_logprobs: (B, T) float32, π_old as the trainer computes it (see Trainer.step).
+        advantages: (B, T) float32.  returns, old_values: (B, T) float32, needed with a value head.
         ref_logprobs: (B, T) float32 log-probs of the reference policy, or None (no KL term).
-    Returns: (loss, metrics: clip_frac, approx_kl, ratio_mean, policy_loss, entropy [, value_loss, value_clip_frac]
-        [, kl_ref]).
+        is_weights: (B, T) float32 truncated importance weights π_old / π_behaviour (losses.truncated_is_weights), or
+            None.
+    Returns: (loss, metrics: policy_loss (the surrogate alone), clip_frac, dual_clip_frac, approx_kl, ratio_mean,
+        entropy [, value_loss, value_clip_frac] [, kl_ref]).
     """
     out = token_forward(policy, input_ids, attention_mask, mask, temperature, value_head, with_entropy=True)
-    loss, pm = policy_loss(out["logprobs"], old_logprobs, advantages, mask, algo.clip_low, algo.clip_high)
+    loss, pm = policy_loss(out["logprobs"], old_logprobs, advantages, mask, algo.clip_low, algo.clip_high,
+                           algo.dual_clip, is_weights)
     ent = masked_mean(out["entropy"], mask)
     loss = loss - algo.entropy_coef * ent
-    pm["policy_loss"] = loss.item()
     pm["entropy"] = ent.item()
     if value_head is not None:
         vl, vm = value_loss(out["values"], old_values, returns, mask, algo.vf_clip)
@@ -142,15 +162,6 @@ def minibatch_loss(policy, value_head: ValueHead | None, input_ids: torch.Tensor
     return loss, pm
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 class Trainer:
     """Multi-turn RL trainer for one run directory.
 
@@ -159,64 +170,89 @@ class Trainer:
         run_dir: where config.yaml, metrics.jsonl, checkpoints/ and learning_curve.png go.
         init: model to start from ('embedded', HF id, dir, SFT output or run dir); default config.model.name.
             It is recorded as model.name in run_dir/config.yaml: the KL reference of a resumed run is that model.
-        resume: continue from run_dir's latest checkpoint with `config` (the CLI passes the saved config.yaml with
-            its flags applied); the starting model stays the one recorded in run_dir/config.yaml.
+        resume: continue from run_dir's newest complete checkpoint (older ones when it is damaged; step 0 when
+            there is none yet) with `config` (the CLI passes checkpoint.resume_config(run_dir) with its flags
+            applied); the starting model stays the recorded one, config.yaml is rewritten only once the state has
+            loaded, and the config's lr / value_lr replace the optimizer's saved ones. Rules: agentrl_lib/checkpoint.py.
         pool: an EnvPool with >= games_per_step * group_size slots (default: `envs.pool.open_pool(config.env, ...)`,
             a ProcessPool unless env.process_pool is off, every game checked through it first).
+    The run directory is locked (RUN/.lock) from construction until close().
     Raises:
         GameSetError / FileNotFoundError / ConfigError: bad games dir, model path or config.
+        FileExistsError: run_dir holds a run and resume is False.
+        RunLockedError: another process is training in run_dir.
+        CheckpointError: resume: no run in run_dir, a field that cannot change on resume changed (named), or no
+            complete, loadable checkpoint.
     """
 
     def __init__(self, config: RunConfig, run_dir: str | Path, init: str | None = None, resume: bool = False,
                  pool: EnvPool | None = None, progress: bool = True):
         config.validate()
         run_dir = Path(run_dir)
-        saved = run_dir / "config.yaml"
-        if resume and saved.is_file():  # the model a run started from is a fact of the run: keep the recorded one
-            init = RunConfig.load(saved).model.name
-        elif init:
+        # plumbing: one trainer per run dir (RUN/.lock; released by close(), garbage collection or process death)
+        lock = ckpt_lib.RunLock(run_dir)
+        self._release_lock = weakref.finalize(self, lock.release)
+        if init:
             local = Path(init).expanduser()
             init = str(local.resolve()) if local.exists() else init  # a resume may start from another directory
+        if resume:  # the resume rules: see agentrl_lib/checkpoint.py
+            if not ckpt_lib.run_exists(run_dir):
+                raise ckpt_lib.CheckpointError(f"no run in {run_dir} (no config.yaml, no checkpoints/); start one "
+                                               "without --resume")
+            recorded = ckpt_lib.recorded_config(run_dir) or config
+            ckpt_lib.check_resume_overrides(recorded, config, init)
+            init = recorded.model.name  # the model a run started from is a fact of the run (the KL reference)
+        elif ckpt_lib.list_checkpoints(run_dir / "checkpoints") or (run_dir / "checkpoints" / "latest").is_file():
+            raise FileExistsError(f"{run_dir} already holds a run; pass --resume to continue it or pick a new --out")
         if init:  # the run's config names the model it starts from (the KL reference)
             config = dataclasses.replace(config, model=dataclasses.replace(config.model, name=init))
         self.cfg, self.run_dir, self.progress = config, run_dir, progress
         self.games: GameSet = load_game_set(config.env.games)
         if pool is None:  # plumbing: the run's envs; every game is checked through them before the model loads
             pool = open_pool(config.env, config.train.games_per_step * config.algo.group_size, self.games)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ckpt_root = self.run_dir / "checkpoints"
         self.metrics_path = self.run_dir / "metrics.jsonl"
-        self.start_step = 0
-        latest = self.ckpt_root / "latest"
-        model_name = config.model.name
-        if resume:
-            if not latest.is_file():
-                raise FileNotFoundError(f"--resume: {self.run_dir} has no checkpoint yet (no checkpoints/latest)")
-            ckpt = self.ckpt_root / latest.read_text().strip()
-            model_name = str(ckpt / "policy")
-            self.start_step = json.loads((ckpt / "state.json").read_text())["step"]
-        elif latest.is_file():
-            raise FileExistsError(f"{self.run_dir} already holds a run; pass --resume to continue it or pick a new --out")
-        config.save(self.run_dir / "config.yaml")
+        self.start_step, self.last_checkpoint, self.step_in_progress, self._nonfinite_streak = 0, None, None, []
         mc = config.model
-        self.policy, self.tok = load_policy(model_name, mc.device, mc.dtype,
-                                            lora_rank=0 if resume else mc.lora_rank, lora_alpha=mc.lora_alpha)
+        need_vh = config.algo.name == "ppo"
+        state = None
+        if resume and ckpt_lib.list_checkpoints(self.ckpt_root):  # newest complete checkpoint that loads, else older
+            def load(ckpt: Path):
+                return (*load_policy(str(ckpt / "policy"), mc.device, mc.dtype), ckpt_lib.read_training_state(ckpt))
+
+            self.start_step, ckpt, (self.policy, self.tok, state) = ckpt_lib.load_newest(self.ckpt_root, load, need_vh)
+            self.last_checkpoint = ckpt.name
+        else:
+            if resume:
+                log.warning("%s has no checkpoint yet: starting at step 1 with its saved config", run_dir)
+            self.policy, self.tok = load_policy(config.model.name, mc.device, mc.dtype, lora_rank=mc.lora_rank,
+                                                lora_alpha=mc.lora_alpha)
+        self.last_step = self.start_step
         self.device = next(self.policy.parameters()).device
         self.chat = ChatFormat(self.tok)
         hidden = base_model(self.policy).config.hidden_size
         self.value_head = ValueHead(hidden).to(self.device) if config.algo.name == "ppo" else None
-        self.ref = None  # ALGO: the frozen reference policy of the KL term is the model the run started from
-        if config.algo.kl_coef > 0 and mc.lora_rank == 0:
-            self.ref = (load_policy(config.model.name, mc.device, mc.dtype)[0] if resume
-                        else copy.deepcopy(self.policy)).eval().requires_grad_(False)
+        disable_dropout(self.policy)  # π_old is computed without dropout: the update must see the same function
+        # ALGO: the frozen reference policy of the KL term is the model the run started from (an SFT LoRA adapter
+        # merged into its base). A LoRA adapter created by this run is switched off instead (_ref_logprobs).
+        self.ref = None
+        if config.algo.kl_coef > 0:
+            init_is_adapter = is_adapter(config.model.name)
+            if init_is_adapter or not hasattr(self.policy, "disable_adapter"):
+                self.ref = (load_reference(config.model.name, mc.device, mc.dtype) if resume or init_is_adapter
+                            else copy.deepcopy(self.policy).eval().requires_grad_(False))
+        policy_dtype = next(self.policy.parameters()).dtype
+        self.use_tis = config.algo.tis == "on" or (config.algo.tis == "auto" and policy_dtype != torch.float32)
         groups = [{"params": [p for p in self.policy.parameters() if p.requires_grad], "lr": config.train.lr}]
         if self.value_head is not None:
             groups.append({"params": list(self.value_head.parameters()), "lr": config.train.value_lr})
         self.opt = torch.optim.AdamW(groups, weight_decay=0.0)
         if config.train.gradient_checkpointing:  # active in train() mode only: rollouts keep their KV cache
             enable_gradient_checkpointing(self.policy)
-        if resume:
-            self._load_state(ckpt)
+        if state is not None:  # optimizer + value head; then the config's lr / value_lr (a resume may change them)
+            ckpt_lib.apply_training_state(state, self.opt, self.value_head,
+                                          [config.train.lr, config.train.value_lr])
+        ckpt_lib.write_config(self.run_dir / "config.yaml", config)  # only now: a failed resume changes nothing
         n_episodes = config.train.games_per_step * config.algo.group_size
         self.pool = pool
         if self.pool.size < n_episodes:
@@ -225,14 +261,22 @@ class Trainer:
     # ------------------------------------------------------------------------------------------------ the loop
     def train(self) -> list[dict]:
         """Run config.train.steps iterations (from the checkpoint's step when resuming). Returns all metrics rows.
-        Raises TooManyEnvErrors after a step where more than env.max_env_error_frac of the episodes failed."""
+
+        A step whose loss or gradient is NaN/inf skips those updates (logged as nonfinite_updates, with a warning).
+        Raises:
+            DivergenceError: train.max_nonfinite_steps such steps in a row (the last checkpoint holds finite weights).
+            CheckpointError: a checkpoint or metrics row could not be written (disk full, ...).
+            TooManyEnvErrors: more than env.max_env_error_frac of a step's episodes ended in an env error.
+        """
         cfg = self.cfg
         rows = self._read_metrics()
+        self.last_step = self.start_step
         for step in range(self.start_step, cfg.train.steps):
+            self.step_in_progress = step + 1
             row = self.step(step)
             rows.append(row)
-            with open(self.metrics_path, "a") as f:
-                f.write(json.dumps(row) + "\n")
+            ckpt_lib.append_metrics(self.metrics_path, row)  # strict JSON: NaN → null
+            self.step_in_progress, self.last_step = None, step + 1
             if self.progress:
                 print(f"step {step + 1}/{cfg.train.steps}  success {row['success_rate']:.2f}  return "
                       f"{row['return_mean']:+.3f}  invalid {row['invalid_rate']:.2f}  turns {row['mean_turns']:.1f}  "
@@ -240,13 +284,34 @@ class Trainer:
                       f"{row['step_seconds']:.0f}s", flush=True)
             check_env_errors(row.get("env_errors", 0), row["episodes"], cfg.env.max_env_error_frac,
                              (row.get("env_error_reasons") or ["see the episodes' termination"])[0], f"step {step + 1}")
-            if (step + 1) % cfg.train.checkpoint_every == 0 or step + 1 == cfg.train.steps:
+            self._check_finite(row)
+            if step + 1 == cfg.train.steps or ((step + 1) % cfg.train.checkpoint_every == 0
+                                               and not self._nonfinite_streak):  # keep the pre-divergence ones
                 self.save_checkpoint(step + 1)
         from .plots import plot_learning_curves
 
         if rows:
             plot_learning_curves(rows, self.run_dir / "learning_curve.png", title=f"{cfg.algo.name} / {cfg.reward.kind}")
         return rows
+
+    def _check_finite(self, row: dict) -> None:
+        """plumbing: count consecutive steps with non-finite updates or metrics; stop after max_nonfinite_steps."""
+        if row.get("nonfinite_updates", 0) == 0 and is_finite_row(row):
+            self._nonfinite_streak = []
+            return
+        self._nonfinite_streak.append(row["step"])
+        bad = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)
+               and k not in ("entropy", "explained_variance")]
+        log.warning("step %d: non-finite loss or gradient (%s); %s update(s) skipped, weights unchanged by them",
+                    row["step"], ", ".join(bad) or "nan", row.get("nonfinite_updates", "no"))
+        k = self.cfg.train.max_nonfinite_steps
+        if len(self._nonfinite_streak) >= k:
+            lr = self.cfg.train.lr
+            raise DivergenceError(
+                f"training diverged: {k} step(s) in a row ({self._nonfinite_streak[0]}-{self._nonfinite_streak[-1]}) "
+                f"had a NaN/inf loss or gradient at lr {lr:g}. The last checkpoint is "
+                f"{self.last_checkpoint or 'none (resume starts over)'}; resume it with a lower learning rate: "
+                f"agentrl train --out {self.run_dir} --resume --lr {lr / 10:g}")
 
     def step(self, step: int) -> dict:
         """One iteration: rollout, rewards, advantages, update. Returns its metrics row."""
@@ -265,13 +330,15 @@ class Trainer:
         trajs, rstats = rollout(self.policy, self.tok, self.pool, episode_games, group_ids, cfg.env.max_turns,
                                 cfg.train.max_new_tokens, cfg.train.temperature, cfg.env.show_admissible,
                                 cfg.env.show_inventory, system_prompt_for(self.games.family), chat=self.chat)
-        trajs_ok = [t for t in trajs if t.n_turns > 0]
+        # an episode cut by an environment fault is not the policy's doing: it leaves the loss and the group statistics
+        trajs_ok = [t for t in trajs if t.n_turns > 0 and not t.termination.startswith("env_error")]
         t_rollout = time.perf_counter() - t0
-        if not trajs_ok:  # every env failed before the first action: nothing to learn from; the run goes on
+        n_env_errors = sum(t.termination.startswith("env_error") for t in trajs)
+        if not trajs_ok:  # every episode failed in the environment: nothing to learn from; the run goes on
             reasons = sorted({t.termination for t in trajs})
             if self.progress:
                 print(f"step {step + 1}: every episode failed ({reasons[0]}); no update", flush=True)
-            return {"step": step + 1, "episodes": len(trajs), "env_errors": len(trajs), "success_rate": 0.0,
+            return {"step": step + 1, "episodes": len(trajs), "env_errors": n_env_errors, "success_rate": 0.0,
                     "return_mean": 0.0, "invalid_rate": 0.0, "mean_turns": 0.0, "entropy": float("nan"),
                     "skipped_update": 1.0, "step_seconds": time.perf_counter() - t0, "env_error_reasons": reasons}
 
@@ -280,58 +347,74 @@ class Trainer:
                    for t in trajs_ok]
         returns = torch.tensor([sum(r) for r in rewards], dtype=torch.float32)
         gids = torch.tensor([t.group for t in trajs_ok])
-        batch = collate(trajs_ok, self.tok.pad_token_id, self.device)
+
+        # ALGO: StarPO-S: keep the groups with the largest return spread (all at keep_top_std = 1), before anything
+        # is forwarded, so filtered trajectories cost nothing and minibatches hold only kept ones
+        keep = top_std_groups(returns, gids, cfg.algo.keep_top_std)
+        kept = keep.nonzero(as_tuple=True)[0].tolist()
+        train_trajs = [trajs_ok[i] for i in kept]
+        train_returns, train_gids = returns[kept], gids[kept]
+        batch = collate(train_trajs, self.tok.pad_token_id, self.device)
         T = batch["input_ids"].shape[1]
-        tok_rewards = torch.stack([place_on_tokens(r, t.turn_ends, T) for r, t in zip(rewards, trajs_ok)]).to(self.device)
+        tok_rewards = torch.stack([place_on_tokens(rewards[i], trajs_ok[i].turn_ends, T) for i in kept]).to(self.device)
         mask = batch["mask"]
 
-        # ALGO: 3. advantages
+        # ALGO: 3. π_old (and V_old) from the training forward: the ratio of the first minibatch starts at exactly 1,
+        # whatever kernels or precision the rollout used; the rollout's own log-probs are the behaviour policy
         m: dict[str, float] = {}
-        keep = top_std_groups(returns, gids, cfg.algo.keep_top_std)  # StarPO-S filter (keeps all at 1.0)
+        self.policy.train()  # dropout is off (disable_dropout): train mode only switches on gradient checkpointing
         with torch.no_grad():
-            if cfg.algo.name == "ppo":
-                old = token_forward(self.policy, batch["input_ids"], batch["attention_mask"], mask,
-                                    cfg.train.temperature, self.value_head)
+            old = token_forward(self.policy, batch["input_ids"], batch["attention_mask"], mask,
+                                cfg.train.temperature, self.value_head)
+            old_logp = old["logprobs"]
+            gap = (old_logp - batch["behaviour_logprobs"]).abs() * mask
+            m["logprob_mismatch"] = gap.max().item()
+            m["logprob_mismatch_mean"] = (gap.sum() / mask.sum().clamp(min=1)).item()
+            m["sampler_gap"] = rstats.sampler_gap
+            is_w = None
+            if self.use_tis:
+                is_w = truncated_is_weights(old_logp, batch["behaviour_logprobs"], mask, cfg.algo.tis_cap)
+                m["tis_weight_mean"] = masked_mean(is_w, mask).item()
+            if self.value_head is not None:  # PPO: token-level GAE with the critic
                 old_values = old["values"]
-                adv, ret = gae(tok_rewards, old_values, mask, cfg.algo.gamma, cfg.algo.lam)
+                adv, ret = gae(tok_rewards, old_values, mask, cfg.algo.gamma, cfg.algo.lam,
+                               turn_end=batch["turn_end"], gamma_token=cfg.algo.gamma_token)
                 m["explained_variance"] = explained_variance(old_values, ret, mask)
-                m["logprob_mismatch"] = ((old["logprobs"] - batch["old_logprobs"]).abs() * mask).max().item()
                 if cfg.algo.normalize_advantages:
-                    adv = whiten(adv, mask * keep[:, None].to(mask))
-            else:
+                    adv = whiten(adv, mask)
+            else:  # GRPO / RLOO: one advantage per trajectory, on every policy token
                 old_values, ret = torch.zeros_like(mask), torch.zeros_like(mask)
-                est = grpo_advantages(returns, gids, cfg.algo.grpo_std_eps) if cfg.algo.name == "grpo" \
-                    else rloo_advantages(returns, gids)
+                est = grpo_advantages(train_returns, train_gids, cfg.algo.grpo_std_eps) if cfg.algo.name == "grpo" \
+                    else rloo_advantages(train_returns, train_gids)
                 adv = broadcast_to_tokens(est.to(self.device), mask)
             ref_logp = None
             if cfg.algo.kl_coef > 0:
                 ref_logp = self._ref_logprobs(batch)
-        train_mask = mask * keep[:, None].to(mask)
 
         # ALGO: 4. epochs of minibatch updates on the clipped surrogate
         t1 = time.perf_counter()
-        self.policy.train()
-        upd = self._update(batch, adv, ret, old_values, ref_logp, train_mask)
+        upd = self._update(batch, old_logp, adv, ret, old_values, ref_logp, is_w)
         self.policy.eval()
         t_update = time.perf_counter() - t1
 
-        # plumbing: metrics
-        grp_std = [returns[gids == g].std(unbiased=False).item() for g in gids.unique()] if len(trajs_ok) else [0.0]
+        # plumbing: metrics (over every episode that ran, kept by the filter or not)
+        grp_std = [returns[gids == g].std(unbiased=False).item() for g in gids.unique()]
         n_turns = sum(t.n_turns for t in trajs_ok)
         m.update(upd)
         m.update({
             "step": step + 1,
             "episodes": len(trajs),
-            "success_rate": sum(t.won for t in trajs) / len(trajs),
-            "return_mean": returns.mean().item() if len(returns) else 0.0,
-            "return_std": returns.std(unbiased=False).item() if len(returns) else 0.0,
+            "success_rate": sum(t.won for t in trajs_ok) / len(trajs_ok),
+            "return_mean": returns.mean().item(),
+            "return_std": returns.std(unbiased=False).item(),
             "reward_mean": (sum(sum(r) for r in rewards) / max(n_turns, 1)),
             "group_return_std": sum(grp_std) / len(grp_std),
-            "kept_fraction": keep.float().mean().item() if len(keep) else 0.0,
-            "mean_turns": n_turns / max(len(trajs_ok), 1),
+            "singleton_groups": singleton_groups(gids),
+            "kept_fraction": len(kept) / len(trajs_ok),
+            "mean_turns": n_turns / len(trajs_ok),
             "invalid_rate": sum(not v for t in trajs_ok for v in t.valid) / max(n_turns, 1),
             "truncated_rate": sum(x for t in trajs_ok for x in t.truncated) / max(n_turns, 1),
-            "env_errors": sum(t.termination.startswith("env_error") for t in trajs),
+            "env_errors": n_env_errors,
             "generated_tokens": rstats.generated_tokens,
             "gen_tokens_per_s": rstats.tokens_per_second,
             "policy_tokens": int(mask.sum().item()),
@@ -350,78 +433,71 @@ class Trainer:
             return token_forward(self.policy, batch["input_ids"], batch["attention_mask"], batch["mask"],
                                  self.cfg.train.temperature)["logprobs"]
 
-    def _update(self, batch, adv, ret, old_values, ref_logp, train_mask) -> dict[str, float]:
+    def _update(self, batch, old_logp, adv, ret, old_values, ref_logp, is_w) -> dict[str, float]:
+        """`epochs` passes of minibatch updates over the batch. Gradients of the policy and of the value head are
+        clipped separately (each to max_grad_norm) and both norms are logged; a minibatch whose loss or gradient is
+        not finite is skipped (no optimizer step) and counted in `nonfinite_updates`."""
         cfg = self.cfg
+        mask = batch["mask"]
         B = batch["input_ids"].shape[0]
         sums: dict[str, list[float]] = {}
-        if train_mask.sum() == 0 or (cfg.algo.name != "ppo" and (adv.abs() * train_mask).sum() == 0):
-            # every group had equal returns: no learning signal (GRPO/RLOO); skip the update, log zeros
+        if mask.sum() == 0 or (self.value_head is None and (adv.abs() * mask).sum() == 0):
+            # every group had equal returns (or one member): no learning signal (GRPO/RLOO); skip, log zeros
             return {"skipped_update": 1.0, "entropy": float("nan"), "clip_frac": 0.0, "approx_kl": 0.0,
-                    "grad_norm": 0.0, "policy_loss": 0.0, "kl_ref": 0.0}
+                    "grad_norm": 0.0, "policy_loss": 0.0, "kl_ref": 0.0, "nonfinite_updates": 0}
+        policy_params = [p for p in self.policy.parameters() if p.requires_grad]
+        value_params = [] if self.value_head is None else list(self.value_head.parameters())
+        nonfinite = 0
         for epoch in range(cfg.train.epochs):
             perm = torch.randperm(B)
             for start in range(0, B, cfg.train.minibatch_size):
                 idx = perm[start:start + cfg.train.minibatch_size]
-                mb_mask = train_mask[idx]
-                if mb_mask.sum() == 0:
+                if mask[idx].sum() == 0:
                     continue
                 loss, pm = minibatch_loss(self.policy, self.value_head, batch["input_ids"][idx],
-                                          batch["attention_mask"][idx], mb_mask, batch["old_logprobs"][idx], adv[idx],
+                                          batch["attention_mask"][idx], mask[idx], old_logp[idx], adv[idx],
                                           cfg.algo, cfg.train.temperature, ret[idx], old_values[idx],
-                                          None if ref_logp is None else ref_logp[idx])
+                                          None if ref_logp is None else ref_logp[idx],
+                                          None if is_w is None else is_w[idx])
                 self.opt.zero_grad(set_to_none=True)
                 loss.backward()
-                params = [p for g in self.opt.param_groups for p in g["params"]]
-                gn = torch.nn.utils.clip_grad_norm_(params, cfg.train.max_grad_norm)
+                gn = torch.nn.utils.clip_grad_norm_(policy_params, cfg.train.max_grad_norm)
                 pm["grad_norm"] = gn.item()
-                self.opt.step()
+                finite = torch.isfinite(loss).item() and math.isfinite(pm["grad_norm"])
+                if value_params:
+                    vgn = torch.nn.utils.clip_grad_norm_(value_params, cfg.train.max_grad_norm)
+                    pm["value_grad_norm"] = vgn.item()
+                    finite = finite and math.isfinite(pm["value_grad_norm"])
+                if not finite:  # plumbing: a diverged minibatch never reaches the weights
+                    self.opt.zero_grad(set_to_none=True)
+                    nonfinite += 1
+                else:
+                    self.opt.step()
                 for k, v in pm.items():
                     sums.setdefault(k, []).append(v)
         res = {k: sum(v) / len(v) for k, v in sums.items()}
         res.setdefault("kl_ref", 0.0)
         res["skipped_update"] = 0.0
+        res["nonfinite_updates"] = nonfinite
         return res
 
     # ----------------------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self, step: int) -> Path:
-        """Write checkpoints/step_NNNNNN (zero-padded step) atomically (temp dir + rename), point `latest` at it, drop older ones."""
-        self.ckpt_root.mkdir(parents=True, exist_ok=True)
-        name = f"step_{step:06d}"
-        final = self.ckpt_root / name
-        tmp = self.ckpt_root / f".tmp-{name}"
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        save_policy(self.policy, self.tok, tmp / "policy")
-        if self.value_head is not None:
-            torch.save(self.value_head.state_dict(), tmp / "value_head.pt")
-        torch.save(self.opt.state_dict(), tmp / "optimizer.pt")
-        (tmp / "state.json").write_text(json.dumps({"step": step}))
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        _atomic_write_text(self.ckpt_root / "latest", name)
-        for old in self.ckpt_root.glob("step_*"):
-            if old.name != name:
-                shutil.rmtree(old, ignore_errors=True)
-        return final
-
-    def _load_state(self, ckpt: Path) -> None:
-        if self.value_head is not None and (ckpt / "value_head.pt").is_file():
-            self.value_head.load_state_dict(torch.load(ckpt / "value_head.pt", map_location=self.device))
-        if (ckpt / "optimizer.pt").is_file():
-            self.opt.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location=self.device))
+        """Write checkpoints/step_NNNNNN (zero-padded step) durably and atomically, point `latest` at it, keep the
+        newest train.keep_checkpoints. Refuses non-finite weights. See checkpoint.save_checkpoint."""
+        path = ckpt_lib.save_checkpoint(self.ckpt_root, step, self.policy, self.tok, self.opt, self.value_head,
+                                        self.cfg, keep=self.cfg.train.keep_checkpoints)
+        self.last_checkpoint = path.name
+        return path
 
     def _read_metrics(self) -> list[dict]:
         """Metrics rows up to the resume step (later rows, from an interrupted run, are dropped and rewritten)."""
-        if not self.metrics_path.is_file():
-            return []
-        rows = [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line.strip()]
-        rows = [r for r in rows if r["step"] <= self.start_step]
-        _atomic_write_text(self.metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
-        return rows
+        return ckpt_lib.read_metrics(self.metrics_path, self.start_step)
 
     def close(self) -> None:
+        """Close the env pool and release the run directory's lock."""
         self.pool.close()
+        self._release_lock()
 
 
 def is_finite_row(row: dict) -> bool:

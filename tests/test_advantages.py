@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from agentrl_lib.advantages import (broadcast_to_tokens, gae, grpo_advantages, rloo_advantages, top_std_groups,
-                                    whiten)
+from agentrl_lib.advantages import (broadcast_to_tokens, gae, grpo_advantages, rloo_advantages, singleton_groups,
+                                    top_std_groups, whiten)
 
 
 def brute_gae(rewards, values, mask, gamma, lam):
@@ -71,9 +71,49 @@ def test_rloo_is_return_minus_mean_of_the_others():
 
 
 @pytest.mark.parametrize("fn", [grpo_advantages, rloo_advantages])
-def test_group_of_one_is_rejected(fn):
-    with pytest.raises(ValueError, match="at least 2"):
-        fn(torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0, 0, 1]))
+def test_group_left_with_one_episode_gets_zero_advantage_and_is_counted(fn):
+    """A group whose other episodes failed in the env has no baseline: advantage 0, not an error that ends the run
+    (the old code raised ValueError), not NaN, not the raw return."""
+    adv = fn(torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0, 0, 1]))
+    assert adv[2].item() == 0.0 and torch.isfinite(adv).all()
+    assert adv[0].item() > 0 > adv[1].item()  # the full group is unaffected
+    assert singleton_groups(torch.tensor([0, 0, 1])) == 1 and singleton_groups(torch.tensor([0, 0, 1, 1])) == 0
+
+
+def brute_turn_gae(rewards, values, mask, turn_end, gamma_turn, gamma_token, lam):
+    """GAE where the discount between consecutive policy tokens depends on whether the first ends a turn."""
+    B, T = len(rewards), len(rewards[0])
+    adv = [[0.0] * T for _ in range(B)]
+    for b in range(B):
+        pos = [t for t in range(T) if mask[b][t]]
+        a_next = 0.0
+        for k in reversed(range(len(pos))):
+            t = pos[k]
+            g = gamma_turn if turn_end[b][t] else gamma_token
+            v_next = values[b][pos[k + 1]] if k + 1 < len(pos) else 0.0
+            a_next = rewards[b][t] + g * v_next - values[b][t] + g * lam * a_next
+            adv[b][t] = a_next
+    return adv
+
+
+def test_turn_level_gamma_discounts_between_turns_only():
+    torch.manual_seed(1)
+    mask = torch.tensor([[0, 1, 1, 1, 0, 0, 1, 1, 0]], dtype=torch.float32)
+    turn_end = torch.tensor([[0, 0, 0, 1, 0, 0, 0, 1, 0]], dtype=torch.float32)
+    rewards = torch.zeros(1, 9)
+    rewards[0, 3], rewards[0, 7] = 0.2, 1.0
+    values = torch.randn(1, 9)
+    for gt, gk, lam in [(0.9, 1.0, 0.95), (0.5, 0.8, 1.0)]:
+        adv, _ = gae(rewards, values, mask, gt, lam, turn_end=turn_end, gamma_token=gk)
+        ref = torch.tensor(brute_turn_gae(rewards.tolist(), values.tolist(), mask.tolist(), turn_end.tolist(), gt, gk,
+                                          lam))
+        assert torch.allclose(adv, ref, atol=1e-6)
+    # with λ = 1, zero values and γ_token = 1, a turn's first token sees the next turn's reward discounted once
+    adv, _ = gae(rewards, torch.zeros(1, 9), mask, 0.5, 1.0, turn_end=turn_end, gamma_token=1.0)
+    assert adv[0, 1].item() == pytest.approx(0.2 + 0.5 * 1.0)
+    # a per-token γ (the old behaviour) would discount it once per token in between: 3 times here
+    adv_tok, _ = gae(rewards, torch.zeros(1, 9), mask, 0.5, 1.0)
+    assert adv_tok[0, 1].item() == pytest.approx(0.5 ** 2 * 0.2 + 0.5 ** 4 * 1.0)
 
 
 def test_broadcast_puts_advantage_on_policy_tokens_only():
@@ -90,6 +130,14 @@ def test_top_std_groups_keeps_highest_variance_groups():
     keep = top_std_groups(returns, groups, 0.5)
     assert keep.tolist() == [False, False, True, True, True, True, False, False]
     assert top_std_groups(returns, groups, 1.0).all()
+
+
+def test_top_std_groups_rounds_half_up():
+    """keep 0.25 of 2 groups = 0.5 group → 1; of 10 groups = 2.5 → 3 (Python's round() gives 2: banker's rounding)."""
+    groups = torch.arange(10).repeat_interleave(2)
+    returns = torch.arange(20, dtype=torch.float32) * torch.tensor([1.0, 0.0]).repeat(10)
+    assert int(top_std_groups(returns, groups, 0.25).sum()) == 2 * 3
+    assert int(top_std_groups(returns[:4], groups[:4], 0.25).sum()) == 2
 
 
 def test_whiten_has_zero_mean_unit_variance_on_mask():

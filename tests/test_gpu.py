@@ -24,4 +24,4 @@ def test_bf16_rollout_on_cuda(tiny_model_dir, cooking_games):
     batch = collate(trajs, tok.pad_token_id, "cuda")
     with torch.no_grad():
         out = token_forward(model, batch["input_ids"], batch["attention_mask"], batch["mask"], temperature=0.7)
-    assert ((out["logprobs"] - batch["old_logprobs"]).abs() * batch["mask"]).max() < 0.1  # bf16 tolerance
+    assert ((out["logprobs"] - batch["behaviour_logprobs"]).abs() * batch["mask"]).max() < 0.1  # bf16 tolerance

@@ -63,7 +63,7 @@ def test_rollout_token_layout_on_real_games(tiny, cooking_games):
         assert batch["input_ids"][i, :len(tr.ids)].tolist() == tr.ids
     with torch.no_grad():
         out = token_forward(model, batch["input_ids"], batch["attention_mask"], batch["mask"], temperature=1.0)
-    diff = ((out["logprobs"] - batch["old_logprobs"]).abs() * batch["mask"]).max().item()
+    diff = ((out["logprobs"] - batch["behaviour_logprobs"]).abs() * batch["mask"]).max().item()
     assert diff < 1e-4
 
 
@@ -160,21 +160,22 @@ def test_checkpoint_resume_continues_the_run(tiny_model_dir, tmp_path):
 
     def cfg(steps):
         return RunConfig(env=EnvConfig(games=str(games), max_turns=2),
-                         algo=AlgoConfig(name="rloo", group_size=2, kl_coef=0.01), model=ModelCPU(),
-                         train=TrainConfig(steps=steps, games_per_step=1, minibatch_size=2, max_new_tokens=4,
+                         algo=AlgoConfig(name="rloo", group_size=4, kl_coef=0.01), model=ModelCPU(),
+                         train=TrainConfig(steps=steps, games_per_step=1, minibatch_size=4, max_new_tokens=4,
                                            checkpoint_every=1, lr=1e-3))
 
     run = tmp_path / "run"
-    t1 = Trainer(cfg(1), run, init=tiny_model_dir, pool=SerialPool(2, factory=ParityEnv), progress=False)
+    t1 = Trainer(cfg(1), run, init=tiny_model_dir, pool=SerialPool(4, factory=ParityEnv), progress=False)
     t1.train()
     assert (run / "checkpoints" / "latest").read_text() == "step_000001"
+    assert json.loads((run / "metrics.jsonl").read_text().splitlines()[0])["skipped_update"] == 0.0, "step 1 must learn"
     assert not list((run / "checkpoints").glob(".tmp-*")), "no temp checkpoint left behind"
     with pytest.raises(FileExistsError, match="--resume"):
-        Trainer(cfg(2), run, init=tiny_model_dir, pool=SerialPool(2, factory=ParityEnv), progress=False)
+        Trainer(cfg(2), run, init=tiny_model_dir, pool=SerialPool(4, factory=ParityEnv), progress=False)
     # a row written after the checkpoint (an interrupted step) is dropped on resume
     with open(run / "metrics.jsonl", "a") as f:
         f.write(json.dumps({"step": 2, "partial": True}) + "\n")
-    t2 = Trainer(cfg(2), run, resume=True, pool=SerialPool(2, factory=ParityEnv), progress=False)
+    t2 = Trainer(cfg(2), run, resume=True, pool=SerialPool(4, factory=ParityEnv), progress=False)
     assert t2.start_step == 1
     # the KL reference of the resumed run is the model the run started from, not the checkpoint
     init, _ = load_policy(tiny_model_dir, device="cpu")

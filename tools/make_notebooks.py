@@ -166,10 +166,13 @@ the same with small base models, and the paper starts RL from an SFT warm-up).
 
 ## 3 · Reward: sparse or dense turn rewards
 
-*Sparse*: 1 on the last turn of a won episode. *Dense*: each turn's score increment, on one common scale so that a
-won episode totals exactly 1 and any other episode strictly less. (The reference code normalises only won games by
-their number of positive increments, so a lost game can out-score a won one; `tests/test_rewards_losses.py` checks
-that this cannot happen here.) A format penalty is subtracted on turns whose action is not admissible.
+*Sparse*: 1 on the last turn of a won episode. *Dense*: each turn's score increment, on one common scale so that the
+outcome part of a won episode totals exactly 1 and that of any other episode strictly less. (The reference code
+normalises only won games by their number of positive increments, so a lost game can out-score a won one;
+`tests/test_known_bugs.py` checks that this cannot happen here, with a negative control that plants the reference
+code's normalisation.) A format penalty of 0.1 is subtracted on turns whose action is not admissible; it comes on top
+of the outcome, so a whole return does not keep that order: a win in 3 valid moves after 4 invalid ones returns
+0.60, below a non-won game at 2/3 of the score with no invalid move (0.67).
 """)
 
 code(r"""
@@ -317,11 +320,14 @@ md(r"""
 | `invalid_rate` | non-admissible actions / turns | falls | rises: format collapse |
 | `entropy` | mean token entropy of the policy (nats) | slowly falls | → 0 fast: collapse into one reply |
 | `clip_frac` | share of tokens whose ratio was clipped | 0–0.2 | ≫ 0.3: steps too large |
-| `approx_kl` | k3(π_old ‖ π_θ) during the update | < 0.05 | spikes: lower `lr` |
+| `approx_kl` | k3 estimate of KL(π_old ‖ π_θ), mean of (ρ − 1) − log ρ during the update | < 0.05 | spikes: lower `lr` |
 | `kl_ref` | k3(π_θ ‖ π_ref) to the frozen start | small | grows without bound when `kl_coef` = 0 |
-| `grad_norm` | global gradient norm before clipping | stable | spikes before collapse |
+| `grad_norm`, `value_grad_norm` | gradient norm of the policy / the value head before clipping (each clipped on its own) | stable | spikes before collapse |
+| `nonfinite_updates` | minibatches skipped because the loss or a gradient was NaN/inf | 0 | > 0: diverging, lower `lr` |
 | `value_loss`, `explained_variance` | PPO critic fit | EV rises above 0 | EV ≤ 0: the critic is no better than a constant |
-| `logprob_mismatch` | max \|log π recomputed − log π at rollout\| | < 1e-3 | large: rollout and training disagree |
+| `logprob_mismatch` | max \|log π_old (training forward) − log π at rollout\| over policy tokens | ~3e-5 on CPU fp32 (embedded model), < 0.1 in bf16 | large: rollout and training disagree (turn on `algo.tis`) |
+| `sampler_gap` | max \|log-prob of the distribution sampled − log softmax(logits / T)\| | 0 (measured) | large: a hidden top-k / top-p warper |
+| `env_errors`, `singleton_groups` | episodes cut by an env fault (left out of the loss) / groups left with one episode (advantage 0) | 0 | > 0: broken games or a crashing env |
 | `gen_tokens_per_s`, `rollout_seconds`, `update_seconds` | throughput | | |
 
 ## Exercises (each cell checks itself)
