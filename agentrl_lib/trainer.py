@@ -415,6 +415,7 @@ class Trainer:
             "invalid_rate": sum(not v for t in trajs_ok for v in t.valid) / max(n_turns, 1),
             "truncated_rate": sum(x for t in trajs_ok for x in t.truncated) / max(n_turns, 1),
             "env_errors": n_env_errors,
+            "env_error_reasons": sorted({t.termination for t in trajs if t.termination.startswith("env_error")}),
             "generated_tokens": rstats.generated_tokens,
             "gen_tokens_per_s": rstats.tokens_per_second,
             "policy_tokens": int(mask.sum().item()),
