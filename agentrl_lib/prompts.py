@@ -57,7 +57,8 @@ def _with_extras(text: str, admissible: list[str] | None, inventory: str) -> str
 def parse_action(reply: str) -> str:
     """The action is the first non-empty line of the reply, stripped of quotes, a leading '>' and list markers.
 
-    Returns '' when the reply holds no text (the env then receives 'look'-free empty input and the turn is invalid).
+    Returns '' when the reply holds no text: the env sends no command, answers that nothing was said and counts the
+    turn as invalid (TextWorldEnv.step, EMPTY_REPLY); ALFWorld answers "Nothing happens." and counts it invalid too.
     """
     for line in reply.splitlines():
         line = line.strip().strip("`\"'").lstrip(">*-• ").strip()

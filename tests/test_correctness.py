@@ -317,3 +317,19 @@ def test_lora_outputs_load_by_name_and_the_kl_reference_is_the_merged_sft_adapte
     assert resolve_model_path(str(tmp_path / "run")).endswith("policy")
     model, _ = load_policy(str(tmp_path / "run"), device="cpu")
     assert hasattr(model, "peft_config")
+
+
+# ------------------------------------------------------------------------------------- item 11: an empty reply
+def test_an_empty_reply_sends_no_command_and_is_invalid(cooking_games):
+    from agentrl_lib.envs.textworld import EMPTY_REPLY, TextWorldEnv
+
+    env = TextWorldEnv()
+    try:
+        first = env.reset(cooking_games.games[0].path)
+        res = env.step("")
+        assert res.obs == EMPTY_REPLY and not res.info.valid and res.reward == 0.0 and not res.done
+        look = env.step("look")  # the old code sent `look` for an empty reply: a free observation
+        assert look.obs != res.obs and look.info.valid
+        assert first.info.score == look.info.score
+    finally:
+        env.close()

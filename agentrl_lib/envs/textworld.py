@@ -46,6 +46,10 @@ REFUSED_COMMAND = ("That command is not available here: it controls the game pro
                    "transcript, undo), not the story.")
 
 
+EMPTY_REPLY = "I beg your pardon? (The reply held no command.)"
+"""What an empty reply gets back: the Inform parser's answer to an empty line; no command reaches the game."""
+
+
 def refusal_for(action: str) -> tuple[str, str | None]:
     """(command, refusal) for a TextWorld action: `sanitize_action`, then interpreter and session commands
     (INTERPRETER_COMMANDS, `tw-...`) are refused with REFUSED_COMMAND. A refused action is never sent to the game."""
@@ -191,16 +195,18 @@ class TextWorldEnv:
         """Send one command. Any text is accepted (the game answers as it does, e.g. "That's not a verb I recognise.").
 
         Text the interpreter cannot take safely (backslashes, control characters, see `sanitize_action`) and
-        interpreter/session commands (INTERPRETER_COMMANDS) are not sent: the step answers the refusal text, reward
-        0, `info.valid` False, and the game state is unchanged. Raises RuntimeError before reset / after the end.
+        interpreter/session commands (INTERPRETER_COMMANDS) are not sent, nor is an empty reply: the step answers the
+        refusal text (EMPTY_REPLY for an empty one), reward 0, `info.valid` False, and the game state is unchanged. Raises RuntimeError before reset / after the end.
         """
         if self._env is None or self._done:
             raise RuntimeError("step() called before reset() or after the episode ended")
         command, refusal = refusal_for(action)
+        if refusal is None and not command:  # an empty reply is no command: nothing is sent (not even `look`)
+            refusal = EMPTY_REPLY
         if refusal is not None:
             return StepResult(obs=refusal, reward=0.0, done=False, info=dataclasses.replace(self._last_info, valid=False))
         valid = normalize_action(command) in {normalize_action(a) for a in self._admissible}
-        state, score, done = self._env.step(command or "look")
+        state, score, done = self._env.step(command)
         if _HALTED in (state.feedback or ""):  # the story file is damaged: an env error, not an observation
             self._done = True
             raise GameLoadError(f"{self._game}: the interpreter halted with a runtime error (\"{_HALTED}\"); the story "
