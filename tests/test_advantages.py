@@ -6,8 +6,9 @@ from agentrl_lib.advantages import (broadcast_to_tokens, gae, grpo_advantages, r
                                     top_std_groups, whiten)
 
 
-def brute_gae(rewards, values, mask, gamma, lam):
-    """Textbook GAE on the subsequence of policy tokens of each row, written with explicit lists."""
+def brute_turn_gae(rewards, values, mask, turn_end, gamma_turn, gamma_token, lam):
+    """GAE over the policy tokens of each row, written with explicit lists; the discount from a token to the next
+    policy token is gamma_turn if it ends a turn, else gamma_token."""
     B, T = len(rewards), len(rewards[0])
     adv = [[0.0] * T for _ in range(B)]
     for b in range(B):
@@ -15,11 +16,17 @@ def brute_gae(rewards, values, mask, gamma, lam):
         a_next = 0.0
         for k in reversed(range(len(pos))):
             t = pos[k]
+            g = gamma_turn if turn_end[b][t] else gamma_token
             v_next = values[b][pos[k + 1]] if k + 1 < len(pos) else 0.0
-            delta = rewards[b][t] + gamma * v_next - values[b][t]
-            a_next = delta + gamma * lam * a_next
+            a_next = rewards[b][t] + g * v_next - values[b][t] + g * lam * a_next
             adv[b][t] = a_next
     return adv
+
+
+def brute_gae(rewards, values, mask, gamma, lam):
+    """Textbook GAE on the subsequence of policy tokens of each row: every token discounted by gamma."""
+    ends = [[1] * len(rewards[0]) for _ in rewards]
+    return brute_turn_gae(rewards, values, mask, ends, gamma, gamma, lam)
 
 
 @pytest.mark.parametrize("gamma,lam", [(1.0, 1.0), (0.9, 0.8), (0.5, 0.0)])
@@ -78,22 +85,6 @@ def test_group_left_with_one_episode_gets_zero_advantage_and_is_counted(fn):
     assert adv[2].item() == 0.0 and torch.isfinite(adv).all()
     assert adv[0].item() > 0 > adv[1].item()  # the full group is unaffected
     assert singleton_groups(torch.tensor([0, 0, 1])) == 1 and singleton_groups(torch.tensor([0, 0, 1, 1])) == 0
-
-
-def brute_turn_gae(rewards, values, mask, turn_end, gamma_turn, gamma_token, lam):
-    """GAE where the discount between consecutive policy tokens depends on whether the first ends a turn."""
-    B, T = len(rewards), len(rewards[0])
-    adv = [[0.0] * T for _ in range(B)]
-    for b in range(B):
-        pos = [t for t in range(T) if mask[b][t]]
-        a_next = 0.0
-        for k in reversed(range(len(pos))):
-            t = pos[k]
-            g = gamma_turn if turn_end[b][t] else gamma_token
-            v_next = values[b][pos[k + 1]] if k + 1 < len(pos) else 0.0
-            a_next = rewards[b][t] + g * v_next - values[b][t] + g * lam * a_next
-            adv[b][t] = a_next
-    return adv
 
 
 def test_turn_level_gamma_discounts_between_turns_only():
