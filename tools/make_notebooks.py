@@ -32,7 +32,7 @@ md(r"""
 | papers | Wang & Ammanabrolu, *A Practitioner's Guide to Multi-turn Agentic RL* (arXiv 2510.01132); Wang et al., *RAGEN* (arXiv 2504.20073) |
 | games | TextWorld `tw-cooking --recipe 1 --take 1 --go 1`: read the recipe, take the ingredient, prepare and eat the meal (max score 3, 5-step walkthrough) |
 | model | SmolLM2-135M-Instruct, fp32 on CPU (bf16 on CUDA) |
-| full mode | the same budget as `make demo`: measured 19 min 28 s on this project's 2-core CPU (1 thread, 2026-11-22; held-out success 0% → 68.8% → 81.2%); not yet measured on a GPU |
+| full mode | the same budget as `make demo`: measured 11 min 40 s on this project's 2-core CPU (2 threads, 2026-11-23; held-out success 0% → 68.8% → 87.5%, the same table as `make demo` to the digit); not yet measured on a GPU |
 | fast mode | `AGENTRL_FAST=1` (CI runs it under nbval): tiny budget, a few minutes |
 
 Everything here calls `agentrl_lib`, the library behind the `agentrl` command; nothing is re-implemented in the notebook.
