@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .config import ALGOS, REWARDS, SEED_MAX, ConfigError, RunConfig
+from .config import ALGOS, REWARDS, SEED_MAX, ConfigError, EnvConfig, RunConfig
 
 
 def _make_games(a) -> None:
@@ -90,7 +90,6 @@ def _check_model_flags(a) -> None:
 
 
 def _eval(a) -> None:
-    from .config import EnvConfig
     from .envs.base import check_env_errors, load_game_set
     from .envs.pool import open_pool
     from .evaluate import evaluate, format_eval, save_eval
@@ -105,13 +104,14 @@ def _eval(a) -> None:
     _check_model_flags(a)
     games = load_game_set(a.games)
     env_cfg = EnvConfig(process_pool=a.process_pool, step_timeout_s=a.step_timeout,
-                        max_env_error_frac=a.max_env_error_frac, show_inventory=a.show_inventory)
+                        max_env_error_frac=a.max_env_error_frac, show_admissible=a.show_admissible,
+                        show_inventory=a.show_inventory)
     env_cfg.validate()
     pool = open_pool(env_cfg, min(a.batch_size, len(games)), games)  # every game checked before the model loads
     try:
         model, tok = load_policy(a.model, a.device, a.dtype)
         res = evaluate(model, tok, games, max_turns=a.max_turns, temperature=a.temperature, batch_size=a.batch_size,
-                       show_admissible=a.show_admissible, show_inventory=a.show_inventory, pool=pool)
+                       env=env_cfg, pool=pool)
     finally:
         pool.close()
     res["model"], res["games"] = a.model, str(games.root)
@@ -215,8 +215,7 @@ def _train(a) -> None:
         from .evaluate import evaluate, format_eval, save_eval
 
         res = evaluate(trainer.policy, trainer.tok, eval_games, max_turns=cfg.env.max_turns,
-                       temperature=cfg.train.eval_temperature, max_new_tokens=cfg.train.max_new_tokens,
-                       show_admissible=cfg.env.show_admissible, show_inventory=cfg.env.show_inventory)
+                       temperature=cfg.train.eval_temperature, max_new_tokens=cfg.train.max_new_tokens, env=cfg.env)
         save_eval(res, run_dir / "eval.json")
         print(format_eval(res, "held-out"))
 
@@ -306,7 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--batch-size", type=int, default=8)
     e.add_argument("--show-admissible", action="store_true", help="list the admissible commands in each observation")
     e.add_argument("--show-inventory", action="store_true", help="append the inventory to each observation")
-    env_flags(e, process_pool=True, step_timeout=30.0, max_env_error_frac=0.5)
+    env_defaults = EnvConfig()
+    env_flags(e, process_pool=env_defaults.process_pool, step_timeout=env_defaults.step_timeout_s,
+              max_env_error_frac=env_defaults.max_env_error_frac)
     e.set_defaults(func=_eval)
 
     s = sub.add_parser("sft", help="SFT warm-up on the games' walkthroughs (TRL SFTTrainer)")

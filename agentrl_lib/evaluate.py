@@ -8,6 +8,7 @@ import json
 import time
 from pathlib import Path
 
+from .config import EnvConfig
 from .envs.base import GameSet
 from .envs.pool import EnvPool, open_pool
 from .prompts import ChatFormat, system_prompt_for
@@ -15,15 +16,15 @@ from .rollout import rollout
 
 
 def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: float = 0.0, batch_size: int = 8,
-             max_new_tokens: int = 24, show_admissible: bool = False, show_inventory: bool = False,
-             pool: EnvPool | None = None, progress: bool = True, process_pool: bool = True,
-             step_timeout_s: float = 30.0, check_games: bool = True) -> dict:
+             max_new_tokens: int = 24, env: EnvConfig | None = None, pool: EnvPool | None = None,
+             progress: bool = True) -> dict:
     """Play every game in `games` once, `batch_size` episodes at a time.
 
-    Observations are shown as in training: pass the run's env.show_admissible / env.show_inventory, since a policy
-    trained with the admissible commands or the inventory in view is evaluated with them.
-    Without `pool`, the envs run as a run's do (`envs.pool.open_pool`): a ProcessPool (`process_pool`), a watchdog
-    of `step_timeout_s` seconds per env call, and every game checked first (`check_games`, cached).
+    `env` (default EnvConfig()) says how the games are shown and run, as in training: pass the run's config, since a
+    policy trained with the admissible commands (`show_admissible`) or the inventory (`show_inventory`) in view is
+    evaluated with them. Without `pool`, the envs run as a run's do (`envs.pool.open_pool(env, ...)`): a ProcessPool
+    (`process_pool`), a watchdog of `step_timeout_s` per env call, and every game checked first (`check_games`,
+    cached). `max_turns` is this evaluation's own (env.max_turns is not read).
 
     Returns a dict: success_rate, mean_turns, invalid_rate (share of turns whose action was not admissible),
     mean_score_frac (score / max_score), env_errors (episodes that ended in an env error: not loaded, crashed, hung;
@@ -33,14 +34,12 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
     """
     from tqdm.auto import tqdm
 
-    from .config import EnvConfig
-
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
+    env = env or EnvConfig()
     own_pool = pool is None
     if pool is None:
-        pool = open_pool(EnvConfig(process_pool=process_pool, step_timeout_s=step_timeout_s, check_games=check_games,
-                                   show_inventory=show_inventory), min(batch_size, len(games)), games)
+        pool = open_pool(env, min(batch_size, len(games)), games)
     chat = ChatFormat(tokenizer)
     rows, t0, tokens, gen_s = [], time.perf_counter(), 0, 0.0
     bar = tqdm(total=len(games), desc="eval", disable=not progress)
@@ -49,7 +48,7 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
             chunk = games.games[start:start + pool.size]
             trajs, st = rollout(model, tokenizer, pool, [g.path for g in chunk], max_turns=max_turns,
                                 max_new_tokens=max_new_tokens, temperature=temperature,
-                                show_admissible=show_admissible, show_inventory=show_inventory, chat=chat,
+                                show_admissible=env.show_admissible, show_inventory=env.show_inventory, chat=chat,
                                 system_prompt=system_prompt_for(games.family))
             tokens, gen_s = tokens + st.generated_tokens, gen_s + st.generate_seconds
             for g, t in zip(chunk, trajs):

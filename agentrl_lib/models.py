@@ -372,16 +372,22 @@ def disable_dropout(model) -> int:
     return changed
 
 
-def load_reference(name: str, device: str = "auto", dtype: str = "auto"):
-    """The frozen reference policy π_ref of the KL term: the model a run started from, with a LoRA adapter merged
-    into its base (an SFT adapter is part of the starting model, not something to switch off).
+def frozen_reference(model):
+    """A frozen copy of `model` as the reference policy π_ref of the KL term, with a LoRA adapter merged into its base
+    (an SFT adapter is part of the starting model, not something to switch off). Returns it in eval() mode with
+    requires_grad False; `model` is unchanged."""
+    import copy
 
-    Returns: the model in eval() mode with requires_grad False. Raises: as load_policy.
-    """
-    model, _ = load_policy(name, device, dtype)
-    if hasattr(model, "merge_and_unload"):
-        model = model.merge_and_unload()
-    return model.eval().requires_grad_(False)
+    ref = copy.deepcopy(model)
+    if hasattr(ref, "merge_and_unload"):
+        ref = ref.merge_and_unload()
+    return ref.eval().requires_grad_(False)
+
+
+def load_reference(name: str, device: str = "auto", dtype: str = "auto"):
+    """`frozen_reference` of the model `name` loaded from disk (a resumed run's starting model).
+    Raises: as load_policy."""
+    return frozen_reference(load_policy(name, device, dtype)[0])
 
 
 def enable_gradient_checkpointing(model) -> None:

@@ -20,7 +20,6 @@ Introduced in notebooks/00_quickstart.ipynb.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import math
@@ -40,8 +39,8 @@ from .envs.base import GameSet, check_env_errors, load_game_set
 from .envs.pool import EnvPool, open_pool
 from .losses import (entropy_from_logits, explained_variance, kl_k3, masked_mean, policy_loss, truncated_is_weights,
                      value_loss)
-from .models import (base_model, disable_dropout, enable_gradient_checkpointing, is_adapter, load_policy,
-                     load_reference)
+from .models import (base_model, disable_dropout, enable_gradient_checkpointing, frozen_reference, is_adapter,
+                     load_policy, load_reference)
 from .prompts import ChatFormat, system_prompt_for
 from .rewards import place_on_tokens, turn_rewards
 from .rollout import Trajectory, rollout
@@ -238,9 +237,9 @@ class Trainer:
         self.ref = None
         if config.algo.kl_coef > 0:
             init_is_adapter = is_adapter(config.model.name)
-            if init_is_adapter or not hasattr(self.policy, "disable_adapter"):
-                self.ref = (load_reference(config.model.name, mc.device, mc.dtype) if resume or init_is_adapter
-                            else copy.deepcopy(self.policy).eval().requires_grad_(False))
+            if init_is_adapter or not hasattr(self.policy, "disable_adapter"):  # a resumed policy is not the start
+                self.ref = (load_reference(config.model.name, mc.device, mc.dtype) if state is not None
+                            else frozen_reference(self.policy))
         policy_dtype = next(self.policy.parameters()).dtype
         self.use_tis = config.algo.tis == "on" or (config.algo.tis == "auto" and policy_dtype != torch.float32)
         groups = [{"params": [p for p in self.policy.parameters() if p.requires_grad], "lr": config.train.lr}]

@@ -264,10 +264,13 @@ def test_end_of_training_eval_uses_eval_temperature_and_the_observation_options(
     cfg = make_cfg(games, algo="rloo", group_size=2, games_per_step=1)
     cfg.train.eval_temperature, cfg.train.eval_games = 0.3, games
     cfg.env.show_admissible = cfg.env.show_inventory = True
+    cfg.env.step_timeout_s = 12.5
     cfg.save(tmp_path / "c.yaml")
     assert cli.main(["train", "--config", str(tmp_path / "c.yaml"), "--init", tiny_model_dir,
                      "--out", str(tmp_path / "run")]) == 0
-    assert seen["temperature"] == 0.3 and seen["show_admissible"] and seen["show_inventory"]
+    env = seen["env"]  # the run's env settings reach the end-of-training eval (observations, pool, timeout)
+    assert seen["temperature"] == 0.3 and env.show_admissible and env.show_inventory
+    assert env.step_timeout_s == 12.5
     assert json.loads((tmp_path / "run" / "eval.json").read_text())["n_games"] == 1
 
 

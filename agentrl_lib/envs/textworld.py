@@ -51,13 +51,18 @@ EMPTY_REPLY = "I beg your pardon? (The reply held no command.)"
 
 
 def refusal_for(action: str) -> tuple[str, str | None]:
-    """(command, refusal) for a TextWorld action: `sanitize_action`, then interpreter and session commands
-    (INTERPRETER_COMMANDS, `tw-...`) are refused with REFUSED_COMMAND. A refused action is never sent to the game."""
+    """(command, refusal) for a TextWorld action: `sanitize_action`; then an empty command is refused with
+    EMPTY_REPLY, and interpreter and session commands (INTERPRETER_COMMANDS, `tw-...`) with REFUSED_COMMAND. A refused
+    action is never sent to the game."""
     command, refusal = sanitize_action(action)
+    if refusal is not None:
+        return command, refusal
     words = command.lower().split()
-    if refusal is None and words and (words[0] in INTERPRETER_COMMANDS or words[0].startswith("tw-")):
+    if not words:  # an empty reply is no command: nothing is sent (the old code sent `look`, a free observation)
+        return "", EMPTY_REPLY
+    if words[0] in INTERPRETER_COMMANDS or words[0].startswith("tw-"):
         return "", REFUSED_COMMAND
-    return command, refusal
+    return command, None
 
 
 def clean_observation(text: str, first: bool = False) -> str:
@@ -195,14 +200,13 @@ class TextWorldEnv:
         """Send one command. Any text is accepted (the game answers as it does, e.g. "That's not a verb I recognise.").
 
         Text the interpreter cannot take safely (backslashes, control characters, see `sanitize_action`) and
-        interpreter/session commands (INTERPRETER_COMMANDS) are not sent, nor is an empty reply: the step answers the
-        refusal text (EMPTY_REPLY for an empty one), reward 0, `info.valid` False, and the game state is unchanged. Raises RuntimeError before reset / after the end.
+        interpreter/session commands (INTERPRETER_COMMANDS) are not sent, nor is an empty reply (`refusal_for`): the
+        step answers the refusal text, reward 0, `info.valid` False, and the game state is unchanged.
+        Raises RuntimeError before reset / after the end.
         """
         if self._env is None or self._done:
             raise RuntimeError("step() called before reset() or after the episode ended")
         command, refusal = refusal_for(action)
-        if refusal is None and not command:  # an empty reply is no command: nothing is sent (not even `look`)
-            refusal = EMPTY_REPLY
         if refusal is not None:
             return StepResult(obs=refusal, reward=0.0, done=False, info=dataclasses.replace(self._last_info, valid=False))
         valid = normalize_action(command) in {normalize_action(a) for a in self._admissible}
