@@ -1,4 +1,4 @@
-"""Advantage estimators as pure tensor functions.
+"""Advantage estimators: pure tensor functions, and the ESTIMATORS registry the trainer picks from by name.
 
 - `gae`: token-level GAE over policy tokens only (PPO with a critic; Practitioner's Guide §4.3, γ = λ = 1).
 - `grpo_advantages`: group-normalised trajectory returns (Shao et al. 2024, DeepSeekMath, eq. 3 outcome supervision).
@@ -6,13 +6,33 @@
 - `broadcast_to_tokens`: a trajectory-level advantage on every policy token.
 - `top_std_groups`: StarPO-S rollout filtering by within-group reward std (RAGEN §4, Wang et al. 2025).
 
+The registry: `ESTIMATORS[name]` is an object with `name`, `needs_critic` (the trainer builds a value head and logs
+explained variance iff True), `min_group_size` (config validation refuses a smaller algo.group_size) and
+`__call__(inputs: AdvantageInputs, algo: AlgoConfig) -> (advantages (B, T) float32, value_targets (B, T) | None)`.
+`algo.advantage` names the key. Add one from any file, then train with `AlgoConfig(advantage="mine")`:
+
+    @dataclass
+    class Reinforce:                              # A_i = R_i on every policy token, no baseline, no critic
+        name: str = "reinforce"
+        needs_critic: bool = False
+        min_group_size: int = 1
+        def __call__(self, inputs, algo):
+            return broadcast_to_tokens(inputs.returns.to(inputs.mask.device), inputs.mask), None
+
+    register_estimator(Reinforce())
+
 Introduced in notebooks/00_quickstart.ipynb.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import torch
+
+if TYPE_CHECKING:
+    from .config import AlgoConfig
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
@@ -137,3 +157,102 @@ def whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tens
     mean = (x * m).sum() / n
     var = (((x - mean) ** 2) * m).sum() / n
     return (x - mean) / torch.sqrt(var + eps) * m
+
+
+# ---------------------------------------------------------------------------------------------- the registry
+@dataclass
+class AdvantageInputs:
+    """What an estimator sees of one step's kept trajectories (B of them, right-padded to T tokens).
+
+    token_rewards: (B, T) float32, each turn's reward on its last policy token (rewards.place_on_tokens), 0 elsewhere.
+    mask: (B, T) float32, 1 on policy tokens (the tokens that train).
+    returns: (B,) float32, trajectory returns R_i = Σ turn rewards (on the CPU).
+    group_ids: (B,) int64, the group (game) of each trajectory (on the CPU).
+    turn_end: (B, T) float32, 1 on each turn's last policy token.
+    values: (B, T) float32 V_old(s_t) of the critic on policy tokens, or None when the estimator needs no critic.
+    """
+
+    token_rewards: torch.Tensor
+    mask: torch.Tensor
+    returns: torch.Tensor
+    group_ids: torch.Tensor
+    turn_end: torch.Tensor
+    values: torch.Tensor | None = None
+
+
+class Estimator(Protocol):
+    """An advantage estimator (see the module docstring)."""
+
+    name: str
+    needs_critic: bool
+    min_group_size: int
+
+    def __call__(self, inputs: AdvantageInputs, algo: "AlgoConfig") -> tuple[torch.Tensor, torch.Tensor | None]:
+        ...
+
+
+@dataclass
+class GAEEstimator:
+    """PPO's estimator: token-level GAE with the critic (`gae`, turn-level γ = algo.gamma, token-level γ =
+    algo.gamma_token, λ = algo.lam), whitened over the batch's policy tokens when algo.normalize_advantages.
+    Returns (advantages, value targets = GAE returns)."""
+
+    name: str = "gae"
+    needs_critic: bool = True
+    min_group_size: int = 1
+
+    def __call__(self, inputs: AdvantageInputs, algo: "AlgoConfig") -> tuple[torch.Tensor, torch.Tensor]:
+        adv, ret = gae(inputs.token_rewards, inputs.values, inputs.mask, algo.gamma, algo.lam,
+                       turn_end=inputs.turn_end, gamma_token=algo.gamma_token)
+        if algo.normalize_advantages:
+            adv = whiten(adv, inputs.mask)
+        return adv, ret
+
+
+@dataclass
+class GRPOEstimator:
+    """GRPO: `grpo_advantages` of the trajectory returns (ε = algo.grpo_std_eps) on every policy token; no critic."""
+
+    name: str = "grpo"
+    needs_critic: bool = False
+    min_group_size: int = 2
+
+    def __call__(self, inputs: AdvantageInputs, algo: "AlgoConfig") -> tuple[torch.Tensor, None]:
+        traj_adv = grpo_advantages(inputs.returns, inputs.group_ids, algo.grpo_std_eps)
+        return broadcast_to_tokens(traj_adv.to(inputs.mask.device), inputs.mask), None
+
+
+@dataclass
+class RLOOEstimator:
+    """RLOO: `rloo_advantages` of the trajectory returns on every policy token; no critic."""
+
+    name: str = "rloo"
+    needs_critic: bool = False
+    min_group_size: int = 2
+
+    def __call__(self, inputs: AdvantageInputs, algo: "AlgoConfig") -> tuple[torch.Tensor, None]:
+        traj_adv = rloo_advantages(inputs.returns, inputs.group_ids)
+        return broadcast_to_tokens(traj_adv.to(inputs.mask.device), inputs.mask), None
+
+
+ESTIMATORS: dict[str, Estimator] = {}
+"""Advantage estimators by name: the values algo.advantage accepts."""
+
+
+def register_estimator(estimator: Estimator, replace: bool = False) -> Estimator:
+    """Add `estimator` to ESTIMATORS under estimator.name and return it.
+
+    Raises:
+        ValueError: the name is taken (pass replace=True to swap an estimator), or min_group_size < 1.
+    """
+    if estimator.name in ESTIMATORS and not replace:
+        raise ValueError(f"an advantage estimator named {estimator.name!r} exists; pass replace=True to replace it")
+    if estimator.min_group_size < 1:
+        raise ValueError(f"min_group_size must be >= 1 (got {estimator.min_group_size})")
+    ESTIMATORS[estimator.name] = estimator
+    return estimator
+
+
+for _est in (GAEEstimator(), GRPOEstimator(), RLOOEstimator()):
+    register_estimator(_est)
+del _est

@@ -17,9 +17,9 @@ counts as complete when its state.json parses and every file in its manifest has
 resuming takes the newest complete one that loads and says, in one warning line each, which newer ones it skipped.
 
 Resume rules (`--resume`): the run's config.yaml plus the flags given is the new config. What the checkpoint *is*
-cannot change: `algo.name` (PPO's value head and the optimizer's parameter groups), `model.name` (the starting
-model, which is also the KL reference), `model.lora_rank` and `model.lora_alpha` (the adapter's shape) — these are
-refused by name. Everything else may change: steps, lr / value_lr (applied over the optimizer's saved ones),
+cannot change: `algo.advantage` (whether a critic's value head exists, and the optimizer's parameter groups),
+`model.name` (the starting model, which is also the KL reference), `model.lora_rank` and `model.lora_alpha` (the
+adapter's shape) — these are refused by name. Everything else may change: steps, lr / value_lr (applied over the optimizer's saved ones),
 epochs, temperature, games (a moved games dir, a curriculum), device and dtype, and so on. A missing or damaged
 config.yaml is restored from the newest checkpoint's copy, with a warning. config.yaml is rewritten (atomically)
 only after the checkpoint has loaded, so a refused or failed resume leaves the run as it was.
@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterator
 
 import yaml
 
-from .config import ConfigError, RunConfig
+from .config import ConfigError, RunConfig, upgrade_legacy_keys
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ FORMAT = 2
 """state.json format: 1 = {"step"} only (before manifests), 2 = with the file manifest."""
 HASH_LIMIT = 16 * 2**20
 """Files up to this size (bytes) get a sha256 in the manifest (configs, tokenizer, value head, LoRA adapters)."""
-FIXED_ON_RESUME = (("algo", "name"), ("model", "name"), ("model", "lora_rank"), ("model", "lora_alpha"))
+FIXED_ON_RESUME = (("algo", "advantage"), ("model", "name"), ("model", "lora_rank"), ("model", "lora_alpha"))
 """Config fields a resumed run cannot change (see the module docstring)."""
 
 
@@ -456,6 +456,7 @@ def _load_complete(path: Path, reference: dict | None) -> RunConfig:
     ref = reference or RunConfig().to_dict()
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} is empty or not a mapping")
+    data = upgrade_legacy_keys(data)  # a run written before algo.name became algo.advantage
     missing = [s for s in ref if not isinstance(data.get(s), dict)]
     if reference is not None:
         missing += [f"{s}.{k}" for s in ref if isinstance(data.get(s), dict) for k in ref[s] if k not in data[s]]

@@ -14,7 +14,10 @@ from typing import Any
 
 import yaml
 
-ALGOS = ("ppo", "grpo", "rloo")
+ALGO_PRESETS: dict[str, dict[str, Any]] = {"ppo": {"advantage": "gae"}, "grpo": {"advantage": "grpo"},
+                                           "rloo": {"advantage": "rloo"}}
+"""Named algorithms as AlgoConfig field values (`--algo ppo`, `AlgoConfig.from_preset("ppo")`); the estimators are
+in advantages.ESTIMATORS."""
 REWARDS = ("sparse", "dense")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICE_PATTERN = r"auto|(cpu|cuda|mps)(:\d+)?"
@@ -82,57 +85,88 @@ class RewardConfig:
 
 @dataclass
 class AlgoConfig:
-    """Policy-optimisation pillar: advantage estimator and the clipped-surrogate loss."""
+    """Policy-optimisation pillar: the advantage estimator (agentrl_lib/advantages.py, ESTIMATORS) and the
+    clipped-surrogate loss. `AlgoConfig.from_preset("grpo")` builds one of ALGO_PRESETS."""
 
-    name: str = "ppo"
-    """Advantage estimator: 'ppo' (critic + token-level GAE), 'grpo' (group-normalised return), 'rloo' (leave-one-out)."""
+    advantage: str = "gae"
+    """Advantage estimator, a key of advantages.ESTIMATORS: 'gae' (critic + token-level GAE; PPO), 'grpo'
+    (group-normalised return), 'rloo' (leave-one-out baseline), or one you registered."""
     group_size: int = 4
-    """Episodes per game in one rollout batch (G). GRPO and RLOO need G >= 2 for a baseline; RAGEN uses 4-16."""
+    """Episodes per game in one rollout batch (G), >= 1; group estimators (grpo, rloo) need G >= 2 for a baseline.
+    RAGEN uses 4-16."""
     gamma: float = 1.0
-    """Discount between turns for GAE (PPO): applied at each turn's last token (the Practitioner's Guide: 1.0; RAGEN's
-    turn-level gamma)."""
+    """Discount between turns for GAE, in [0, 1] (no unit), applied at each turn's last token; 0.95-1.0 (the
+    Practitioner's Guide: 1.0; RAGEN's turn-level gamma)."""
     gamma_token: float = 1.0
-    """Discount between tokens of one reply for GAE (RAGEN's token-level gamma, 1.0); 1.0 keeps a reply's length from
-    changing its credit."""
+    """Discount between tokens of one reply for GAE, in [0, 1] (RAGEN's token-level gamma, 1.0); 1.0 keeps a reply's
+    length from changing its credit."""
     lam: float = 1.0
-    """GAE lambda (the paper uses 1.0: advantage = remaining return - value)."""
+    """GAE lambda, in [0, 1]; 0.95-1.0 (the paper uses 1.0: advantage = remaining return - value)."""
     clip_low: float = 0.2
-    """epsilon_low of the clipped ratio (PPO: 0.2)."""
+    """epsilon_low of the clipped probability ratio, in (0, 1); 0.1-0.3 (PPO: 0.2)."""
     clip_high: float = 0.28
-    """epsilon_high of the clipped ratio (StarPO-S / DAPO decoupled clipping: 0.28; set 0.2 for plain PPO)."""
+    """epsilon_high of the clipped probability ratio, > 0; 0.2-0.3 (StarPO-S / DAPO decoupled clipping: 0.28; 0.2
+    for plain PPO)."""
     kl_coef: float = 0.0
-    """Weight of the k3 KL estimate to the frozen reference policy (0 disables the reference model; paper 0.001-0.01)."""
+    """Weight of the k3 KL estimate to the frozen reference policy, >= 0 (0 disables the reference model; the paper
+    uses 0.001-0.01)."""
     dual_clip: float = 0.0
-    """Dual clip c > 1 for negative advantages: the objective is bounded below by c·A (Ye et al. 2020; 3.0 there; 0 =
-    off)."""
+    """Dual clip c > 1 for negative advantages: the objective is bounded below by c·A (Ye et al. 2020 use 3.0);
+    0 = off."""
     tis: str = "auto"
     """Truncated importance sampling between the rollout's and the trainer's log-probs (Yao et al. 2025): 'on', 'off',
     or 'auto' (on when the policy runs in bf16/fp16, where the two differ; off in fp32 on a CPU, where they agree to
     ~1e-6)."""
     tis_cap: float = 2.0
-    """C of truncated importance sampling, w = min(pi_old / pi_rollout, C) (Yao et al. 2025 use 2)."""
+    """C of truncated importance sampling, w = min(pi_old / pi_rollout, C), > 0; 1.5-5 (Yao et al. 2025 use 2)."""
     entropy_coef: float = 0.001
-    """Weight of the entropy bonus (StarPO-S: 0.001)."""
+    """Weight of the entropy bonus (nats), >= 0; 0-0.01 (StarPO-S: 0.001)."""
     vf_coef: float = 0.1
-    """Weight of the value loss (PPO only; 0.1 as TRL's PPO with a shared backbone)."""
+    """Weight of the value loss, >= 0, used with a critic ('gae'); 0.1-1 (0.1 as TRL's PPO with a shared
+    backbone)."""
     vf_clip: float = 0.2
-    """Clip range of the value prediction around its rollout value (PPO only; 0 disables)."""
+    """Clip range of the value prediction around its rollout value, in return units, >= 0, used with a critic; 0.2
+    is typical (0 disables)."""
     normalize_advantages: bool = True
-    """Whiten PPO advantages over the batch's policy tokens (GRPO/RLOO are already normalised per group)."""
+    """Whiten GAE advantages over the batch's policy tokens (grpo / rloo are already normalised per group)."""
     grpo_std_eps: float = 1e-6
-    """Epsilon in GRPO's (R - mean) / (std + eps) (>= 0)."""
+    """Epsilon in GRPO's (R - mean) / (std + eps), in return units, >= 0; 1e-8-1e-4."""
     keep_top_std: float = 1.0
-    """StarPO-S filter: keep this fraction of groups with the highest within-group reward std (1.0 keeps all; RAGEN 0.25)."""
+    """StarPO-S filter: fraction of groups kept, those with the highest within-group return std, in (0, 1]; 1.0
+    keeps all (RAGEN: 0.25)."""
+
+    @classmethod
+    def from_preset(cls, preset: str, **overrides: Any) -> "AlgoConfig":
+        """The AlgoConfig of ALGO_PRESETS[preset] ('ppo', 'grpo', 'rloo') with `overrides` applied.
+
+        Raises: ConfigError for an unknown preset.
+        """
+        if preset not in ALGO_PRESETS:
+            raise ConfigError(f"unknown algorithm preset {preset!r}; presets: {sorted(ALGO_PRESETS)}")
+        return cls(**{**ALGO_PRESETS[preset], **overrides})
+
+    @property
+    def label(self) -> str:
+        """A name for plots and titles: the first preset whose fields this config has ('ppo'), else the estimator."""
+        for preset, values in ALGO_PRESETS.items():
+            if all(getattr(self, k) == v for k, v in values.items()):
+                return preset
+        return self.advantage
 
     def validate(self) -> None:
-        if self.name not in ALGOS:
-            raise ConfigError(f"algo.name must be one of {ALGOS} (got {self.name!r})")
+        from .advantages import ESTIMATORS  # imported here: `import agentrl_lib.config` stays free of torch
+
+        if self.advantage not in ESTIMATORS:
+            raise ConfigError(f"algo.advantage must be one of {sorted(ESTIMATORS)} (got {self.advantage!r}); register "
+                              "a new one with advantages.register_estimator")
         if self.group_size < 1:
             raise ConfigError(f"algo.group_size must be >= 1 (got {self.group_size})")
-        if self.name in ("grpo", "rloo") and self.group_size < 2:
+        need = ESTIMATORS[self.advantage].min_group_size
+        if self.group_size < need:
             raise ConfigError(
-                f"{self.name.upper()} needs algo.group_size >= 2 (got {self.group_size}): with one episode per game "
-                "the group baseline equals the episode's own return and every advantage is 0. Use --group-size 4.")
+                f"algo.advantage {self.advantage!r} needs algo.group_size >= {need} (got {self.group_size}): with one "
+                "episode per game the group baseline equals the episode's own return and every advantage is 0. Use "
+                "--group-size 4.")
         for name in ("gamma", "gamma_token", "lam"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
@@ -273,6 +307,7 @@ class RunConfig:
         """Build from a nested dict; unknown sections or keys raise ConfigError naming them."""
         if not isinstance(data, dict):
             raise ConfigError(f"config must be a mapping of sections {[f.name for f in fields(cls)]}, got {type(data).__name__}")
+        data = upgrade_legacy_keys(data)
         kinds = {f.name: f.default_factory for f in fields(cls)}  # type: ignore[misc]
         unknown = set(data) - set(kinds)
         if unknown:
@@ -310,6 +345,29 @@ class RunConfig:
         except UnicodeDecodeError as e:
             raise ConfigError(f"config file {path} is not a text (UTF-8) YAML file: {e}") from e
         return cls.from_dict(data or {})
+
+
+def upgrade_legacy_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """A config dict written before `algo.name` became `algo.advantage` (config.yaml of older runs: `algo: {name:
+    ppo}`), with the legacy key replaced by the fields of its preset (ALGO_PRESETS). Returns a new dict (or `data`
+    itself when there is nothing to upgrade).
+
+    Raises:
+        ConfigError: the legacy name is no preset, or contradicts an algo.advantage given beside it.
+    """
+    algo = data.get("algo")
+    if not isinstance(algo, dict) or "name" not in algo:
+        return data
+    algo = dict(algo)
+    name = algo.pop("name")
+    if name not in ALGO_PRESETS:
+        raise ConfigError(f"algo.name (renamed algo.advantage) must be one of {sorted(ALGO_PRESETS)} (got {name!r})")
+    for key, value in ALGO_PRESETS[name].items():
+        if key in algo and algo[key] != value:
+            raise ConfigError(f"algo.name {name!r} (a preset, {ALGO_PRESETS[name]}) contradicts algo.{key} "
+                              f"{algo[key]!r}; drop algo.name")
+        algo[key] = value
+    return {**data, "algo": algo}
 
 
 def _parse_value(key: str, default: Any, value: Any) -> Any:
