@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .config import ALGOS, REWARDS, SEED_MAX, ConfigError, EnvConfig, RunConfig
+from .config import ALGO_PRESETS, REWARDS, SEED_MAX, ConfigError, EnvConfig, RunConfig
 
 
 def _make_games(a) -> None:
@@ -144,7 +144,7 @@ def _sft(a) -> None:
 
 
 OVERRIDES = {  # CLI flag -> (section, key)
-    "algo": ("algo", "name"), "reward": ("reward", "kind"), "games": ("env", "games"), "max_turns": ("env", "max_turns"),
+    "reward": ("reward", "kind"), "games": ("env", "games"), "max_turns": ("env", "max_turns"),
     "group_size": ("algo", "group_size"), "steps": ("train", "steps"), "games_per_step": ("train", "games_per_step"),
     "lr": ("train", "lr"), "epochs": ("train", "epochs"), "minibatch_size": ("train", "minibatch_size"),
     "kl_coef": ("algo", "kl_coef"), "keep_top_std": ("algo", "keep_top_std"), "seed": ("train", "seed"),
@@ -178,6 +178,8 @@ def build_config(a, base: RunConfig | None = None) -> RunConfig:
     the command line override it (e.g. `--resume --steps 40` extends a run)."""
     base = base or (RunConfig.load(a.config) if a.config else RunConfig())
     data = base.to_dict()
+    if getattr(a, "algo", None) is not None:  # a preset: the fields of ALGO_PRESETS[--algo]
+        data["algo"].update(ALGO_PRESETS[a.algo])
     for flag, (section, key) in OVERRIDES.items():
         v = getattr(a, flag, None)
         if v is not None:
@@ -331,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--config", help="YAML config (sections env, reward, algo, model, train); flags override it")
     t.add_argument("--init", help="start from this model (SFT dir, run dir, HF id; default: model.name)")
     t.add_argument("--resume", action="store_true", help="continue from the run dir's latest checkpoint")
-    t.add_argument("--algo", choices=ALGOS)
+    t.add_argument("--algo", choices=tuple(ALGO_PRESETS))
     t.add_argument("--reward", choices=REWARDS)
     t.add_argument("--games")
     for flag, typ in [("--max-turns", int), ("--group-size", int), ("--steps", int), ("--games-per-step", int),
@@ -349,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="base → SFT → RL on held-out cooking games (12-20 min on 2 CPU cores, measured)")
     d.add_argument("--out", default="runs/demo")
     d.add_argument("--fast", action="store_true", help="tiny budget (also AGENTRL_FAST=1)")
-    d.add_argument("--algo", default="ppo", choices=ALGOS)
+    d.add_argument("--algo", default="ppo", choices=tuple(ALGO_PRESETS))
     d.add_argument("--reward", default="dense", choices=REWARDS)
     d.add_argument("--model", default="embedded")
     d.add_argument("--seed", type=int, default=0)

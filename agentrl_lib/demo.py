@@ -114,7 +114,7 @@ def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo
 
     # 5. RL from the SFT model
     cfg = RunConfig(env=EnvConfig(games=str(train.root), max_turns=budget.max_turns),
-                    reward=RewardConfig(kind=reward), algo=AlgoConfig(name=algo, group_size=budget.group_size),
+                    reward=RewardConfig(kind=reward), algo=AlgoConfig.from_preset(algo, group_size=budget.group_size),
                     train=TrainConfig(steps=budget.rl_steps, games_per_step=budget.games_per_step,
                                       minibatch_size=4, lr=budget.rl_lr, seed=seed,
                                       checkpoint_every=max(budget.rl_steps, 1)))

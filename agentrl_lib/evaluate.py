@@ -12,6 +12,7 @@ from .config import EnvConfig
 from .envs.base import GameSet
 from .envs.pool import EnvPool, open_pool
 from .prompts import ChatFormat, system_prompt_for
+from .generation import HFGenerator
 from .rollout import rollout
 
 
@@ -46,7 +47,7 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
     try:
         for start in range(0, len(games), pool.size):
             chunk = games.games[start:start + pool.size]
-            trajs, st = rollout(model, tokenizer, pool, [g.path for g in chunk], max_turns=max_turns,
+            trajs, st = rollout(HFGenerator(model, tokenizer), tokenizer, pool, [g.path for g in chunk], max_turns=max_turns,
                                 max_new_tokens=max_new_tokens, temperature=temperature,
                                 show_admissible=env.show_admissible, show_inventory=env.show_inventory, chat=chat,
                                 system_prompt=system_prompt_for(games.family))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .envs.pool import EnvFailure, EnvPool
+from .generation import Generator
 from .prompts import SYSTEM_PROMPT, ChatFormat, feedback_message, first_user_message, parse_action
 
 
@@ -75,143 +76,47 @@ class RolloutStats:
     env_seconds: float = 0.0
     wall_seconds: float = 0.0
     sampler_gap: float = 0.0
-    """Largest TurnSample.sampler_gap of the rollout (≈ 1e-6 when sampling is plain softmax(logits / T))."""
+    """Largest generation.TurnSample.sampler_gap of the rollout (≈ 1e-6 when sampling is plain softmax(logits / T))."""
 
     @property
     def tokens_per_second(self) -> float:
         return self.generated_tokens / max(self.generate_seconds, 1e-9)
 
 
-def _left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
-        attn[i, width - len(s):] = 1
-    return ids.to(device), attn.to(device)
+def collate(trajs: list[Trajectory], pad_id: int, device) -> dict[str, torch.Tensor]:
+    """Right-pad trajectories into (B, T) tensors: input_ids long, attention_mask long, mask float32 (policy tokens),
+    behaviour_logprobs float32 (the rollout's log-probs of the sampled tokens, 0 elsewhere), turn_end float32 (1 on
+    each turn's last policy token)."""
+    T = max(len(t.ids) for t in trajs)
+    B = len(trajs)
+    ids = torch.full((B, T), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, T), dtype=torch.long)
+    mask = torch.zeros((B, T), dtype=torch.float32)
+    behaviour = torch.zeros((B, T), dtype=torch.float32)
+    turn_end = torch.zeros((B, T), dtype=torch.float32)
+    for i, t in enumerate(trajs):
+        n = len(t.ids)
+        ids[i, :n] = torch.tensor(t.ids)
+        attn[i, :n] = 1
+        mask[i, :n] = torch.tensor(t.mask, dtype=torch.float32)
+        behaviour[i, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
+        turn_end[i, t.turn_ends] = 1.0
+    return {k: v.to(device) for k, v in dict(input_ids=ids, attention_mask=attn, mask=mask,
+                                             behaviour_logprobs=behaviour, turn_end=turn_end).items()}
 
 
-class _Batch:
-    """The live episodes as one padded batch plus the KV cache of everything already encoded.
-
-    Between turns each row gets new tokens (its environment turn) of a different length; they are appended as a
-    block left-padded *within the block*, so rows keep padding holes. The attention mask is 0 on every hole (left
-    padding, post-eos padding of rows that finished early, in-block padding), and `generate` derives position ids from
-    the cumulative mask, so each row sees exactly the positions of its contiguous trajectory. Only new tokens are
-    encoded each turn instead of the whole history.
-    """
-
-    def __init__(self, contexts: list[list[int]], pad_id: int, device):
-        self.pad_id, self.device = pad_id, device
-        self.ids, self.attn = _left_pad(contexts, pad_id, device)
-        self.cache = None
-
-    def append(self, blocks: list[list[int]]) -> None:
-        ids, attn = _left_pad(blocks, self.pad_id, self.device)
-        self.ids = torch.cat([self.ids, ids], dim=1)
-        self.attn = torch.cat([self.attn, attn], dim=1)
-
-    def keep(self, rows: list[int]) -> None:
-        if rows == list(range(self.ids.shape[0])):
-            return  # every row stays: no copy of the cache
-        idx = torch.tensor(rows, dtype=torch.long, device=self.device)
-        self.ids, self.attn = self.ids[idx], self.attn[idx]
-        if self.cache is not None:
-            self.cache.batch_select_indices(idx)
-
-
-def sampling_config(temperature: float, max_new_tokens: int, eos_id: int, pad_id: int):
-    """A complete `GenerationConfig` whose sampling distribution is exactly softmax(logits / T), or greedy at T = 0.
-
-    transformers fills every field left at None from the model's own generation config and then from its global
-    defaults, which include top_k = 50 (../shared/NOTES.md): a `do_sample=True` call that does not set top_k samples
-    from the top 50 tokens only, while an RL loss that uses log softmax(logits / T) assumes the full distribution. So
-    every field that adds a logits processor is set here to its neutral value, independent of how the model was
-    loaded: top_k 0, top_p 1, min_p / typical_p / epsilon / eta cut-offs off, no repetition penalty, no n-gram ban,
-    no suppressed or forced tokens.
-
-    Args:
-        temperature: > 0 samples from softmax(logits / T); 0 = greedy.
-    Returns: transformers.GenerationConfig.
-    """
-    from transformers import GenerationConfig
-
-    sample = temperature > 0
-    warpers = dict(temperature=temperature, top_k=0, top_p=1.0, min_p=None, typical_p=1.0, epsilon_cutoff=0.0,
-                   eta_cutoff=0.0, top_h=None) if sample else {}  # warpers only run when sampling
-    return GenerationConfig(
-        max_new_tokens=max_new_tokens, do_sample=sample, **warpers,
-        repetition_penalty=1.0, no_repeat_ngram_size=0, encoder_repetition_penalty=1.0,
-        bad_words_ids=None, suppress_tokens=None, begin_suppress_tokens=None, forced_bos_token_id=None,
-        forced_eos_token_id=None, min_length=0, min_new_tokens=None, renormalize_logits=False,
-        num_beams=1, num_return_sequences=1, eos_token_id=eos_id, pad_token_id=pad_id,
-        output_logits=True, output_scores=True, return_dict_in_generate=True, use_cache=True)
-
-
-@dataclass
-class TurnSample:
-    """What one batched `generate` call returns per row (see generate_turn)."""
-
-    ids: list[list[int]]
-    """Sampled ids of each row, up to and including the first end token."""
-    logprobs: list[list[float]]
-    """log π_behaviour of each sampled id: log-softmax of the scores the token was actually drawn from."""
-    truncated: list[bool]
-    """True for rows that hit max_new_tokens without an end token."""
-    sampler_gap: float
-    """max |log-softmax(processed scores) − log-softmax(raw logits / T)| over the sampled ids: 0 (to float error) when
-    the sampler is plain softmax(logits / T); large when a hidden logits warper (top-k, top-p, penalties) is active."""
-
-
-@torch.no_grad()
-def generate_turn(model, batch: _Batch, eos_id: int, max_new_tokens: int, temperature: float) -> TurnSample:
-    """One batched `generate` call for all live episodes, continuing from the batch's KV cache.
-
-    Args:
-        batch: the live episodes (ending with the assistant header); updated in place with the sampled tokens, their
-            attention mask (0 after each row's eos) and the new cache.
-        temperature: 0 = greedy; otherwise plain sampling from softmax(logits / T) (`sampling_config`: no top-k,
-            top-p or other warper), so the returned log-probs are the exact behaviour-policy log-probs.
-    Returns:
-        TurnSample. Log-probs are those of the distribution sampled (T = 1 when greedy), read from the processed
-        scores; `sampler_gap` compares them with softmax(raw logits / T).
-    """
-    sample = temperature > 0
-    width = batch.ids.shape[1]
-    gen_cfg = sampling_config(temperature, max_new_tokens, eos_id, batch.pad_id)
-    out = model.generate(input_ids=batch.ids, attention_mask=batch.attn, past_key_values=batch.cache,
-                         generation_config=gen_cfg)
-    new = out.sequences[:, width:]  # (B, n_steps)
-    scores = torch.stack(out.scores, dim=1).float()  # (B, n_steps, V): what the next token was drawn from
-    token_logp = torch.log_softmax(scores, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (B, n_steps)
-    raw = torch.stack(out.logits, dim=1).float() / (temperature if sample else 1.0)
-    raw_logp = torch.log_softmax(raw, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
-    ids, lps, truncated, gap = [], [], [], 0.0
-    new_attn = torch.zeros_like(new)
-    for r, (row, lp) in enumerate(zip(new.tolist(), token_logp.tolist())):
-        n = row.index(eos_id) + 1 if eos_id in row else len(row)
-        ids.append(row[:n])
-        lps.append(lp[:n])
-        truncated.append(eos_id not in row[:n])
-        new_attn[r, :n] = 1
-        if n:
-            gap = max(gap, (token_logp[r, :n] - raw_logp[r, :n]).abs().max().item())
-    batch.ids, batch.attn, batch.cache = out.sequences, torch.cat([batch.attn, new_attn], dim=1), out.past_key_values
-    return TurnSample(ids, lps, truncated, gap)
-
-
-def rollout(model, tokenizer, pool: EnvPool, games: list[str], groups: list[int] | None = None, max_turns: int = 8,
-            max_new_tokens: int = 24, temperature: float = 0.7, show_admissible: bool = False,
+def rollout(generator: Generator, tokenizer, pool: EnvPool, games: list[str], *, groups: list[int] | None = None,
+            max_turns: int = 8, max_new_tokens: int = 24, temperature: float = 0.7, show_admissible: bool = False,
             show_inventory: bool = False, system_prompt: str = SYSTEM_PROMPT, chat: ChatFormat | None = None,
             progress: bool = False) -> tuple[list[Trajectory], RolloutStats]:
     """Play one episode of each game in `games` (repeat a game G times for a group), all episodes batched.
 
-    Each turn: one `generate` call over the live episodes → parse each reply into an action → step every env →
-    append the feedback as the next user turn. Episodes end when won/lost, after `max_turns`, when the context would
+    Each turn: one `generator.generate` call over the live episodes → parse each reply into an action → step every
+    env → append the feedback as the next user turn (`generator.append`). Episodes end when won/lost, after `max_turns`, when the context would
     exceed the model's limit, or when the env fails (EnvFailure: that episode alone ends).
 
     Args:
+        generator: the generation backend (generation.py), e.g. `HFGenerator(model, tokenizer)`.
         pool: needs pool.size >= len(games); episode i runs in slot i.
         groups: group id of each episode (default: index of its game among the distinct games).
         system_prompt: the game family's prompt (`prompts.system_prompt_for`); the default is TextWorld's.
@@ -226,8 +131,7 @@ def rollout(model, tokenizer, pool: EnvPool, games: list[str], groups: list[int]
         raise ValueError(f"the env pool has {pool.size} slots for {len(games)} episodes; make a bigger pool")
     t_start = time.perf_counter()
     chat = chat or ChatFormat(tokenizer)
-    pad_id = tokenizer.pad_token_id
-    ctx_limit = getattr(model.config, "max_position_embeddings", 8192) or 8192
+    ctx_limit = generator.context_limit
     if groups is None:
         order = {g: i for i, g in enumerate(dict.fromkeys(games))}
         groups = [order[g] for g in games]
@@ -238,8 +142,7 @@ def rollout(model, tokenizer, pool: EnvPool, games: list[str], groups: list[int]
     t = time.perf_counter()
     first = pool.reset(slots, games)
     stats.env_seconds += time.perf_counter() - t
-    live, batch = [], None
-    device = next(model.parameters()).device
+    live, started = [], False
     for i, res in enumerate(first):
         tr = trajs[i]
         if isinstance(res, EnvFailure):
@@ -261,15 +164,16 @@ def rollout(model, tokenizer, pool: EnvPool, games: list[str], groups: list[int]
         if over:
             keep = [r for r in range(len(live)) if r not in over]
             live = [live[r] for r in keep]
-            if batch is not None and live:
-                batch.keep(keep)
+            if started and live:
+                generator.keep(keep)
         if not live:
             break
-        if batch is None:
-            batch = _Batch([trajs[i].ids for i in live], pad_id, device)
+        if not started:
+            generator.start([trajs[i].ids for i in live])
+            started = True
         # ALGO: the policy acts in every live episode at once (one batched generate call).
         t = time.perf_counter()
-        turn_sample = generate_turn(model, batch, chat.eos_id, max_new_tokens, temperature)
+        turn_sample = generator.generate(max_new_tokens, temperature)
         seqs, lps, truncs = turn_sample.ids, turn_sample.logprobs, turn_sample.truncated
         stats.sampler_gap = max(stats.sampler_gap, turn_sample.sampler_gap)
         stats.generate_seconds += time.perf_counter() - t
@@ -325,8 +229,8 @@ def rollout(model, tokenizer, pool: EnvPool, games: list[str], groups: list[int]
             blocks.append(([chat.eos_id] if tr.truncated[-1] else []) + nxt)
         live = still
         if live:
-            batch.keep(keep)
-            batch.append(blocks)
+            generator.keep(keep)
+            generator.append(blocks)
         if progress:
             print(f"  turn {turn + 1}: {len(live)} episodes still running", flush=True)
     stats.wall_seconds = time.perf_counter() - t_start

@@ -1,15 +1,18 @@
 """The multi-turn RL loop: rollout → turn rewards → advantages → epochs of minibatch updates → log → checkpoint.
 
-PPO, GRPO and RLOO share everything except the advantage estimator (and PPO's critic):
+Every algorithm shares the loop; only the advantage estimator (advantages.ESTIMATORS[algo.advantage]) differs, and
+a critic exists iff that estimator needs one (PPO's 'gae'). Trainer.step, stage by stage:
 
     for step in 1..N:
-        trajectories = rollout(policy, games × G)                  # batched multi-turn episodes, π_behaviour log-probs
-        drop env-fault episodes; r_turn = turn_rewards(sparse | dense) − format penalty   # on each turn's end token
-        keep the groups with the largest return spread (StarPO-S; all by default)
-        π_old, V_old = training forward of the kept trajectories (no grad)
-        A = GAE(r, V_old) [PPO]  |  group-normalised R [GRPO]  |  R − leave-one-out mean [RLOO]
-        for epoch, minibatch:  loss = clipped surrogate (× TIS weight) + c_v·value loss + β·KL(k3) − c_H·entropy
-        log metrics.jsonl; checkpoint atomically
+        1. trajectories = rollout(generator, games × G)   # batched multi-turn episodes, π_behaviour log-probs;
+                                                          # episodes cut by an env fault are dropped
+        2. r_turn = turn_rewards(sparse | dense) − format penalty, on each turn's end token;  R = Σ_turns r_turn
+        3. keep the groups with the largest return spread (StarPO-S; all by default)
+        4. π_old, V_old, π_ref = forward passes over the kept trajectories (no grad)
+        5. A, V_target = estimator(r, R, groups, V_old)   # GAE [ppo] | group-normalised R [grpo] | R − LOO mean [rloo]
+        6. for epoch, minibatch: loss = clipped surrogate (× TIS weight) + c_v·value loss + β·KL(k3) − c_H·entropy;
+           generator.sync(policy)
+        7. metrics row → metrics.jsonl; checkpoint atomically (Trainer.train)
 
 Critic (PPO): a linear value head on the policy's last hidden state — a *shared backbone*, as TRL's
 AutoModelForCausalLMWithValueHead. On a CPU a separate critic would double the cost of every update; the price is
@@ -29,99 +32,26 @@ import weakref
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from . import checkpoint as ckpt_lib
-from .advantages import (broadcast_to_tokens, gae, grpo_advantages, rloo_advantages, singleton_groups, top_std_groups,
-                         whiten)
+from .advantages import ESTIMATORS, AdvantageInputs, singleton_groups, top_std_groups
 from .config import AlgoConfig, RunConfig
 from .envs.base import GameSet, check_env_errors, load_game_set
 from .envs.pool import EnvPool, open_pool
-from .losses import (entropy_from_logits, explained_variance, kl_k3, masked_mean, policy_loss, truncated_is_weights,
-                     value_loss)
+from .generation import HFGenerator
+from .losses import explained_variance, kl_k3, masked_mean, policy_loss, truncated_is_weights, value_loss
 from .models import (base_model, disable_dropout, enable_gradient_checkpointing, frozen_reference, is_adapter,
                      load_policy, load_reference)
+from .policy import ValueHead, token_forward
 from .prompts import ChatFormat, system_prompt_for
 from .rewards import place_on_tokens, turn_rewards
-from .rollout import Trajectory, rollout
+from .rollout import Trajectory, collate, rollout
 
 log = logging.getLogger(__name__)
 
 
 class DivergenceError(ValueError):
     """Training produced non-finite losses or gradients for train.max_nonfinite_steps steps in a row."""
-
-
-class ValueHead(nn.Module):
-    """V(s_t) = w·h_t + b on the backbone's last hidden state h_t (float32). Initialised to output 0."""
-
-    def __init__(self, hidden_size: int):
-        super().__init__()
-        self.linear = nn.Linear(hidden_size, 1)
-        nn.init.zeros_(self.linear.weight)
-        nn.init.zeros_(self.linear.bias)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.linear(hidden.float()).squeeze(-1)
-
-
-def collate(trajs: list[Trajectory], pad_id: int, device) -> dict[str, torch.Tensor]:
-    """Right-pad trajectories into (B, T) tensors: input_ids long, attention_mask long, mask float32 (policy tokens),
-    behaviour_logprobs float32 (the rollout's log-probs of the sampled tokens, 0 elsewhere), turn_end float32 (1 on
-    each turn's last policy token)."""
-    T = max(len(t.ids) for t in trajs)
-    B = len(trajs)
-    ids = torch.full((B, T), pad_id, dtype=torch.long)
-    attn = torch.zeros((B, T), dtype=torch.long)
-    mask = torch.zeros((B, T), dtype=torch.float32)
-    behaviour = torch.zeros((B, T), dtype=torch.float32)
-    turn_end = torch.zeros((B, T), dtype=torch.float32)
-    for i, t in enumerate(trajs):
-        n = len(t.ids)
-        ids[i, :n] = torch.tensor(t.ids)
-        attn[i, :n] = 1
-        mask[i, :n] = torch.tensor(t.mask, dtype=torch.float32)
-        behaviour[i, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
-        turn_end[i, t.turn_ends] = 1.0
-    return {k: v.to(device) for k, v in dict(input_ids=ids, attention_mask=attn, mask=mask,
-                                             behaviour_logprobs=behaviour, turn_end=turn_end).items()}
-
-
-def token_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor,
-                  temperature: float = 1.0, value_head: ValueHead | None = None,
-                  with_entropy: bool = False) -> dict[str, torch.Tensor]:
-    """Log-probs (and values, entropy) of the policy tokens of a batch, computing the output layer only there.
-
-    Token t is predicted from the hidden state at t − 1, so logits are taken at positions t − 1 for every t with
-    mask[t] = 1; the 49k-wide output layer runs on policy tokens only (a large share of a full forward on CPU).
-
-    Args:
-        input_ids, attention_mask: (B, T) long, right-padded.  mask: (B, T) 0/1, policy tokens.
-        temperature: logits are divided by it (the rollout's sampling temperature, so π_old and π_θ match).
-    Returns:
-        dict with 'logprobs' (B, T) float32; 'values' (B, T) if value_head; 'entropy' (B, T) if with_entropy.
-        All are 0 where mask is 0.
-    """
-    base = base_model(model)
-    backbone = base.get_decoder() if hasattr(base, "get_decoder") else base.model
-    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
-    sel = mask[:, 1:].bool()  # (B, T-1): position t-1 predicts token t
-    h = hidden[:, :-1][sel]  # (N, H)
-    logits = base.get_output_embeddings()(h).float() / max(temperature, 1e-6)  # (N, V)
-    targets = input_ids[:, 1:][sel]
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, targets[:, None]).squeeze(-1)  # (N,)
-    B, T = input_ids.shape
-    zeros = torch.zeros(B, T - 1, device=input_ids.device)
-
-    def scatter(x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([torch.zeros(B, 1, device=input_ids.device), zeros.masked_scatter(sel, x)], dim=1)
-
-    out = {"logprobs": scatter(logp)}
-    if value_head is not None:
-        out["values"] = scatter(value_head(h))
-    if with_entropy:
-        out["entropy"] = scatter(entropy_from_logits(logits))
-    return out
 
 
 def minibatch_loss(policy, value_head: ValueHead | None, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -213,7 +143,8 @@ class Trainer:
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.start_step, self.last_checkpoint, self.step_in_progress, self._nonfinite_streak = 0, None, None, []
         mc = config.model
-        need_vh = config.algo.name == "ppo"
+        self.estimator = ESTIMATORS[config.algo.advantage]
+        need_vh = self.estimator.needs_critic  # a critic exists iff the estimator needs one
         state = None
         if resume and ckpt_lib.list_checkpoints(self.ckpt_root):  # newest complete checkpoint that loads, else older
             def load(ckpt: Path):
@@ -229,8 +160,9 @@ class Trainer:
         self.last_step = self.start_step
         self.device = next(self.policy.parameters()).device
         self.chat = ChatFormat(self.tok)
+        self.generator = HFGenerator(self.policy, self.tok)
         hidden = base_model(self.policy).config.hidden_size
-        self.value_head = ValueHead(hidden).to(self.device) if config.algo.name == "ppo" else None
+        self.value_head = ValueHead(hidden).to(self.device) if need_vh else None
         disable_dropout(self.policy)  # π_old is computed without dropout: the update must see the same function
         # ALGO: the frozen reference policy of the KL term is the model the run started from (an SFT LoRA adapter
         # merged into its base). A LoRA adapter created by this run is switched off instead (_ref_logprobs).
@@ -290,7 +222,7 @@ class Trainer:
         from .plots import plot_learning_curves
 
         if rows:
-            plot_learning_curves(rows, self.run_dir / "learning_curve.png", title=f"{cfg.algo.name} / {cfg.reward.kind}")
+            plot_learning_curves(rows, self.run_dir / "learning_curve.png", title=f"{cfg.algo.label} / {cfg.reward.kind}")
         return rows
 
     def _check_finite(self, row: dict) -> None:
@@ -313,9 +245,61 @@ class Trainer:
                 f"agentrl train --out {self.run_dir} --resume --lr {lr / 10:g}")
 
     def step(self, step: int) -> dict:
-        """One iteration: rollout, rewards, advantages, update. Returns its metrics row."""
+        """One iteration, stages 1-7 of the module docstring. Returns its metrics row."""
         cfg, t0 = self.cfg, time.perf_counter()
-        # plumbing: the same step always samples the same games and tokens (resumable, reproducible)
+        episode_games, group_ids = self._sample_games(step)  # plumbing: the same step, the same games and tokens
+
+        # ALGO: 1. rollout — G episodes per game, all batched
+        self.policy.eval()
+        trajs, rstats = rollout(self.generator, self.tok, self.pool, episode_games, groups=group_ids,
+                                max_turns=cfg.env.max_turns, max_new_tokens=cfg.train.max_new_tokens,
+                                temperature=cfg.train.temperature, show_admissible=cfg.env.show_admissible,
+                                show_inventory=cfg.env.show_inventory,
+                                system_prompt=system_prompt_for(self.games.family), chat=self.chat)
+        # an episode cut by an environment fault is not the policy's doing: it leaves the loss and the group statistics
+        trajs_ok = [t for t in trajs if t.n_turns > 0 and not t.termination.startswith("env_error")]
+        t_rollout = time.perf_counter() - t0
+        if not trajs_ok:  # plumbing: every episode failed in the environment: nothing to learn from; the run goes on
+            return self._all_failed_row(step, trajs, t0)
+
+        # ALGO: 2. turn rewards on turn-end tokens; trajectory returns
+        rewards = [turn_rewards(cfg.reward.kind, t.env_rewards, t.max_score, t.won, t.valid, cfg.reward.format_penalty)
+                   for t in trajs_ok]
+        returns = torch.tensor([sum(r) for r in rewards], dtype=torch.float32)
+        gids = torch.tensor([t.group for t in trajs_ok])
+
+        # ALGO: 3. StarPO-S: keep the groups with the largest return spread (all at keep_top_std = 1), before anything
+        # is forwarded, so filtered trajectories cost nothing and minibatches hold only kept ones
+        kept = top_std_groups(returns, gids, cfg.algo.keep_top_std).nonzero(as_tuple=True)[0].tolist()
+        batch = self._collate(trajs_ok, rewards, kept)
+
+        # ALGO: 4. π_old, V_old, π_ref: forward passes without gradients (see _old_forward)
+        old, ref_logp, is_w, m = self._old_forward(batch, rstats)
+
+        # ALGO: 5. advantages (and the critic's value targets) from the chosen estimator
+        with torch.no_grad():
+            adv, value_targets = self.estimator(AdvantageInputs(
+                token_rewards=batch["token_rewards"], mask=batch["mask"], returns=returns[kept], group_ids=gids[kept],
+                turn_end=batch["turn_end"], values=old.get("values")), cfg.algo)
+        if self.estimator.needs_critic:
+            m["explained_variance"] = explained_variance(old["values"], value_targets, batch["mask"])
+
+        # ALGO: 6. epochs of minibatch updates on the clipped surrogate; the generator samples from the new weights
+        t1 = time.perf_counter()
+        m.update(self._update(batch, old["logprobs"], adv, value_targets, old.get("values"), ref_logp, is_w))
+        self.policy.eval()
+        self.generator.sync(self.policy)
+        t_update = time.perf_counter() - t1
+
+        # plumbing: 7. metrics (over every episode that ran, kept by the filter or not)
+        m.update(self._metrics_row(step, trajs, trajs_ok, rewards, returns, gids, len(kept), batch, rstats))
+        m.update(rollout_seconds=t_rollout, update_seconds=t_update, step_seconds=time.perf_counter() - t0)
+        return m
+
+    def _sample_games(self, step: int) -> tuple[list[str], list[int]]:
+        """plumbing: the step's games (games_per_step, without repeats while the set allows) × group_size episodes
+        and their group ids. Seeds Python's and torch's RNG from (seed, step): a resumed step samples the same."""
+        cfg = self.cfg
         rng = random.Random(cfg.train.seed * 1_000_003 + step)
         torch.manual_seed(cfg.train.seed * 1_000_003 + step)
         games = rng.sample(self.games.games, k=min(cfg.train.games_per_step, len(self.games)))
@@ -323,84 +307,57 @@ class Trainer:
             games += rng.choices(self.games.games, k=cfg.train.games_per_step - len(games))
         episode_games = [g.path for g in games for _ in range(cfg.algo.group_size)]
         group_ids = [k for k in range(len(games)) for _ in range(cfg.algo.group_size)]
+        return episode_games, group_ids
 
-        # ALGO: 1. rollout — G episodes per game, all batched
-        self.policy.eval()
-        trajs, rstats = rollout(self.policy, self.tok, self.pool, episode_games, group_ids, cfg.env.max_turns,
-                                cfg.train.max_new_tokens, cfg.train.temperature, cfg.env.show_admissible,
-                                cfg.env.show_inventory, system_prompt_for(self.games.family), chat=self.chat)
-        # an episode cut by an environment fault is not the policy's doing: it leaves the loss and the group statistics
-        trajs_ok = [t for t in trajs if t.n_turns > 0 and not t.termination.startswith("env_error")]
-        t_rollout = time.perf_counter() - t0
+    def _all_failed_row(self, step: int, trajs: list[Trajectory], t0: float) -> dict:
+        """plumbing: the metrics row of a step whose every episode failed in the environment (no update)."""
         n_env_errors = sum(t.termination.startswith("env_error") for t in trajs)
-        if not trajs_ok:  # every episode failed in the environment: nothing to learn from; the run goes on
-            reasons = sorted({t.termination for t in trajs})
-            if self.progress:
-                print(f"step {step + 1}: every episode failed ({reasons[0]}); no update", flush=True)
-            return {"step": step + 1, "episodes": len(trajs), "env_errors": n_env_errors, "success_rate": 0.0,
-                    "return_mean": 0.0, "invalid_rate": 0.0, "mean_turns": 0.0, "entropy": float("nan"),
-                    "skipped_update": 1.0, "step_seconds": time.perf_counter() - t0, "env_error_reasons": reasons}
+        reasons = sorted({t.termination for t in trajs})
+        if self.progress:
+            print(f"step {step + 1}: every episode failed ({reasons[0]}); no update", flush=True)
+        return {"step": step + 1, "episodes": len(trajs), "env_errors": n_env_errors, "success_rate": 0.0,
+                "return_mean": 0.0, "invalid_rate": 0.0, "mean_turns": 0.0, "entropy": float("nan"),
+                "skipped_update": 1.0, "step_seconds": time.perf_counter() - t0, "env_error_reasons": reasons}
 
-        # ALGO: 2. turn rewards on turn-end tokens
-        rewards = [turn_rewards(cfg.reward.kind, t.env_rewards, t.max_score, t.won, t.valid, cfg.reward.format_penalty)
-                   for t in trajs_ok]
-        returns = torch.tensor([sum(r) for r in rewards], dtype=torch.float32)
-        gids = torch.tensor([t.group for t in trajs_ok])
-
-        # ALGO: StarPO-S: keep the groups with the largest return spread (all at keep_top_std = 1), before anything
-        # is forwarded, so filtered trajectories cost nothing and minibatches hold only kept ones
-        keep = top_std_groups(returns, gids, cfg.algo.keep_top_std)
-        kept = keep.nonzero(as_tuple=True)[0].tolist()
-        train_trajs = [trajs_ok[i] for i in kept]
-        train_returns, train_gids = returns[kept], gids[kept]
-        batch = collate(train_trajs, self.tok.pad_token_id, self.device)
+    def _collate(self, trajs: list[Trajectory], rewards: list[list[float]], kept: list[int]) -> dict[str, torch.Tensor]:
+        """plumbing: the kept trajectories as (B, T) tensors (rollout.collate) plus token_rewards (B, T) float32,
+        each turn's reward on its end token (rewards.place_on_tokens)."""
+        batch = collate([trajs[i] for i in kept], self.tok.pad_token_id, self.device)
         T = batch["input_ids"].shape[1]
-        tok_rewards = torch.stack([place_on_tokens(rewards[i], trajs_ok[i].turn_ends, T) for i in kept]).to(self.device)
-        mask = batch["mask"]
+        batch["token_rewards"] = torch.stack([place_on_tokens(rewards[i], trajs[i].turn_ends, T)
+                                              for i in kept]).to(self.device)
+        return batch
 
-        # ALGO: 3. π_old (and V_old) from the training forward: the ratio of the first minibatch starts at exactly 1,
-        # whatever kernels or precision the rollout used; the rollout's own log-probs are the behaviour policy
-        m: dict[str, float] = {}
+    @torch.no_grad()
+    def _old_forward(self, batch, rstats) -> tuple[dict[str, torch.Tensor], torch.Tensor | None, torch.Tensor | None,
+                                                   dict[str, float]]:
+        """π_old (and V_old) from the training forward: the ratio of the first minibatch starts at exactly 1, whatever
+        kernels or precision the rollout used; the rollout's own log-probs are the behaviour policy (their gap is
+        logged, and weights the loss with truncated IS when TIS is on). Then π_ref when kl_coef > 0.
+
+        Returns: (token_forward output: logprobs [, values], ref log-probs or None, TIS weights or None, metrics).
+        """
+        cfg, mask, m = self.cfg, batch["mask"], {}
         self.policy.train()  # dropout is off (disable_dropout): train mode only switches on gradient checkpointing
-        with torch.no_grad():
-            old = token_forward(self.policy, batch["input_ids"], batch["attention_mask"], mask,
-                                cfg.train.temperature, self.value_head)
-            old_logp = old["logprobs"]
-            gap = (old_logp - batch["behaviour_logprobs"]).abs() * mask
-            m["logprob_mismatch"] = gap.max().item()
-            m["logprob_mismatch_mean"] = (gap.sum() / mask.sum().clamp(min=1)).item()
-            m["sampler_gap"] = rstats.sampler_gap
-            is_w = None
-            if self.use_tis:
-                is_w = truncated_is_weights(old_logp, batch["behaviour_logprobs"], mask, cfg.algo.tis_cap)
-                m["tis_weight_mean"] = masked_mean(is_w, mask).item()
-            if self.value_head is not None:  # PPO: token-level GAE with the critic
-                old_values = old["values"]
-                adv, ret = gae(tok_rewards, old_values, mask, cfg.algo.gamma, cfg.algo.lam,
-                               turn_end=batch["turn_end"], gamma_token=cfg.algo.gamma_token)
-                m["explained_variance"] = explained_variance(old_values, ret, mask)
-                if cfg.algo.normalize_advantages:
-                    adv = whiten(adv, mask)
-            else:  # GRPO / RLOO: one advantage per trajectory, on every policy token
-                old_values, ret = torch.zeros_like(mask), torch.zeros_like(mask)
-                est = grpo_advantages(train_returns, train_gids, cfg.algo.grpo_std_eps) if cfg.algo.name == "grpo" \
-                    else rloo_advantages(train_returns, train_gids)
-                adv = broadcast_to_tokens(est.to(self.device), mask)
-            ref_logp = None
-            if cfg.algo.kl_coef > 0:
-                ref_logp = self._ref_logprobs(batch)
+        old = token_forward(self.policy, batch["input_ids"], batch["attention_mask"], mask, cfg.train.temperature,
+                            self.value_head)
+        gap = (old["logprobs"] - batch["behaviour_logprobs"]).abs() * mask
+        m["logprob_mismatch"] = gap.max().item()
+        m["logprob_mismatch_mean"] = (gap.sum() / mask.sum().clamp(min=1)).item()
+        m["sampler_gap"] = rstats.sampler_gap
+        is_w = None
+        if self.use_tis:
+            is_w = truncated_is_weights(old["logprobs"], batch["behaviour_logprobs"], mask, cfg.algo.tis_cap)
+            m["tis_weight_mean"] = masked_mean(is_w, mask).item()
+        ref_logp = self._ref_logprobs(batch) if cfg.algo.kl_coef > 0 else None
+        return old, ref_logp, is_w, m
 
-        # ALGO: 4. epochs of minibatch updates on the clipped surrogate
-        t1 = time.perf_counter()
-        upd = self._update(batch, old_logp, adv, ret, old_values, ref_logp, is_w)
-        self.policy.eval()
-        t_update = time.perf_counter() - t1
-
-        # plumbing: metrics (over every episode that ran, kept by the filter or not)
+    def _metrics_row(self, step: int, trajs: list[Trajectory], trajs_ok: list[Trajectory], rewards, returns, gids,
+                     n_kept: int, batch, rstats) -> dict:
+        """plumbing: the step's episode statistics (every episode that ran, kept by the filter or not)."""
         grp_std = [returns[gids == g].std(unbiased=False).item() for g in gids.unique()]
         n_turns = sum(t.n_turns for t in trajs_ok)
-        m.update(upd)
-        m.update({
+        return {
             "step": step + 1,
             "episodes": len(trajs),
             "success_rate": sum(t.won for t in trajs_ok) / len(trajs_ok),
@@ -409,21 +366,17 @@ class Trainer:
             "reward_mean": (sum(sum(r) for r in rewards) / max(n_turns, 1)),
             "group_return_std": sum(grp_std) / len(grp_std),
             "singleton_groups": singleton_groups(gids),
-            "kept_fraction": len(kept) / len(trajs_ok),
+            "kept_fraction": n_kept / len(trajs_ok),
             "mean_turns": n_turns / len(trajs_ok),
             "invalid_rate": sum(not v for t in trajs_ok for v in t.valid) / max(n_turns, 1),
             "truncated_rate": sum(x for t in trajs_ok for x in t.truncated) / max(n_turns, 1),
-            "env_errors": n_env_errors,
+            "env_errors": sum(t.termination.startswith("env_error") for t in trajs),
             "env_error_reasons": sorted({t.termination for t in trajs if t.termination.startswith("env_error")}),
             "generated_tokens": rstats.generated_tokens,
             "gen_tokens_per_s": rstats.tokens_per_second,
-            "policy_tokens": int(mask.sum().item()),
-            "seq_len_max": T,
-            "rollout_seconds": t_rollout,
-            "update_seconds": t_update,
-            "step_seconds": time.perf_counter() - t0,
-        })
-        return m
+            "policy_tokens": int(batch["mask"].sum().item()),
+            "seq_len_max": batch["input_ids"].shape[1],
+        }
 
     def _ref_logprobs(self, batch) -> torch.Tensor:
         if self.ref is not None:
@@ -434,7 +387,8 @@ class Trainer:
                                  self.cfg.train.temperature)["logprobs"]
 
     def _update(self, batch, old_logp, adv, ret, old_values, ref_logp, is_w) -> dict[str, float]:
-        """`epochs` passes of minibatch updates over the batch. Gradients of the policy and of the value head are
+        """`epochs` passes of minibatch updates over the batch (ret, old_values: the critic's targets and V_old, None
+        without a critic). Gradients of the policy and of the value head are
         clipped separately (each to max_grad_norm) and both norms are logged; a minibatch whose loss or gradient is
         not finite is skipped (no optimizer step) and counted in `nonfinite_updates`."""
         cfg = self.cfg
@@ -456,7 +410,8 @@ class Trainer:
                     continue
                 loss, pm = minibatch_loss(self.policy, self.value_head, batch["input_ids"][idx],
                                           batch["attention_mask"][idx], mask[idx], old_logp[idx], adv[idx],
-                                          cfg.algo, cfg.train.temperature, ret[idx], old_values[idx],
+                                          cfg.algo, cfg.train.temperature, None if ret is None else ret[idx],
+                                          None if old_values is None else old_values[idx],
                                           None if ref_logp is None else ref_logp[idx],
                                           None if is_w is None else is_w[idx])
                 self.opt.zero_grad(set_to_none=True)
@@ -498,6 +453,12 @@ class Trainer:
         """Close the env pool and release the run directory's lock."""
         self.pool.close()
         self._release_lock()
+
+    def __enter__(self) -> "Trainer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def is_finite_row(row: dict) -> bool:

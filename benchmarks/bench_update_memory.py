@@ -25,7 +25,8 @@ def one_setting(model: str, seq_len: int, minibatch: int, repeats: int, checkpoi
 
     from agentrl_lib.config import AlgoConfig
     from agentrl_lib.models import base_model, enable_gradient_checkpointing, load_policy
-    from agentrl_lib.trainer import ValueHead, minibatch_loss
+    from agentrl_lib.policy import ValueHead
+    from agentrl_lib.trainer import minibatch_loss
 
     torch.manual_seed(0)
     policy, tok = load_policy(model, device="cpu")

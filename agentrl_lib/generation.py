@@ -1,0 +1,182 @@
+"""Generation backends: how the policy samples one turn for every live episode of a rollout.
+
+The protocol (`Generator`) that `rollout.rollout` drives, once per rollout:
+
+    gen.start(contexts)                   token ids of each episode so far (system + first observation + header)
+    sample = gen.generate(n, T)           one reply per live row → TurnSample (ids up to and incl. eos, log-probs)
+    gen.keep(rows)                        only these rows (indices into the live rows) go on
+    gen.append(blocks)                    each kept row's next environment turn, as token ids
+    ... generate / keep / append until every episode ends ...
+    gen.sync(policy)                      after each update (Trainer.step): the next rollout samples the new weights
+
+A backend keeps whatever state it needs between calls (HF: padded ids and the KV cache) and exposes eos_id (the token
+that ends a reply), pad_id and context_limit (tokens a row may hold). The log-probs it returns must be those of the
+distribution it sampled. A new backend (e.g. vLLM) is one class implementing these five methods plus one GENERATORS
+line.
+
+Introduced in notebooks/00_quickstart.ipynb.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+
+@dataclass
+class TurnSample:
+    """What one batched `generate` call returns per live row."""
+
+    ids: list[list[int]]
+    """Sampled ids of each row, up to and including the first end token."""
+    logprobs: list[list[float]]
+    """log π_behaviour of each sampled id: log-softmax of the scores the token was actually drawn from."""
+    truncated: list[bool]
+    """True for rows that hit max_new_tokens without an end token."""
+    sampler_gap: float
+    """max |log-softmax(processed scores) − log-softmax(raw logits / T)| over the sampled ids: 0 (to float error) when
+    the sampler is plain softmax(logits / T); large when a hidden logits warper (top-k, top-p, penalties) is active."""
+
+
+class Generator(Protocol):
+    """A generation backend (see the module docstring)."""
+
+    eos_id: int
+    pad_id: int
+    context_limit: int
+
+    def start(self, contexts: list[list[int]]) -> None: ...
+
+    def generate(self, max_new_tokens: int, temperature: float) -> TurnSample: ...
+
+    def keep(self, rows: list[int]) -> None: ...
+
+    def append(self, blocks: list[list[int]]) -> None: ...
+
+    def sync(self, policy) -> None: ...
+
+
+def _left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
+        attn[i, width - len(s):] = 1
+    return ids.to(device), attn.to(device)
+
+
+def sampling_config(temperature: float, max_new_tokens: int, eos_id: int, pad_id: int):
+    """A complete `GenerationConfig` whose sampling distribution is exactly softmax(logits / T), or greedy at T = 0.
+
+    transformers fills every field left at None from the model's own generation config and then from its global
+    defaults, which include top_k = 50 (../shared/NOTES.md): a `do_sample=True` call that does not set top_k samples
+    from the top 50 tokens only, while an RL loss that uses log softmax(logits / T) assumes the full distribution. So
+    every field that adds a logits processor is set here to its neutral value, independent of how the model was
+    loaded: top_k 0, top_p 1, min_p / typical_p / epsilon / eta cut-offs off, no repetition penalty, no n-gram ban,
+    no suppressed or forced tokens.
+
+    Args:
+        temperature: > 0 samples from softmax(logits / T); 0 = greedy.
+    Returns: transformers.GenerationConfig.
+    """
+    from transformers import GenerationConfig
+
+    sample = temperature > 0
+    warpers = dict(temperature=temperature, top_k=0, top_p=1.0, min_p=None, typical_p=1.0, epsilon_cutoff=0.0,
+                   eta_cutoff=0.0, top_h=None) if sample else {}  # warpers only run when sampling
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens, do_sample=sample, **warpers,
+        repetition_penalty=1.0, no_repeat_ngram_size=0, encoder_repetition_penalty=1.0,
+        bad_words_ids=None, suppress_tokens=None, begin_suppress_tokens=None, forced_bos_token_id=None,
+        forced_eos_token_id=None, min_length=0, min_new_tokens=None, renormalize_logits=False,
+        num_beams=1, num_return_sequences=1, eos_token_id=eos_id, pad_token_id=pad_id,
+        output_logits=True, output_scores=True, return_dict_in_generate=True, use_cache=True)
+
+
+class HFGenerator:
+    """Generation with a transformers model's own `generate`, the live episodes as one padded batch plus the KV cache
+    of everything already encoded.
+
+    Between turns each row gets new tokens (its environment turn) of a different length; they are appended as a
+    block left-padded *within the block*, so rows keep padding holes. The attention mask is 0 on every hole (left
+    padding, post-eos padding of rows that finished early, in-block padding), and `generate` derives position ids from
+    the cumulative mask, so each row sees exactly the positions of its contiguous trajectory. Only new tokens are
+    encoded each turn instead of the whole history.
+
+    Args:
+        model: a causal LM (the policy itself: `sync` has nothing to copy).
+        tokenizer: its tokenizer; eos_id is its eos token (the end of an assistant turn), pad_id its pad token.
+    Attributes: ids, attn (B, width) long — the live rows' tokens and attention mask; cache — the KV cache.
+    """
+
+    def __init__(self, model, tokenizer):
+        self.model = model
+        self.eos_id = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
+        self.pad_id = tokenizer.pad_token_id
+        self.context_limit = getattr(model.config, "max_position_embeddings", 8192) or 8192
+        self.ids = self.attn = self.cache = None
+
+    def start(self, contexts: list[list[int]]) -> None:
+        """A new batch: one row per context (token ids), left-padded; an empty cache."""
+        self.device = next(self.model.parameters()).device
+        self.ids, self.attn = _left_pad(contexts, self.pad_id, self.device)
+        self.cache = None
+
+    @torch.no_grad()
+    def generate(self, max_new_tokens: int, temperature: float) -> TurnSample:
+        """One batched `generate` call for all live rows, continuing from the KV cache; the sampled tokens, their
+        attention mask (0 after each row's eos) and the new cache are appended to the batch.
+
+        Args:
+            temperature: 0 = greedy; otherwise plain sampling from softmax(logits / T) (`sampling_config`: no top-k,
+                top-p or other warper), so the returned log-probs are the exact behaviour-policy log-probs.
+        Returns:
+            TurnSample. Log-probs are those of the distribution sampled (T = 1 when greedy), read from the processed
+            scores; `sampler_gap` compares them with softmax(raw logits / T).
+        """
+        eos_id, sample = self.eos_id, temperature > 0
+        width = self.ids.shape[1]
+        gen_cfg = sampling_config(temperature, max_new_tokens, eos_id, self.pad_id)
+        out = self.model.generate(input_ids=self.ids, attention_mask=self.attn, past_key_values=self.cache,
+                                  generation_config=gen_cfg)
+        new = out.sequences[:, width:]  # (B, n_steps)
+        scores = torch.stack(out.scores, dim=1).float()  # (B, n_steps, V): what the next token was drawn from
+        token_logp = torch.log_softmax(scores, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (B, n_steps)
+        raw = torch.stack(out.logits, dim=1).float() / (temperature if sample else 1.0)
+        raw_logp = torch.log_softmax(raw, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        ids, lps, truncated, gap = [], [], [], 0.0
+        new_attn = torch.zeros_like(new)
+        for r, (row, lp) in enumerate(zip(new.tolist(), token_logp.tolist())):
+            n = row.index(eos_id) + 1 if eos_id in row else len(row)
+            ids.append(row[:n])
+            lps.append(lp[:n])
+            truncated.append(eos_id not in row[:n])
+            new_attn[r, :n] = 1
+            if n:
+                gap = max(gap, (token_logp[r, :n] - raw_logp[r, :n]).abs().max().item())
+        self.ids, self.attn, self.cache = out.sequences, torch.cat([self.attn, new_attn], dim=1), out.past_key_values
+        return TurnSample(ids, lps, truncated, gap)
+
+    def keep(self, rows: list[int]) -> None:
+        """Keep only `rows` (indices into the current rows, in order); the cache follows."""
+        if rows == list(range(self.ids.shape[0])):
+            return  # every row stays: no copy of the cache
+        idx = torch.tensor(rows, dtype=torch.long, device=self.device)
+        self.ids, self.attn = self.ids[idx], self.attn[idx]
+        if self.cache is not None:
+            self.cache.batch_select_indices(idx)
+
+    def append(self, blocks: list[list[int]]) -> None:
+        """Append one block of token ids to each row (left-padded within the block); encoded by the next generate."""
+        ids, attn = _left_pad(blocks, self.pad_id, self.device)
+        self.ids = torch.cat([self.ids, ids], dim=1)
+        self.attn = torch.cat([self.attn, attn], dim=1)
+
+    def sync(self, policy) -> None:
+        """Nothing to do: this backend generates with the policy object itself."""
+
+
+GENERATORS = {"hf": HFGenerator}
+"""Generation backends by name: each a class built as cls(model, tokenizer) implementing `Generator`."""
