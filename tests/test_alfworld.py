@@ -232,7 +232,7 @@ def test_trainer_runs_on_alfworld_games(train_set, tiny_model_dir, tmp_path):
     from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RunConfig, TrainConfig
     from agentrl_lib.trainer import Trainer
 
-    cfg = RunConfig(env=EnvConfig(games=str(train_set.root), max_turns=2), algo=AlgoConfig(name="rloo", group_size=2),
+    cfg = RunConfig(env=EnvConfig(games=str(train_set.root), max_turns=2), algo=AlgoConfig.from_preset("rloo", group_size=2),
                     model=ModelConfig(device="cpu"),
                     train=TrainConfig(steps=1, games_per_step=1, max_new_tokens=4, temperature=1.0))
     trainer = Trainer(cfg, tmp_path / "run", init=tiny_model_dir, progress=False)

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _cfg(games, algo="ppo", steps=3, **train):
     train = {"games_per_step": 1, "minibatch_size": 2, "max_new_tokens": 4, "checkpoint_every": 1, "lr": 1e-3,
              "temperature": 1.0, **train}
-    return RunConfig(env=EnvConfig(games=str(games), max_turns=2), algo=AlgoConfig(name=algo, group_size=2),
+    return RunConfig(env=EnvConfig(games=str(games), max_turns=2), algo=AlgoConfig.from_preset(algo, group_size=2),
                      model=ModelConfig(device="cpu"), train=TrainConfig(steps=steps, **train))
 
 
@@ -241,7 +241,7 @@ def test_resume_on_a_directory_without_a_run(tmp_path, capsys):
 
 def test_incompatible_resume_overrides_are_refused_and_change_nothing(run, scripted_cli, capsys):
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
-    for flags, field in [(["--algo", "grpo"], "algo.name ('ppo' → 'grpo')"),
+    for flags, field in [(["--algo", "grpo"], "algo.advantage ('gae' → 'grpo')"),
                          (["--lora-rank", "4"], "model.lora_rank (0 → 4)"),
                          (["--init", str(run)], "model.name")]:
         assert main(["train", "--out", str(run), "--resume", "--steps", "4", *flags]) == 2

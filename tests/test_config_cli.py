@@ -12,13 +12,13 @@ from agentrl_lib.models import resolve_model_path
 @pytest.mark.parametrize("algo", ["grpo", "rloo"])
 def test_group_baselines_need_two_episodes_per_group(algo):
     with pytest.raises(ConfigError, match="group_size >= 2"):
-        RunConfig(algo=AlgoConfig(name=algo, group_size=1))
-    RunConfig(algo=AlgoConfig(name="ppo", group_size=1))  # PPO's critic needs no group
+        RunConfig(algo=AlgoConfig.from_preset(algo, group_size=1))
+    RunConfig(algo=AlgoConfig.from_preset("ppo", group_size=1))  # PPO's critic needs no group
 
 
 def test_unknown_algorithm_and_reward_and_turns():
-    with pytest.raises(ConfigError, match="algo.name must be one of"):
-        RunConfig(algo=AlgoConfig(name="dpo"))
+    with pytest.raises(ConfigError, match="algo.advantage must be one of"):
+        RunConfig(algo=AlgoConfig(advantage="dpo"))
     with pytest.raises(ConfigError, match="reward.kind"):
         RunConfig.from_dict({"reward": {"kind": "shaped"}})
     with pytest.raises(ConfigError, match="max_turns must be >= 1"):
@@ -28,7 +28,7 @@ def test_unknown_algorithm_and_reward_and_turns():
 
 
 def test_yaml_round_trip(tmp_path):
-    cfg = RunConfig(algo=AlgoConfig(name="rloo", group_size=3), env=EnvConfig(games="g", max_turns=5))
+    cfg = RunConfig(algo=AlgoConfig.from_preset("rloo", group_size=3), env=EnvConfig(games="g", max_turns=5))
     cfg.save(tmp_path / "c.yaml")
     assert RunConfig.load(tmp_path / "c.yaml") == cfg
 

@@ -10,10 +10,10 @@ import math
 import pytest
 import torch
 
-import agentrl_lib.rollout as rollout_mod
 from agentrl_lib.config import AlgoConfig, ConfigError, EnvConfig, ModelConfig, RewardConfig, RunConfig, TrainConfig
 from agentrl_lib.envs.base import GameRecord, StepInfo, StepResult, write_manifest
 from agentrl_lib.envs.pool import EnvFailure, SerialPool
+from agentrl_lib.generation import HFGenerator
 from agentrl_lib.losses import policy_loss, truncated_is_weights
 from agentrl_lib.rewards import dense_turn_rewards, turn_rewards
 from agentrl_lib.trainer import Trainer
@@ -52,7 +52,7 @@ def make_cfg(games, algo="grpo", group_size=4, games_per_step=2, **train):
     kw.update(train)
     algo_kw = {k: kw.pop(k) for k in list(kw) if k in AlgoConfig.__dataclass_fields__}
     return RunConfig(env=EnvConfig(games=games, max_turns=2), reward=RewardConfig(kind="dense"),
-                     algo=AlgoConfig(name=algo, group_size=group_size, **algo_kw), model=ModelConfig(device="cpu"),
+                     algo=AlgoConfig.from_preset(algo, group_size=group_size, **algo_kw), model=ModelConfig(device="cpu"),
                      train=TrainConfig(**kw))
 
 
@@ -88,14 +88,14 @@ def test_pi_old_comes_from_the_training_forward_and_the_mismatch_is_logged(algo,
     """Plant a rollout engine whose log-probs are off by 0.5 (as a bf16 or vLLM sampler can be): with π_old taken
     from the trainer's forward the first (only) minibatch starts at ratio exactly 1 and nothing is clipped; the
     mismatch is logged for every algorithm."""
-    real = rollout_mod.generate_turn
+    real = HFGenerator.generate
 
     def shifted(*a, **k):
         out = real(*a, **k)
         out.logprobs = [[x - 0.5 for x in row] for row in out.logprobs]
         return out
 
-    monkeypatch.setattr(rollout_mod, "generate_turn", shifted)
+    monkeypatch.setattr(HFGenerator, "generate", shifted)
     cfg = make_cfg(scripted_games(tmp_path / "g"), algo=algo, epochs=1)
     row = trainer(cfg, tmp_path, tiny_model_dir).step(0)
     assert row["skipped_update"] == 0.0, "the scripted game gives reward spread at this seed"

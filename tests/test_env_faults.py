@@ -286,7 +286,7 @@ def test_training_stops_with_one_line_when_most_episodes_fail(tiny_model_dir, tm
 
     def run(frac):
         cfg = RunConfig(env=EnvConfig(games=str(root), max_turns=2, max_env_error_frac=frac),
-                        algo=AlgoConfig(name="rloo", group_size=2), model=ModelConfig(device="cpu"),
+                        algo=AlgoConfig.from_preset("rloo", group_size=2), model=ModelConfig(device="cpu"),
                         train=TrainConfig(steps=2, games_per_step=1, max_new_tokens=4))
         trainer = Trainer(cfg, tmp_path / f"run{frac}", init=tiny_model_dir, pool=SerialPool(2, factory=BrokenEnv),
                           progress=True)

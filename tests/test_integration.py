@@ -13,7 +13,7 @@ def test_embedded_model_rollout_and_one_ppo_update(cooking_games, tmp_path):
     model, tok = load_policy("embedded")
     assert sum(p.numel() for p in model.parameters()) == pytest.approx(134.5e6, rel=0.01)
     cfg = RunConfig(env=EnvConfig(games=str(cooking_games.root), max_turns=2),
-                    algo=AlgoConfig(name="ppo", group_size=2),
+                    algo=AlgoConfig.from_preset("ppo", group_size=2),
                     train=TrainConfig(steps=1, games_per_step=1, minibatch_size=2, max_new_tokens=8, seed=0))
     trainer = Trainer(cfg, tmp_path / "run", init="embedded", progress=False)
     before = trainer.policy.model.layers[0].mlp.down_proj.weight.detach().clone()

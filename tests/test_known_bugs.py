@@ -21,16 +21,17 @@ import random
 import pytest
 import torch
 
-import agentrl_lib.rollout as rollout_mod
+import agentrl_lib.generation as generation_mod
 from agentrl_lib import losses
 from agentrl_lib.advantages import grpo_advantages, rloo_advantages, singleton_groups
 from agentrl_lib.envs.pool import SerialPool
 from agentrl_lib.models import load_policy
 from agentrl_lib.prompts import ChatFormat
 from agentrl_lib.rewards import dense_turn_rewards
-from agentrl_lib.rollout import generate_turn, rollout
+from agentrl_lib.generation import HFGenerator
+from agentrl_lib.policy import token_forward
+from agentrl_lib.rollout import collate, rollout
 from agentrl_lib.sft import expert_examples
-from agentrl_lib.trainer import collate, token_forward
 
 EOS_BIAS = 10.0
 """Added to the end-of-turn logit of the tiny random model, so replies end at different lengths (p(eos) ≈ 0.3 per
@@ -62,7 +63,7 @@ def play(tiny, games, n_episodes=4, max_turns=3, max_new_tokens=6, temperature=1
     model, tok = tiny
     torch.manual_seed(seed)
     paths = [games.games[i % len(games.games)].path for i in range(n_episodes)]
-    trajs, stats = rollout(model, tok, SerialPool(n_episodes), paths, max_turns=max_turns,
+    trajs, stats = rollout(HFGenerator(model, tok), tok, SerialPool(n_episodes), paths, max_turns=max_turns,
                            max_new_tokens=max_new_tokens, temperature=temperature)
     return trajs, stats
 
@@ -104,12 +105,14 @@ def check_mask_is_exactly_the_replies(trajs, sampled: list[list[int]], chat: Cha
 
 
 def record_sampled(monkeypatch, retokenise_with=None) -> list[list[list[int]]]:
-    """Wrap generate_turn to record what was sampled each turn; optionally plant TRL 5224 (the trajectory gets
+    """Wrap HFGenerator.generate to record what was sampled each turn; optionally plant TRL 5224 (the trajectory gets
     tokenizer(decode(sampled ids)) instead of the sampled ids)."""
     calls: list[list[list[int]]] = []
+    real = HFGenerator.generate
 
-    def wrapped(model, batch, eos_id, max_new_tokens, temperature):
-        out = generate_turn(model, batch, eos_id, max_new_tokens, temperature)
+    def wrapped(gen, max_new_tokens, temperature):
+        out = real(gen, max_new_tokens, temperature)
+        eos_id = gen.eos_id
         calls.append([list(x) for x in out.ids])
         if retokenise_with is not None:
             tok = retokenise_with
@@ -122,7 +125,7 @@ def record_sampled(monkeypatch, retokenise_with=None) -> list[list[list[int]]]:
             out.logprobs = [lp[:len(r)] + [0.0] * max(0, len(r) - len(lp)) for lp, r in zip(out.logprobs, ids)]
         return out
 
-    monkeypatch.setattr(rollout_mod, "generate_turn", wrapped)
+    monkeypatch.setattr(HFGenerator, "generate", wrapped)
     return calls
 
 
@@ -190,7 +193,7 @@ def test_sampling_has_no_hidden_warper(tiny_model_dir, cooking_games, monkeypatc
     def ranks_and_gap():
         processors.clear()
         torch.manual_seed(0)
-        trajs, stats = rollout(model, tok, SerialPool(2), [cooking_games.games[0].path] * 2, max_turns=2,
+        trajs, stats = rollout(HFGenerator(model, tok), tok, SerialPool(2), [cooking_games.games[0].path] * 2, max_turns=2,
                                max_new_tokens=8, temperature=1.0)
         batch = collate(trajs, tok.pad_token_id, "cpu")
         with torch.no_grad():
@@ -206,14 +209,14 @@ def test_sampling_has_no_hidden_warper(tiny_model_dir, cooking_games, monkeypatc
     assert gap < 1e-4 and all(p == ["TemperatureLogitsWarper"] or p == [] for p in processors), processors
     check_logprobs_reproduce(model, tok, trajs)
     # negative control: plant the bug (a sampling config that leaves top_k at transformers' default of 50)
-    real = rollout_mod.sampling_config
+    real = generation_mod.sampling_config
 
     def leaky(temperature, max_new_tokens, eos_id, pad_id):
         cfg = real(temperature, max_new_tokens, eos_id, pad_id)
         cfg.top_k = 50
         return cfg
 
-    monkeypatch.setattr(rollout_mod, "sampling_config", leaky)
+    monkeypatch.setattr(generation_mod, "sampling_config", leaky)
     rank, gap, trajs = ranks_and_gap()
     assert (rank >= 50).sum() == 0 and gap > 1.0
     assert any("TopKLogitsWarper" in p for p in processors)
@@ -254,13 +257,15 @@ def test_padding_and_post_eos_tokens_stay_invisible_across_turns(tiny, cooking_g
     check_logprobs_reproduce(model, tok, trajs)
 
     # negative control: the attention mask of each generated block is left at 1 after a row's eos
-    def leaky(model_, batch, eos_id, max_new_tokens, temperature):
-        out = generate_turn(model_, batch, eos_id, max_new_tokens, temperature)
+    real = HFGenerator.generate
+
+    def leaky(gen, max_new_tokens, temperature):
+        out = real(gen, max_new_tokens, temperature)
         n_new = max(len(r) for r in out.ids)
-        batch.attn[:, batch.attn.shape[1] - n_new:] = 1
+        gen.attn[:, gen.attn.shape[1] - n_new:] = 1
         return out
 
-    monkeypatch.setattr(rollout_mod, "generate_turn", leaky)
+    monkeypatch.setattr(HFGenerator, "generate", leaky)
     trajs, _ = play(tiny, cooking_games, n_episodes=4, max_turns=3)
     with pytest.raises(AssertionError, match="differ"):
         check_logprobs_reproduce(model, tok, trajs)
@@ -308,7 +313,7 @@ def test_a_group_of_one_has_no_baseline_and_is_counted(tiny_model_dir):
     from agentrl_lib.config import AlgoConfig, ConfigError
 
     with pytest.raises(ConfigError, match="group_size >= 2"):  # configured groups of one are refused up front
-        AlgoConfig(name="grpo", group_size=1).validate()
+        AlgoConfig.from_preset("grpo", group_size=1).validate()
 
     # negative controls: GRPO without the guard (std of one return is NaN), and a "baseline" of the batch mean
     def naive_grpo(returns, groups):

@@ -10,8 +10,10 @@ from agentrl_lib.envs.base import GameRecord, StepInfo, StepResult, write_manife
 from agentrl_lib.envs.pool import EnvFailure, SerialPool
 from agentrl_lib.models import load_policy
 from agentrl_lib.prompts import SYSTEM_PROMPT, ChatFormat, feedback_message, first_user_message, parse_action
-from agentrl_lib.rollout import rollout
-from agentrl_lib.trainer import Trainer, collate, is_finite_row, token_forward
+from agentrl_lib.generation import HFGenerator
+from agentrl_lib.policy import token_forward
+from agentrl_lib.rollout import collate, rollout
+from agentrl_lib.trainer import Trainer, is_finite_row
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,7 @@ def test_rollout_token_layout_on_real_games(tiny, cooking_games):
     chat = ChatFormat(tok)
     torch.manual_seed(0)
     games = [g.path for g in cooking_games.games[:2] for _ in range(2)]
-    trajs, stats = rollout(model, tok, SerialPool(4), games, max_turns=3, max_new_tokens=8, temperature=1.0, chat=chat)
+    trajs, stats = rollout(HFGenerator(model, tok), tok, SerialPool(4), games, max_turns=3, max_new_tokens=8, temperature=1.0, chat=chat)
     assert stats.generated_tokens > 0 and [t.group for t in trajs] == [0, 0, 1, 1]
     for tr in trajs:
         assert tr.n_turns == 3 and tr.termination == "max_turns"
@@ -88,7 +90,7 @@ class FlakyPool(SerialPool):
 def test_env_failure_ends_one_episode_only(tiny, cooking_games):
     model, tok = tiny
     games = [cooking_games.games[0].path] * 3
-    trajs, _ = rollout(model, tok, FlakyPool(3), games, max_turns=3, max_new_tokens=4, temperature=1.0)
+    trajs, _ = rollout(HFGenerator(model, tok), tok, FlakyPool(3), games, max_turns=3, max_new_tokens=4, temperature=1.0)
     assert trajs[1].termination.startswith("env_error") and trajs[1].n_turns == 2
     assert trajs[0].termination == trajs[2].termination == "max_turns" and trajs[0].n_turns == 3
 
@@ -127,7 +129,7 @@ def _scripted_games(root: Path):
 def test_one_update_changes_every_parameter(algo, checkpointing, tiny_model_dir, tmp_path):
     games = _scripted_games(tmp_path / "games")
     cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2), reward=RewardConfig(kind="dense"),
-                    algo=AlgoConfig(name=algo, group_size=4, kl_coef=0.01),
+                    algo=AlgoConfig.from_preset(algo, group_size=4, kl_coef=0.01),
                     model=ModelCPU(),
                     train=TrainConfig(steps=1, games_per_step=2, minibatch_size=8, lr=1e-3, max_new_tokens=6,
                                       temperature=1.0, seed=1, gradient_checkpointing=checkpointing))
@@ -160,7 +162,7 @@ def test_checkpoint_resume_continues_the_run(tiny_model_dir, tmp_path):
 
     def cfg(steps):
         return RunConfig(env=EnvConfig(games=str(games), max_turns=2),
-                         algo=AlgoConfig(name="rloo", group_size=4, kl_coef=0.01), model=ModelCPU(),
+                         algo=AlgoConfig.from_preset("rloo", group_size=4, kl_coef=0.01), model=ModelCPU(),
                          train=TrainConfig(steps=steps, games_per_step=1, minibatch_size=4, max_new_tokens=4,
                                            checkpoint_every=1, lr=1e-3))
 
@@ -196,7 +198,7 @@ def test_rollout_over_a_process_pool(tiny, cooking_games):
     model, tok = tiny
     torch.manual_seed(0)
     with ProcessPool(2, family="textworld") as pool:
-        trajs, stats = rollout(model, tok, pool, [cooking_games.games[0].path] * 2, max_turns=2, max_new_tokens=4,
+        trajs, stats = rollout(HFGenerator(model, tok), tok, pool, [cooking_games.games[0].path] * 2, max_turns=2, max_new_tokens=4,
                                temperature=1.0)
     assert [t.termination for t in trajs] == ["max_turns", "max_turns"] and stats.turns == 4
     assert all(len(t.observations) == 3 for t in trajs)
@@ -210,7 +212,7 @@ class BrokenEnv(ParityEnv):
 def test_a_step_where_every_env_fails_is_logged_not_fatal(tiny_model_dir, tmp_path):
     games = _scripted_games(tmp_path / "games")
     cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2, max_env_error_frac=1.0),  # 1: never stop
-                    algo=AlgoConfig(name="rloo", group_size=2),
+                    algo=AlgoConfig.from_preset("rloo", group_size=2),
                     model=ModelCPU(), train=TrainConfig(steps=2, games_per_step=1, max_new_tokens=4))
     trainer = Trainer(cfg, tmp_path / "run", init=tiny_model_dir, pool=SerialPool(2, factory=BrokenEnv),
                       progress=False)
