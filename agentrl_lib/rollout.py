@@ -9,6 +9,9 @@ Token layout of a trajectory (the Practitioner's Guide, §4; RAGEN's StarPO):
     [action tokens of turn 2 ... <|im_end|>]                       mask 1
     ...
 
+`rollout` plays the episodes through a generation backend (generation.py: `HFGenerator(model, tokenizer)`) and an
+env pool; `collate` pads trajectories into the (B, T) tensors the trainer trains on.
+
 Introduced in notebooks/00_quickstart.ipynb.
 """
 from __future__ import annotations

@@ -59,15 +59,16 @@ def minibatch_loss(policy, value_head: ValueHead | None, input_ids: torch.Tensor
                    temperature: float, returns: torch.Tensor | None = None, old_values: torch.Tensor | None = None,
                    ref_logprobs: torch.Tensor | None = None,
                    is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-    """The loss of one minibatch, shared by PPO, GRPO and RLOO:
+    """The loss of one minibatch, shared by every estimator:
 
-        L = clipped surrogate (dual clip, TIS weights) − c_H · entropy  [+ c_v · clipped value loss, PPO]
+        L = clipped surrogate (dual clip, TIS weights) − c_H · entropy  [+ c_v · clipped value loss, with a critic]
             [+ β · KL_k3(π_θ ‖ π_ref)]
 
     Args:
         input_ids, attention_mask: (B, T) long.  mask: (B, T) float, the policy tokens that train.
         old_logprobs: (B, T) float32, π_old as the trainer computes it (see Trainer.step).
-        advantages: (B, T) float32.  returns, old_values: (B, T) float32, needed with a value head.
+        advantages: (B, T) float32.  returns, old_values: (B, T) float32 value targets and V_old, needed with a
+            value head (None without).
         ref_logprobs: (B, T) float32 log-probs of the reference policy, or None (no KL term).
         is_weights: (B, T) float32 truncated importance weights π_old / π_behaviour (losses.truncated_is_weights), or
             None.
@@ -105,7 +106,8 @@ class Trainer:
             loaded, and the config's lr / value_lr replace the optimizer's saved ones. Rules: agentrl_lib/checkpoint.py.
         pool: an EnvPool with >= games_per_step * group_size slots (default: `envs.pool.open_pool(config.env, ...)`,
             a ProcessPool unless env.process_pool is off, every game checked through it first).
-    The run directory is locked (RUN/.lock) from construction until close().
+    The run directory is locked (RUN/.lock) from construction until close(); `with Trainer(...) as trainer:` closes
+    it (env pool and lock) on leaving the block.
     Raises:
         GameSetError / FileNotFoundError / ConfigError: bad games dir, model path or config.
         FileExistsError: run_dir holds a run and resume is False.

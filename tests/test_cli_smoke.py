@@ -24,7 +24,7 @@ def test_make_games_sft_train_resume_eval(tmp_path, tiny_model_dir, capsys):
                  "--kl-coef", "0.01", "--device", "cpu"]) == 0
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["model"]["name"] == str(sft.resolve()), "the run records the model it started from"
-    assert saved["algo"]["name"] == "grpo" and saved["reward"]["kind"] == "sparse"
+    assert saved["algo"]["advantage"] == "grpo" and saved["reward"]["kind"] == "sparse"
 
     # --resume continues from the checkpoint with the saved config; flags given (here --steps) extend it
     assert main(["train", "--out", str(run), "--resume", "--steps", "2"]) == 0
