@@ -19,8 +19,8 @@ resuming takes the newest complete one that loads and says, in one warning line 
 Resume rules (`--resume`): the run's config.yaml plus the flags given is the new config. What the checkpoint *is*
 cannot change: `algo.advantage` (whether a critic's value head exists, and the optimizer's parameter groups),
 `model.name` (the starting model, which is also the KL reference), `model.lora_rank` and `model.lora_alpha` (the
-adapter's shape) — these are refused by name. Everything else may change: steps, lr / value_lr (applied over the optimizer's saved ones),
-epochs, temperature, games (a moved games dir, a curriculum), device and dtype, and so on. A missing or damaged
+adapter's shape) — these are refused by name. Everything else may change: steps, lr / value_lr (applied over the
+optimizer's saved ones), epochs, temperature, games (a moved games dir, a curriculum), device and dtype, and so on. A missing or damaged
 config.yaml is restored from the newest checkpoint's copy, with a warning. config.yaml is rewritten (atomically)
 only after the checkpoint has loaded, so a refused or failed resume leaves the run as it was.
 
