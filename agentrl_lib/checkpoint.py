@@ -20,9 +20,10 @@ Resume rules (`--resume`): the run's config.yaml plus the flags given is the new
 cannot change: `algo.advantage` (whether a critic's value head exists, and the optimizer's parameter groups),
 `model.name` (the starting model, which is also the KL reference), `model.lora_rank` and `model.lora_alpha` (the
 adapter's shape) — these are refused by name. Everything else may change: steps, lr / value_lr (applied over the
-optimizer's saved ones), epochs, temperature, games (a moved games dir, a curriculum), device and dtype, and so on. A missing or damaged
-config.yaml is restored from the newest checkpoint's copy, with a warning. config.yaml is rewritten (atomically)
-only after the checkpoint has loaded, so a refused or failed resume leaves the run as it was.
+optimizer's saved ones), epochs, temperature, games (a moved games dir, a curriculum), device and dtype, and so on.
+A missing or damaged config.yaml is restored from the newest checkpoint's copy, with a warning. config.yaml is
+rewritten (atomically) only after the checkpoint has loaded, so a refused or failed resume leaves the run as it was.
+A config.yaml of a run written before `algo.name` became `algo.advantage` loads as its preset (ALGO_PRESETS).
 
 Errors that a user can act on are `CheckpointError` (a ValueError: the CLI prints its one-line message).
 
