@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("alfworld")
 pytest.importorskip("fast_downward")
 
-from agentrl_lib.envs.alfworld import TASK_TYPES, AlfWorldEnv  # noqa: E402
 from agentrl_lib.envs import make_env  # noqa: E402
+from agentrl_lib.envs.alfworld import TASK_TYPES, AlfWorldEnv  # noqa: E402
 from agentrl_lib.envs.alfworld_gen import _split_of_fingerprint, floor_plans, make_alfworld_games  # noqa: E402
 from agentrl_lib.envs.alfworld_official import load_official_games  # noqa: E402
 from agentrl_lib.envs.base import GameLoadError, GameSetError, StepResult, load_game_set  # noqa: E402
