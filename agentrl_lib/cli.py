@@ -29,6 +29,7 @@ def _make_games(a) -> None:
     from .envs import get_family
 
     make_games = get_family(a.family).make_games
+    _require(make_games is not None, f"the {a.family} family has no game maker; write its manifest.json yourself")
     # the family's game maker gets the flags named as its keyword parameters (textworld: --challenge ... --force,
     # alfworld: --split --task-types --official --force); the other families' flags are not passed
     accepted = inspect.signature(make_games).parameters

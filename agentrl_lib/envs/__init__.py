@@ -38,10 +38,11 @@ class EnvFamily:
     """Name in manifest.json's `family` field and on the command line (`agentrl make-games NAME`)."""
     make_env: Callable[..., Env]
     """Builds one env: `make_env(**options)`, options as mapped by `options` (the env class itself, usually)."""
-    make_games: Callable[..., GameSet]
-    """Game maker: `make_games(out, n, seed, force=False, **params) -> GameSet` (writes out/manifest.json)."""
     system_prompt: str
     """The system message of every episode of this family (SFT, rollouts and evaluation use the same one)."""
+    make_games: Callable[..., GameSet] | None = None
+    """Game maker: `make_games(out, n, seed, force=False, **params) -> GameSet` (writes out/manifest.json, see
+    base.write_manifest); `agentrl make-games` passes the flags named as its keyword parameters. None: no maker."""
     options: dict[str, str] = field(default_factory=dict)
     """EnvConfig field → keyword of `make_env`, for the config options this family's env takes (e.g. TextWorld:
     {"show_inventory": "show_inventory"}); other EnvConfig fields are not passed to the env."""
