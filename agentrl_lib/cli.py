@@ -24,20 +24,17 @@ from .config import ALGO_PRESETS, REWARDS, SEED_MAX, ConfigError, EnvConfig, Run
 
 
 def _make_games(a) -> None:
-    if a.family == "textworld":
-        from .envs.textworld import make_textworld_games
+    import inspect
 
-        gs = make_textworld_games(a.out, a.n, a.seed, challenge=a.challenge, challenge_args=a.challenge_args,
-                                  world_size=a.world_size, nb_objects=a.nb_objects, quest_length=a.quest_length,
-                                  force=a.force)
-    else:
-        from .envs.alfworld_gen import load_official_games, make_alfworld_games
+    from .envs import get_family
 
-        task_types = a.task_types.split(",") if a.task_types else None
-        if a.official:  # index the official data under $ALFWORLD_DATA instead of generating
-            gs = load_official_games(a.split, task_types, n=a.n, cache_dir=a.out)
-        else:
-            gs = make_alfworld_games(a.out, a.n, a.seed, split=a.split, task_types=task_types, force=a.force)
+    make_games = get_family(a.family).make_games
+    _require(make_games is not None, f"the {a.family} family has no game maker; write its manifest.json yourself")
+    # the family's game maker gets the flags named as its keyword parameters (textworld: --challenge ... --force,
+    # alfworld: --split --task-types --official --force); the other families' flags are not passed
+    accepted = inspect.signature(make_games).parameters
+    params = {k: v for k, v in vars(a).items() if k in accepted and k not in ("out", "n", "seed")}
+    gs = make_games(a.out, a.n, a.seed, **params)
     lens = [len(g.walkthrough) for g in gs.games]
     print(f"{len(gs)} {gs.family} games in {gs.root} (manifest.json); walkthrough length "
           f"{min(lens)}-{max(lens)}, max score {gs.games[0].max_score:g}")
@@ -260,11 +257,13 @@ def _demo(a) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .envs import family_names
+
     p = argparse.ArgumentParser(prog="agentrl", description="Multi-turn agentic RL for LLM agents in text games.")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     g = sub.add_parser("make-games", help="generate a set of games with a manifest.json")
-    g.add_argument("family", choices=["textworld", "alfworld"])
+    g.add_argument("family", choices=family_names())
     g.add_argument("--out", required=True)
     g.add_argument("--n", type=int, default=16, help="number of games")
     g.add_argument("--seed", type=int, default=0, help="game i uses seed + i")

@@ -14,18 +14,11 @@ from pathlib import Path
 import torch
 
 from .config import DEVICE_PATTERN, DTYPES
+from .paths import cache_root  # noqa: F401 - also re-exported: the notebook imports it from here
 
 EMBEDDED = "embedded"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def cache_root() -> Path:
-    """Root for converted models and generated games: `$AGENTRL_HOME`, else `~/.cache/agentrl`."""
-    root = os.environ.get("AGENTRL_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "agentrl")
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 class ModelLoadError(ValueError):

@@ -1,38 +1,24 @@
 """Observation → chat turn, reply → action.
 
-The conversation is the model's own chat template: a system message with the rules, the objective and first
-observation as the first user turn, then alternating assistant (action) and user (game feedback) turns. Rollouts
-and SFT build token ids turn by turn with `ChatFormat`, so that the ids the policy sampled are exactly the ids that
-are trained (no re-tokenisation of generated text), and both use one token layout.
+The conversation is the model's own chat template: a system message with the rules (the env family's prompt,
+`system_prompt_for`), the objective and first observation as the first user turn, then alternating assistant
+(action) and user (game feedback) turns. Rollouts and SFT build token ids turn by turn with `ChatFormat`, so that
+the ids the policy sampled are exactly the ids that are trained (no re-tokenisation of generated text), and both
+use one token layout.
 
 Introduced in notebooks/00_quickstart.ipynb.
 """
 from __future__ import annotations
 
-SYSTEM_PROMPT = (
-    "You are an agent playing a text adventure game. Each turn you read what happened and reply with exactly one "
-    "short command, such as: look, inventory, examine cookbook, open fridge, take apple from counter, go north, "
-    "prepare meal, eat meal. Reply with the command only.")
-"""System prompt for TextWorld games (the examples are TextWorld's own verbs)."""
-
-ALFWORLD_SYSTEM_PROMPT = (
-    "You are an agent in a household, described in text. Each turn you read what you see and reply with exactly "
-    "one short command, such as: go to countertop 1, open fridge 1, take apple 1 from countertop 1, "
-    "move apple 1 to diningtable 1, heat apple 1 with microwave 1, cool apple 1 with fridge 1, "
-    "clean apple 1 with sinkbasin 1, use desklamp 1, examine drawer 2, inventory, look. "
-    "Reply with the command only.")
-"""System prompt for ALFWorld games (the examples are ALFWorld's command forms)."""
-
-SYSTEM_PROMPTS = {"textworld": SYSTEM_PROMPT, "alfworld": ALFWORLD_SYSTEM_PROMPT}
+from .envs import get_family
+from .envs.textworld import SYSTEM_PROMPT  # noqa: F401 - re-exported: the notebook shows it; rollout's default
 
 
 def system_prompt_for(family: str) -> str:
-    """The system prompt of a game family ('textworld', 'alfworld'); SFT, rollouts and evaluation all use it, so a
-    model is trained and evaluated with the same prompt. Raises ValueError for an unknown family."""
-    try:
-        return SYSTEM_PROMPTS[family]
-    except KeyError:
-        raise ValueError(f"no system prompt for game family {family!r}; known: {sorted(SYSTEM_PROMPTS)}") from None
+    """The system prompt of a game family ('textworld', 'alfworld', ...: EnvFamily.system_prompt, kept next to the
+    verbs it cites in the family's module). SFT, rollouts and evaluation all use it, so a model is trained and
+    evaluated with the same prompt. Raises UnknownFamilyError (a ValueError) naming the known families."""
+    return get_family(family).system_prompt
 
 
 def first_user_message(objective: str, obs: str, admissible: list[str] | None = None, inventory: str = "") -> str:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-from .envs.base import GameSet, make_env
+from .envs import get_family
+from .envs.base import GameSet
 from .models import load_policy, pick_device, save_policy
 from .prompts import ChatFormat, feedback_message, first_user_message, system_prompt_for
 
@@ -38,7 +39,8 @@ def expert_examples(games: GameSet, chat: ChatFormat, system_prompt: str | None 
     'game': name}. Games whose walkthrough does not win, or is longer than max_turns, are skipped (logged).
     """
     system_prompt = system_prompt or system_prompt_for(games.family)
-    env = make_env(games.family, **({"show_inventory": True} if show_inventory else {}))
+    family = get_family(games.family)
+    env = family.make_env(**family.env_kwargs(show_inventory=show_inventory))
     examples = []
     try:
         for g in games.games:

@@ -11,10 +11,11 @@ import pytest
 pytest.importorskip("alfworld")
 pytest.importorskip("fast_downward")
 
+from agentrl_lib.envs import make_env  # noqa: E402
 from agentrl_lib.envs.alfworld import TASK_TYPES, AlfWorldEnv  # noqa: E402
-from agentrl_lib.envs.alfworld_gen import (  # noqa: E402
-    _split_of_fingerprint, floor_plans, load_official_games, make_alfworld_games)
-from agentrl_lib.envs.base import GameLoadError, GameSetError, StepResult, load_game_set, make_env  # noqa: E402
+from agentrl_lib.envs.alfworld_gen import _split_of_fingerprint, floor_plans, make_alfworld_games  # noqa: E402
+from agentrl_lib.envs.alfworld_official import load_official_games  # noqa: E402
+from agentrl_lib.envs.base import GameLoadError, GameSetError, StepResult, load_game_set  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -243,7 +244,8 @@ def test_trainer_runs_on_alfworld_games(train_set, tiny_model_dir, tmp_path):
 
 def test_sft_examples_use_alfworlds_prompt_and_mask_only_actions(train_set, tokenizer):
     """SFT, rollouts and evaluation share one system prompt per family; the loss mask covers the actions only."""
-    from agentrl_lib.prompts import ALFWORLD_SYSTEM_PROMPT, ChatFormat, system_prompt_for
+    from agentrl_lib.envs.alfworld import SYSTEM_PROMPT as ALFWORLD_SYSTEM_PROMPT
+    from agentrl_lib.prompts import ChatFormat, system_prompt_for
     from agentrl_lib.sft import expert_examples
 
     assert system_prompt_for("alfworld") == ALFWORLD_SYSTEM_PROMPT
@@ -254,7 +256,7 @@ def test_sft_examples_use_alfworlds_prompt_and_mask_only_actions(train_set, toke
         assert ex["input_ids"][:20] == chat.prompt_ids(ALFWORLD_SYSTEM_PROMPT, "x")[:20]
         masked = [i for i, m in zip(ex["input_ids"], ex["assistant_masks"]) if m]
         assert masked == [t for a in game.walkthrough for t in chat.action_ids(a)]
-    with pytest.raises(ValueError, match="no system prompt"):
+    with pytest.raises(ValueError, match="unknown environment family 'sokoban'; known: textworld, alfworld"):
         system_prompt_for("sokoban")
 
 

@@ -276,13 +276,15 @@ class BrokenEnv(FaultEnv):
 
 def test_training_stops_with_one_line_when_most_episodes_fail(tiny_model_dir, tmp_path, capsys):
     from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RunConfig, TrainConfig
+    from agentrl_lib.envs import EnvFamily, register_family
     from agentrl_lib.envs.base import GameRecord, write_manifest
     from agentrl_lib.trainer import Trainer
 
+    register_family(EnvFamily(name="broken", make_env=BrokenEnv, make_games=None, system_prompt="Say look.",
+                              game_id="seed"))  # a game id is a seed: no game file to fake
     root = tmp_path / "games"
     root.mkdir()
-    (root / "g0.txt").write_text("scripted")
-    write_manifest(root, "textworld", [GameRecord(str(root / "g0.txt"), "g0", 0, 1, ["look"])], {})
+    write_manifest(root, "broken", [GameRecord("0", "g0", 0, 1, ["look"])], {})
 
     def run(frac):
         cfg = RunConfig(env=EnvConfig(games=str(root), max_turns=2, max_env_error_frac=frac),

@@ -1,0 +1,107 @@
+"""The environment-family registry: what `agentrl` needs to know about each family of games, in one place.
+
+A family is one `EnvFamily` entry: its env class (or factory), its game maker, the system prompt that teaches its
+command language, the EnvConfig options its env takes, and what a game id is (a file/folder on disk, or a seed for
+procedural games). Adding a family is one module that builds an EnvFamily plus one `register_family` call:
+
+    from agentrl_lib.envs import EnvFamily, register_family
+
+    register_family(EnvFamily(name="guess", make_env=GuessEnv, make_games=make_guess_games,
+                              system_prompt="Guess the number. Reply with one number.", game_id="seed"))
+
+The built-in families (BUILTIN: textworld, alfworld) register themselves when their module is imported, and
+`get_family` imports that module the first time the family is asked for: importing this package (or
+`agentrl_lib.envs.base`) imports no family, and registering one imports no game engine (textworld, alfworld are
+imported when an env is built or games are made).
+
+Introduced in notebooks/00_quickstart.ipynb.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Literal
+
+if TYPE_CHECKING:  # annotations only: base.py imports this package
+    from .base import Env, GameSet
+
+
+@dataclass(frozen=True)
+class EnvFamily:
+    """One family of games: how to build its env, make its games and prompt a policy for it.
+
+    `make_env` must be picklable (a module-level class or function): ProcessPool workers build their env with it.
+    """
+
+    name: str
+    """Name in manifest.json's `family` field and on the command line (`agentrl make-games NAME`)."""
+    make_env: Callable[..., Env]
+    """Builds one env: `make_env(**options)`, options as mapped by `options` (the env class itself, usually)."""
+    system_prompt: str
+    """The system message of every episode of this family (SFT, rollouts and evaluation use the same one)."""
+    make_games: Callable[..., GameSet] | None = None
+    """Game maker: `make_games(out, n, seed, force=False, **params) -> GameSet` (writes out/manifest.json, see
+    base.write_manifest); `agentrl make-games` passes the flags named as its keyword parameters. None: no maker."""
+    options: dict[str, str] = field(default_factory=dict)
+    """EnvConfig field → keyword of `make_env`, for the config options this family's env takes (e.g. TextWorld:
+    {"show_inventory": "show_inventory"}); other EnvConfig fields are not passed to the env."""
+    game_id: Literal["file", "seed"] = "file"
+    """What a game id (GameRecord.path) is: "file", a file/folder stored relative to the games dir and checked to
+    exist; "seed", an opaque id (e.g. "17") from which the env builds the game procedurally; no file on disk."""
+    game_files: Callable[[str], list[Path]] | None = None
+    """For "file" families: the files a game at this path needs (checked by check_game_set). Raises GameLoadError
+    when the path has another family's shape."""
+    preload: tuple[str, ...] = ()
+    """Modules the ProcessPool's forkserver imports once so each worker forks with them loaded."""
+    warm_up: Callable[[str], None] | None = None
+    """Optional: parse caches for a game once in the forkserver, so workers start warm (TextWorld's game logic)."""
+
+    def env_kwargs(self, env_cfg: Any = None, **settings: Any) -> dict[str, Any]:
+        """Keyword arguments for `make_env` from an EnvConfig (and/or `settings`, by EnvConfig field name): the
+        options this family declares; None (unset) keeps the env's default. Other options are ignored."""
+        values = {name: getattr(env_cfg, name) for name in self.options if hasattr(env_cfg, name)}
+        values.update({k: v for k, v in settings.items() if k in self.options})
+        return {self.options[name]: v for name, v in values.items() if v is not None}
+
+
+class UnknownFamilyError(ValueError):
+    """No environment family of that name is registered; the message lists the known ones."""
+
+
+BUILTIN = {"textworld": "agentrl_lib.envs.textworld", "alfworld": "agentrl_lib.envs.alfworld"}
+"""Built-in families → the module that registers each (imported on first `get_family`)."""
+
+FAMILIES: dict[str, EnvFamily] = {}
+"""Registered families by name (the built-in ones appear once get_family has imported them; `family_names()`
+lists all)."""
+
+
+def register_family(family: EnvFamily) -> EnvFamily:
+    """Add (or replace) `family` in FAMILIES; returns it."""
+    FAMILIES[family.name] = family
+    return family
+
+
+def family_names() -> list[str]:
+    """Names of every known family: the built-in ones, then the others registered in this process."""
+    return list(BUILTIN) + [name for name in FAMILIES if name not in BUILTIN]
+
+
+def get_family(name: str) -> EnvFamily:
+    """The EnvFamily called `name` (importing a built-in family's module on first use).
+
+    Raises: UnknownFamilyError (a ValueError) naming the known families."""
+    if name not in FAMILIES and name in BUILTIN:
+        importlib.import_module(BUILTIN[name])
+    try:
+        return FAMILIES[name]
+    except (KeyError, TypeError):
+        raise UnknownFamilyError(f"unknown environment family {name!r}; known: {', '.join(family_names())}") from None
+
+
+def make_env(family: str, **options: Any) -> Env:
+    """One env of `family` ('textworld', 'alfworld', ...), built with `options` (keywords of its make_env).
+
+    Raises: UnknownFamilyError for an unknown family."""
+    return get_family(family).make_env(**options)

@@ -7,17 +7,15 @@ data and of `agentrl_lib.envs.alfworld_gen.make_alfworld_games`.
 
 Speed: the stock env re-parses its text grammar on every step (each admissible command is re-derived from its
 template, ~85% of step time). `AlfWorldEnv` runs the same engine objects but caches what does not change: parsed
-grammar expansions and queries, each operator's command text, the PDDL→SAS translation of a game (so a second reset
-of the same game skips it) and the expert plan while the agent follows it. Rules and text stay the engine's.
+grammar expansions and queries and the PDDL→SAS translation of a game (envs/alfworld_engine.py), each operator's
+command text and the expert plan while the agent follows it (here). Rules and text stay the engine's.
+Games: `make_alfworld_games` (envs/alfworld_gen.py) generates them offline; `load_official_games`
+(envs/alfworld_official.py) indexes the official data.
 
 No notebook chapter yet: README.md, section "ALFWorld offline", shows the commands.
 """
 from __future__ import annotations
 
-import contextlib
-import copy
-import functools
-import hashlib
 import json
 import os
 import re
@@ -26,6 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from . import EnvFamily, register_family
+from .alfworld_engine import engine_caches, game_logic
 from .base import GameLoadError, StepInfo, StepResult, normalize_action
 
 GAME_FILE = "game.tw-pddl"
@@ -33,6 +33,14 @@ TRAJ_FILE = "traj_data.json"
 TASK_TYPES = ("pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
               "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place")
 """The six ALFWorld task types (paper, Table 1), in alfworld's own numbering order 1..6."""
+
+SYSTEM_PROMPT = (
+    "You are an agent in a household, described in text. Each turn you read what you see and reply with exactly "
+    "one short command, such as: go to countertop 1, open fridge 1, take apple 1 from countertop 1, "
+    "move apple 1 to diningtable 1, heat apple 1 with microwave 1, cool apple 1 with fridge 1, "
+    "clean apple 1 with sinkbasin 1, use desklamp 1, examine drawer 2, inventory, look. "
+    "Reply with the command only.")
+"""System prompt for ALFWorld games (the examples are ALFWorld's command forms)."""
 
 _OWN_DATA_DIR = os.path.join(tempfile.gettempdir(), "agentrl_alfworld_data")
 
@@ -112,118 +120,6 @@ def game_files(path: str) -> list[Path]:
     return [p] if p.name == GAME_FILE else [p / GAME_FILE]
 
 
-# ------------------------------------------------------------------------------------------------ engine-side caches
-def _digest(text: str) -> str:
-    return hashlib.sha1(text.encode()).hexdigest()
-
-
-@functools.lru_cache(maxsize=32)
-def _game_logic(domain: str, grammar: str):
-    """Parsed GameLogic (domain + TWL2 grammar) — parsing it with TatSu takes ~0.1-0.3 s; games that differ only in
-    their goal text get separate entries (the grammar text differs)."""
-    from textworld.envs.pddl import logic as pddl_logic
-
-    return pddl_logic.GameLogic(domain=domain, grammar=grammar)
-
-
-_SAS_CACHE: dict[tuple[str, bool], Any] = {}  # (problem digest, optimize) -> pddl2sas result, 16 games
-
-
-def _cached_pddl2sas(original):
-    def pddl2sas(domain: str, problem: str, verbose: bool = False, optimize=False):
-        key = (_digest(domain + "\0" + problem), bool(optimize))
-        if key not in _SAS_CACHE:
-            if len(_SAS_CACHE) >= 16:
-                _SAS_CACHE.pop(next(iter(_SAS_CACHE)))
-            _SAS_CACHE[key] = original(domain, problem, verbose=verbose, optimize=optimize)
-        return _SAS_CACHE[key]
-
-    return pddl2sas
-
-
-@contextlib.contextmanager
-def _engine_caches():
-    """Within this block textworld's PDDL text generator memoizes its TatSu parses (grammar expansions and
-    conjunctive queries are pure functions of their text) and fast-downward's translation is memoized per problem.
-    Scoped, so a stock env in the same process keeps its own speed."""
-    import fast_downward
-    from textworld.envs.pddl import textgen
-
-    saved = (textgen._parse_and_convert, textgen.Rule, fast_downward.pddl2sas, textgen.copy_context,
-             textgen.Symbol.copy)
-    textgen._parse_and_convert = _parse_symbols
-    textgen.Rule = _CachedRule
-    fast_downward.pddl2sas = _cached_pddl2sas(saved[2])
-    textgen.copy_context = _copy_context
-    textgen.Symbol.copy = _symbol_copy
-    try:
-        yield
-    finally:
-        (textgen._parse_and_convert, textgen.Rule, fast_downward.pddl2sas, textgen.copy_context,
-         textgen.Symbol.copy) = saved
-
-
-def _copy_context(context):
-    """textgen.copy_context without deep copies: derivation only adds keys to `variables`/`mapping` (so each
-    context gets its own dicts) and never mutates the entity infos and variables they hold."""
-    return {"state": context["state"], "facts": context["facts"], "variables": dict(context["variables"]),
-            "mapping": dict(context["mapping"]), "entity_infos": context["entity_infos"]}
-
-
-def _symbol_copy(self, context):
-    """textgen.Symbol.copy that deep-copies the symbol tree but not the game state, facts and entities that the
-    contexts inside it point to (the stock copy deep-copies the whole PddlState each time)."""
-    memo: dict[int, Any] = {}
-    for ctx in (self.context, context):
-        for key in ("state", "facts", "entity_infos"):
-            if key in ctx:
-                memo[id(ctx[key])] = ctx[key]
-        for info in ctx.get("entity_infos", {}).values():
-            memo[id(info)] = info
-        for k, v in ctx.get("mapping", {}).items():
-            memo[id(k)], memo[id(v)] = k, v
-    new = copy.deepcopy(self, memo)
-    new.context = _copy_context(context)
-    return new
-
-
-@functools.lru_cache(maxsize=4096)
-def _parse_symbols_cached(text: str, rule_name: str):
-    from textworld.envs.pddl import textgen
-
-    return textgen._Converter().walk(textgen._PARSER.parse(text, rule_name=rule_name))
-
-
-def _parse_symbols(text, rule_name="symbols", **_):
-    return copy.deepcopy(_parse_symbols_cached(text, rule_name))  # symbols get their context set: copy
-
-
-def _make_cached_rule():
-    import textworld.logic
-
-    class CachedRule(textworld.logic.Rule):
-        @classmethod
-        @functools.lru_cache(maxsize=1024)
-        def parse_conjunctive_query(cls, expr: str):
-            return textworld.logic.Rule.parse_conjunctive_query(expr)
-
-    return CachedRule
-
-
-class _LazyRule:
-    """Resolved on first use so importing this module does not import textworld."""
-
-    _cls = None
-
-    def __getattr__(self, name):
-        if _LazyRule._cls is None:
-            _LazyRule._cls = _make_cached_rule()
-        return getattr(_LazyRule._cls, name)
-
-
-_CachedRule = _LazyRule()
-
-
 # ---------------------------------------------------------------------------------------------------------------- env
 _FREE_LIBS: list = []
 """fast-downward libraries no AlfWorldEnv of this process holds; each is used by one env at a time."""
@@ -288,11 +184,11 @@ class AlfWorldEnv:
                 env = PddlEnv.__new__(PddlEnv)
                 textworld.Environment.__init__(env, textworld.EnvInfos())
                 env.downward_lib = self._lib
-            with _engine_caches():
+            with engine_caches():
                 env._game_file = None
                 env._game_data = data
                 env.walkthrough = data.get("walkthrough")
-                env._logic = _game_logic(data["pddl_domain"], data["grammar"])
+                env._logic = game_logic(data["pddl_domain"], data["grammar"])
                 from textworld.envs.pddl import logic as pddl_logic
 
                 env._pddl_state = pddl_logic.PddlState(env.downward_lib, data["pddl_problem"], env._logic)
@@ -359,13 +255,13 @@ class AlfWorldEnv:
         if self._env is None or game != self._game:
             self._load(game)
         env = self._env
-        with _engine_caches():
+        with engine_caches():
             env._pddl_state = pddl_logic.PddlState(env.downward_lib, env._game_data["pddl_problem"], env._logic)
             intro = self._derive("#intro#", self._context())
         m = _TASK.search(intro)
         self._objective = m.group(1).strip() if m else ""
         self._plan = list(self.walkthrough) or None
-        with _engine_caches():
+        with engine_caches():
             return self._result(clean_observation(intro), 0.0, True, at_reset=True)
 
     def step(self, action: str) -> StepResult:
@@ -386,10 +282,10 @@ class AlfWorldEnv:
                 pass  # the rest of the plan is still executable and still shortest: no replanning
             else:
                 self._plan = None
-            with _engine_caches():
+            with engine_caches():
                 self._env._pddl_state.apply(engine_action)
                 obs = self._derive(engine_action.feedback_rule, self._context(engine_action))
-        with _engine_caches():
+        with engine_caches():
             result = self._result(obs.strip(), 0.0, valid)
         if result.info.won:
             result.reward = 1.0
@@ -402,3 +298,25 @@ class AlfWorldEnv:
             _FREE_LIBS.append(self._lib)
         self._lib = self._env = self._game = None
         self._done = True
+
+
+def make_games(out, n: int, seed: int = 0, split: str = "train", task_types=None, force: bool = False,
+               official: bool = False, progress: bool = True):
+    """The family's game maker: `make_alfworld_games` (generated offline), or with `official=True`
+    `load_official_games` (the official data under $ALFWORLD_DATA indexed into `out`; `seed` and `force` unused).
+    `task_types`: a list or a comma-separated string of TASK_TYPES; None or "" = all six.
+    Returns a GameSet; raises as those functions do."""
+    task_types = task_types or None
+    if official:
+        from .alfworld_official import load_official_games
+
+        return load_official_games(split, task_types, n=n, cache_dir=out)
+    from .alfworld_gen import make_alfworld_games
+
+    return make_alfworld_games(out, n, seed, split=split, task_types=task_types, force=force, progress=progress)
+
+
+FAMILY = register_family(EnvFamily(
+    name="alfworld", make_env=AlfWorldEnv, make_games=make_games, system_prompt=SYSTEM_PROMPT, options={},
+    game_id="file", game_files=game_files,
+    preload=("agentrl_lib.envs.pool", "agentrl_lib.envs.alfworld", "textworld", "textworld.envs.pddl")))

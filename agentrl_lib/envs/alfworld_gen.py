@@ -1,4 +1,4 @@
-"""Generate ALFWorld games offline, and index the official ALFWorld data when it is on disk.
+"""Generate ALFWorld games offline (the official data, when on disk, is indexed by envs/alfworld_official.py).
 
 ALFWorld (Shridhar et al. 2021, arXiv 2010.03768) builds each text game from an ALFRED trajectory: a PDDL problem
 describing one AI2-THOR floor plan (receptacles, objects, where they are) plus a goal of one of six task types.
@@ -32,12 +32,11 @@ import random
 import shutil
 import time
 from collections import Counter
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable
 
-from .alfworld import GAME_FILE, TASK_TYPES, TRAJ_FILE, prepare_alfworld, user_alfworld_data
-from .base import GameRecord, GameSet, GameSetError, load_game_set, write_manifest
+from .alfworld import GAME_FILE, TASK_TYPES, TRAJ_FILE, prepare_alfworld
+from .base import GameRecord, GameSet, GameSetError, load_game_set, reuse_game_set, write_manifest
 
 log = logging.getLogger(__name__)
 
@@ -305,7 +304,9 @@ def _write_game(folder: Path, traj: dict, game: dict) -> None:
     tmp.rename(folder)
 
 
-def _check_task_types(task_types: Iterable[str] | None) -> list[str]:
+def check_task_types(task_types: Iterable[str] | None) -> list[str]:
+    """TASK_TYPES subset as a list (None = all six; a comma/space separated string is split).
+    Raises: ValueError naming unknown task types."""
     if task_types is None:
         return list(TASK_TYPES)
     if isinstance(task_types, str):
@@ -350,16 +351,16 @@ def make_alfworld_games(out: str | Path, n: int, seed: int = 0, split: str = "tr
 
     if n < 1:
         raise ValueError(f"n must be >= 1 (got {n})")
-    types = _check_task_types(task_types)
+    types = check_task_types(task_types)
     plans = floor_plans(split)
     request = {"n": n, "seed": seed, "split": split, "task_types": types, "generator": GENERATOR_VERSION}
     out = Path(out).expanduser()
-    if (out / "manifest.json").is_file() and not force:
+    existing = reuse_game_set(out, "alfworld", request, force)
+    if existing is not None:
+        return existing
+    if not force and (out / "manifest.json").is_file():
         try:
-            existing = load_game_set(out)
-            if existing.family == "alfworld" and {k: existing.params.get(k) for k in request} == request:
-                return existing
-            for g in existing.games:  # parameters changed: remove the old set's game folders
+            for g in load_game_set(out).games:  # parameters changed: remove the old set's game folders
                 shutil.rmtree(g.path, ignore_errors=True)
         except GameSetError:
             pass
@@ -454,79 +455,3 @@ def make_alfworld_games(out: str | Path, n: int, seed: int = 0, split: str = "tr
                   attempts=attempt, generation_seconds=round(time.time() - t0, 1))
     write_manifest(out, "alfworld", records, params)
     return load_game_set(out)
-
-
-# ------------------------------------------------------------------------------------------------------ official data
-def load_official_games(split: str, task_types: Iterable[str] | None = None, n: int | None = None,
-                        data_dir: str | Path | None = None, cache_dir: str | Path | None = None) -> GameSet:
-    """Index the official ALFWorld games of a split (`$ALFWORLD_DATA/json_2.1.1/<split>/<task>/<trial>/` with
-    traj_data.json + game.tw-pddl, as `alfworld-download` leaves them) as a GameSet for the same env and CLI.
-
-    Games marked unsolvable, without a game file, or of "movable"/"Sliced" trajectories are left out, as
-    AlfredTWEnv does. A manifest (game paths relative to the cache dir) is written to `cache_dir` (default
-    `agentrl_lib.models.cache_root()/alfworld_official/<split>`), with symlinks to the game folders.
-
-    Args:
-        split: train, valid_seen or valid_unseen.
-        task_types: subset of TASK_TYPES (None = all six).
-        n: keep the first n games (sorted by path); None = all.
-        data_dir: overrides `$ALFWORLD_DATA`.
-    Raises: GameSetError when ALFWORLD_DATA is unset or does not hold json_2.1.1/<split> with games; ValueError for
-        an unknown split or task type.
-    """
-    if split not in SPLITS:
-        raise ValueError(f"unknown ALFWorld split {split!r}; valid: {', '.join(SPLITS)}")
-    types = _check_task_types(task_types)
-    hint = ("set ALFWORLD_DATA to the folder `alfworld-download` filled (it holds json_2.1.1/), or generate games "
-            "with make_alfworld_games")
-    root = data_dir or user_alfworld_data()
-    if not root:
-        raise GameSetError(f"ALFWORLD_DATA is not set; {hint}")
-    split_dir = Path(root).expanduser() / "json_2.1.1" / split
-    if not split_dir.is_dir():
-        raise GameSetError(f"ALFWORLD_DATA={root}: {split_dir} does not exist; {hint}")
-    games: list[Path] = []
-    for traj_path in sorted(split_dir.glob("*/*/" + TRAJ_FILE)):
-        folder = traj_path.parent
-        if "movable" in str(folder) or "Sliced" in str(folder) or not (folder / GAME_FILE).is_file():
-            continue
-        try:
-            traj = json.loads(traj_path.read_text())
-            game = json.loads((folder / GAME_FILE).read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            log.warning("skip official game %s: %s", folder, e)
-            continue
-        if traj.get("task_type") not in types or not game.get("solvable"):
-            continue
-        games.append(folder)
-        if n is not None and len(games) >= n:
-            break
-    if not games:
-        raise GameSetError(f"no solvable games of types {types} under {split_dir}; {hint}")
-    if cache_dir is None:
-        from ..models import cache_root
-
-        cache_dir = cache_root() / "alfworld_official" / split
-    cache = Path(cache_dir)
-    cache.mkdir(parents=True, exist_ok=True)
-    records = []
-    for folder in games:
-        name = f"{folder.parent.name}/{folder.name}"
-        game = json.loads((folder / GAME_FILE).read_text())
-        traj = json.loads((folder / TRAJ_FILE).read_text())
-        scene = traj.get("scene", {})
-        records.append(GameRecord(path=str(folder.resolve()), name=name, seed=int(scene.get("random_seed") or 0),
-                                  max_score=1.0,
-                                  walkthrough=list(game.get("walkthrough") or []),
-                                  params={"task_type": traj.get("task_type"), "split": split,
-                                          "floor_plan": scene.get("floor_plan"), "official": True}))
-    params = {"source": "official", "data_dir": str(Path(root).resolve()), "split": split, "task_types": types,
-              "n": n, "games_per_task_type": dict(Counter(r.params["task_type"] for r in records))}
-    # write_manifest stores paths relative to its root; the official games live outside the cache dir, so the
-    # same format is written here with absolute paths (load_game_set joins root / path, which keeps them absolute)
-    rows = [dict(asdict(r)) for r in records]
-    data = {"family": "alfworld", "params": params, "n_games": len(rows), "games": rows}
-    tmp = cache / "manifest.json.tmp"
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(cache / "manifest.json")
-    return load_game_set(cache)

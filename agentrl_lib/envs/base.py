@@ -1,4 +1,5 @@
 """The one small protocol every environment family implements, and the on-disk game set (manifest.json).
+No family is imported here: families live in the registry (agentrl_lib.envs, `get_family`).
 
 An environment plays one game at a time:
 
@@ -11,13 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import time
 import unicodedata
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+from ..checkpoint import atomic_write_text
+from . import UnknownFamilyError, family_names, get_family
 
 
 def normalize_action(text: str) -> str:
@@ -138,7 +141,8 @@ class GameRecord:
     """One game in a game set (a row of manifest.json)."""
 
     path: str
-    """Absolute path of the game file/folder."""
+    """The game id passed to `env.reset`: the absolute path of the game file/folder for "file" families, the id
+    as stored (e.g. a seed, "17") for "seed" families (EnvFamily.game_id)."""
     name: str
     seed: int
     max_score: float
@@ -163,25 +167,33 @@ MANIFEST = "manifest.json"
 
 
 def write_manifest(root: Path, family: str, games: list[GameRecord], params: dict[str, Any]) -> Path:
-    """Write manifest.json atomically; game paths are stored relative to `root`."""
+    """Write root/manifest.json atomically (`checkpoint.atomic_write_text`: temp file, fsync, rename).
+
+    Game paths of a "file" family are stored relative to `root` when they lie under it (absolute otherwise, e.g.
+    the official ALFWorld data indexed in place); game ids of a "seed" family are stored as given.
+    Raises: UnknownFamilyError for an unregistered family."""
+    by_file = get_family(family).game_id == "file"
     rows = []
     for g in games:
         row = asdict(g)
-        row["path"] = str(Path(g.path).resolve().relative_to(root.resolve()))
+        if by_file:
+            path = Path(g.path).resolve()
+            try:
+                row["path"] = str(path.relative_to(root.resolve()))
+            except ValueError:  # outside the games dir: load_game_set's root / path keeps an absolute path as is
+                row["path"] = str(path)
         rows.append(row)
     data = {"family": family, "params": params, "n_games": len(rows), "games": rows}
-    tmp = root / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(root / MANIFEST)
+    atomic_write_text(root / MANIFEST, json.dumps(data, indent=1))
     return root / MANIFEST
 
 
 def load_game_set(root: str | Path) -> GameSet:
-    """Read a games directory made by `agentrl make-games`.
+    """Read a games directory made by `agentrl make-games` (or by a family's game maker).
 
     Raises:
         GameSetError: the directory does not exist, has no manifest.json, the manifest is malformed, lists no games,
-            or names game files that are missing.
+            names an unknown family, or names game files that are missing (a "seed" family has no files to check).
     """
     root = Path(root).expanduser()
     hint = "make one with e.g. `agentrl make-games textworld --challenge tw-cooking --n 8 --seed 0 --out DIR`"
@@ -198,42 +210,50 @@ def load_game_set(root: str | Path) -> GameSet:
         raise GameSetError(f"{mf} is malformed ({e}); delete the directory and regenerate it; {hint}") from e
     if not rows:
         raise GameSetError(f"{mf} lists no games; {hint}")
-    if family not in FAMILIES:
-        raise GameSetError(f"{mf} names an unknown game family {family!r} (known: {', '.join(FAMILIES)}); "
-                           f"regenerate the directory; {hint}")
+    try:
+        by_file = get_family(family).game_id == "file"
+    except UnknownFamilyError:
+        raise GameSetError(f"{mf} names an unknown game family {family!r} (known: {', '.join(family_names())}); "
+                           f"regenerate the directory; {hint}") from None
     games = []
     for row in rows:
         try:
-            path = root / row["path"]
+            path = root / row["path"] if by_file else str(row["path"])
             rec = GameRecord(path=str(path), name=row["name"], seed=row["seed"], max_score=row["max_score"],
                              walkthrough=list(row["walkthrough"]), params=row.get("params", {}))
         except (KeyError, TypeError) as e:
             raise GameSetError(f"{mf} is malformed (a game row lacks {e}); delete the directory and regenerate it; "
                                f"{hint}") from e
-        if not path.exists():
+        if by_file and not path.exists():
             raise GameSetError(f"game file {path} listed in {mf} is missing; regenerate the directory")
         games.append(rec)
     return GameSet(root=root, family=family, games=games, params=data.get("params", {}))
 
 
-FAMILIES = ("textworld", "alfworld")
-"""Game families make_env knows."""
+def reuse_game_set(out: Path, family: str, params: dict[str, Any], force: bool = False) -> GameSet | None:
+    """The game set already in `out` when a game maker may reuse it instead of generating: not `force`, its
+    manifest loads, its family is `family`, and it was made with `params` (every key of `params` equal in the
+    manifest's params; keys the maker adds after generation, such as counts and timings, are not compared).
+    Returns None otherwise (a missing, damaged or different set)."""
+    if force or not (Path(out) / MANIFEST).is_file():
+        return None
+    try:
+        existing = load_game_set(out)
+    except GameSetError:
+        return None
+    if existing.family == family and {k: existing.params.get(k) for k in params} == params:
+        return existing
+    return None
+
 
 CHECK_CACHE = ".agentrl-game-check.json"
 """File next to manifest.json listing the games that passed check_game_set (keyed by file sizes and mtimes)."""
 
 
-def required_game_files(family: str, path: str) -> list[Path]:
-    """The files a game of `family` needs (TextWorld: story file + JSON sidecar; ALFWorld: game.tw-pddl).
-
-    Raises: GameLoadError when the path has the other family's shape; ValueError for an unknown family."""
-    if family == "textworld":
-        from .textworld import game_files
-    elif family == "alfworld":
-        from .alfworld import game_files
-    else:
-        raise ValueError(f"unknown environment family {family!r}; known: {', '.join(FAMILIES)}")
-    return game_files(path)
+def _game_files(family: str, path: str) -> list[Path]:
+    """The files a game needs (EnvFamily.game_files); none for a "seed" family or one that declares none."""
+    fam = get_family(family)
+    return fam.game_files(path) if fam.game_id == "file" and fam.game_files is not None else []
 
 
 def _signature(family: str, game: GameRecord, files: list[Path]) -> str:
@@ -244,7 +264,7 @@ def _signature(family: str, game: GameRecord, files: list[Path]) -> str:
 def check_game_set(games: GameSet, pool, cache: bool = True) -> dict[str, Any]:
     """Check every game of a set through the envs a run will use, before the run spends time on it.
 
-    Each game must have its family's files (`required_game_files`), reset without error, and, when it has a
+    Each game must have its family's files (`EnvFamily.game_files`), reset without error, and, when it has a
     walkthrough, win by replaying it (this catches a damaged story file or game folder, a manifest whose family is
     wrong, and a missing TextWorld JSON sidecar, with which a game plays with no objective and no reward). Games are
     played `pool.size` at a time through `pool` (an EnvPool: a SerialPool, a ProcessPool, or a test's scripted
@@ -270,7 +290,7 @@ def check_game_set(games: GameSet, pool, cache: bool = True) -> dict[str, Any]:
     n_cached = 0
     for g in games.games:
         try:
-            files = required_game_files(games.family, g.path)
+            files = _game_files(games.family, g.path)
             missing = [str(f) for f in files if not f.exists()]
             if missing:
                 failures[g.name] = f"missing {', '.join(missing)}"
@@ -313,9 +333,7 @@ def check_game_set(games: GameSet, pool, cache: bool = True) -> dict[str, Any]:
                 passed.add(sig)
     if cache:
         try:
-            tmp = cache_path.with_name(CHECK_CACHE + f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"passed": sorted(passed)}))
-            tmp.replace(cache_path)
+            atomic_write_text(cache_path, json.dumps({"passed": sorted(passed)}))
         except OSError:  # a read-only games dir: check again next time
             pass
     if failures:
@@ -325,16 +343,3 @@ def check_game_set(games: GameSet, pool, cache: bool = True) -> dict[str, Any]:
                            f"{more}; regenerate the games dir (`agentrl make-games ... --force`)")
     return {"games": len(games), "played": len(todo), "cached": n_cached,
             "seconds": round(time.perf_counter() - t0, 3)}
-
-
-def make_env(family: str, **kwargs) -> Env:
-    """Instantiate the environment of a game family ('textworld', ...). Raises ValueError for an unknown family."""
-    if family == "textworld":
-        from .textworld import TextWorldEnv
-
-        return TextWorldEnv(**kwargs)
-    if family == "alfworld":
-        from .alfworld import AlfWorldEnv  # type: ignore[import-not-found]
-
-        return AlfWorldEnv(**kwargs)
-    raise ValueError(f"unknown environment family {family!r}; known: {', '.join(FAMILIES)}")

@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
-from .base import Env, StepResult, make_env
+from . import EnvFamily, get_family
+from .base import Env, StepResult
 
 DEFAULT_TIMEOUT_S = 30.0
 """Default watchdog of one env reset/step (s): TextWorld steps take 2-15 ms, ALFWorld resets up to 0.5 s."""
@@ -131,14 +132,14 @@ class SerialPool:
 
     Args:
         size: number of slots (>= 1).
-        family: env family for make_env ('textworld', 'alfworld').
+        family: the env family, by name ('textworld', 'alfworld', ...) or as its EnvFamily (agentrl_lib.envs).
         factory: builds one env (overrides family/env_kwargs; tests pass scripted envs).
         timeout_s: watchdog per env call in seconds (> 0), or None for none.
         **env_kwargs: passed to the env constructor.
     Raises: ValueError for size < 1 or timeout_s <= 0.
     """
 
-    def __init__(self, size: int, family: str = "textworld", factory: Callable[[], Env] | None = None,
+    def __init__(self, size: int, family: str | EnvFamily = "textworld", factory: Callable[[], Env] | None = None,
                  timeout_s: float | None = DEFAULT_TIMEOUT_S, **env_kwargs):
         if size < 1:
             raise ValueError(f"pool size must be >= 1 (got {size})")
@@ -146,7 +147,10 @@ class SerialPool:
             raise ValueError(f"timeout_s must be > 0 or None (got {timeout_s})")
         self.size = size
         self.timeout_s = timeout_s
-        self._factory = factory or (lambda: make_env(family, **env_kwargs))
+        if factory is None:
+            fam = family if isinstance(family, EnvFamily) else get_family(family)
+            factory = functools.partial(fam.make_env, **env_kwargs)
+        self._factory = factory
         self._envs: list[Env | None] = [None] * size
         self._games: list[str] = [""] * size
         self._watchdog = _Watchdog(timeout_s) if timeout_s is not None else None
@@ -187,23 +191,24 @@ class SerialPool:
 
 
 # ------------------------------------------------------------------------------------------------------ process pool
-_PRELOAD = {"textworld": ["agentrl_lib.envs.pool", "agentrl_lib.envs.textworld", "textworld", "jericho",
-                          "agentrl_lib.envs._forkserver_warm"],
-            "alfworld": ["agentrl_lib.envs.pool", "agentrl_lib.envs.alfworld", "textworld", "textworld.envs.pddl"]}
-"""Modules the forkserver imports once, so each worker forks with them loaded (8 TextWorld workers: 12 s → 5 s);
-`_forkserver_warm` also parses the first game's logic there (AGENTRL_ENVPOOL_WARM, set while workers start)."""
+_PRELOAD_WARM = "agentrl_lib.envs._forkserver_warm"
+"""Module the forkserver imports last when the family has a `warm_up`: it parses the first game's logic there
+(AGENTRL_ENVPOOL_WARM / AGENTRL_ENVPOOL_FAMILY, set while workers start). The family's own modules to preload are
+its EnvFamily.preload (8 TextWorld workers: 12 s → 5 s)."""
 
 
 @contextlib.contextmanager
-def _forkserver_environment(warm: str | None):
+def _forkserver_environment(warm: str | None, family: str):
     """Environment for a forkserver that this start may launch (it is a fresh interpreter that inherits os.environ):
     PYTHONPATH = this process's sys.path, so the preloaded modules are the ones this process runs (Python 3.11's
     forkserver ignores the sys_path it is given, and a notebook's sys.path.insert would otherwise be lost), and
-    AGENTRL_ENVPOOL_WARM = a game whose logic `_forkserver_warm` parses. Restored afterwards."""
-    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "AGENTRL_ENVPOOL_WARM")}
+    AGENTRL_ENVPOOL_WARM / AGENTRL_ENVPOOL_FAMILY = a game whose logic `_forkserver_warm` parses, and its family.
+    Restored afterwards."""
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "AGENTRL_ENVPOOL_WARM", "AGENTRL_ENVPOOL_FAMILY")}
     os.environ["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
     if warm and saved["AGENTRL_ENVPOOL_WARM"] is None:
         os.environ["AGENTRL_ENVPOOL_WARM"] = warm
+        os.environ["AGENTRL_ENVPOOL_FAMILY"] = family
     try:
         yield
     finally:
@@ -298,7 +303,8 @@ class ProcessPool:
 
     Args:
         size: number of slots/workers (>= 1).
-        family: env family for make_env ('textworld', 'alfworld').
+        family: the env family, by name ('textworld', 'alfworld', ...) or as its EnvFamily (agentrl_lib.envs);
+            its `make_env` is pickled to the workers.
         timeout_s: seconds to wait for one reset/step answer (> 0).
         start_timeout_s: extra seconds allowed for a fresh worker's first call.
         factory: a picklable callable that builds one env in the worker (overrides family/env_kwargs).
@@ -306,22 +312,24 @@ class ProcessPool:
     Raises: ValueError for size < 1 or timeout_s <= 0.
     """
 
-    def __init__(self, size: int, family: str = "textworld", timeout_s: float = DEFAULT_TIMEOUT_S,
+    def __init__(self, size: int, family: str | EnvFamily = "textworld", timeout_s: float = DEFAULT_TIMEOUT_S,
                  start_timeout_s: float = 60.0, factory: Callable[[], Env] | None = None, **env_kwargs):
         if size < 1:
             raise ValueError(f"pool size must be >= 1 (got {size})")
         if timeout_s is None or timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0 (got {timeout_s})")
+        fam = family if isinstance(family, EnvFamily) else get_family(family)
         self.size = size
-        self.family = family
+        self.family = fam.name
         self.timeout_s = float(timeout_s)
         self.start_timeout_s = float(start_timeout_s)
         self._fresh: set[int] = set()
-        self._factory = factory or functools.partial(make_env, family, **env_kwargs)
+        self._factory = factory or functools.partial(fam.make_env, **env_kwargs)
         methods = mp.get_all_start_methods()
         self._ctx = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
         if "forkserver" in methods:  # takes effect when this process's forkserver starts (once)
-            self._ctx.set_forkserver_preload(_PRELOAD.get(family, ["agentrl_lib.envs.pool"]))
+            preload = list(fam.preload or ("agentrl_lib.envs.pool",))
+            self._ctx.set_forkserver_preload(preload + [_PRELOAD_WARM] if fam.warm_up is not None else preload)
         self._tmp = Path(tempfile.mkdtemp(prefix="agentrl-envpool-"))
         self._workers: list[tuple[Any, Any] | None] = [None] * size  # (process, parent connection)
 
@@ -343,7 +351,7 @@ class ProcessPool:
         proc = self._ctx.Process(target=_worker_main, args=(child, self._factory, str(workdir),
                                                             str(self.log_path(slot))), daemon=True,
                                  name=f"envpool-{self.family}-{slot}")
-        with _forkserver_environment(warm):
+        with _forkserver_environment(warm, self.family):
             proc.start()
         child.close()
         self._workers[slot] = (proc, parent)
@@ -496,15 +504,18 @@ class ProcessPool:
 
 
 def open_pool(env_cfg, size: int, games) -> EnvPool:
-    """The env pool a run uses, built from an EnvConfig (`process_pool`, `step_timeout_s`, `show_inventory`,
-    `check_games`), with every game of `games` (a GameSet) checked through it first (`check_game_set`; cached).
+    """The env pool a run uses (trainer, evaluation, CLI), built from an EnvConfig (`process_pool`,
+    `step_timeout_s`, `check_games`, and the options the games' family takes, EnvFamily.options, e.g.
+    TextWorld's `show_inventory`), with every game of `games` (a GameSet) checked through it first
+    (`check_game_set`; cached).
 
-    Raises: GameSetError when a game fails the check (the pool is closed then)."""
+    Raises: GameSetError when a game fails the check (the pool is closed then); UnknownFamilyError for a family
+    that is not registered."""
     from .base import check_game_set
 
-    kwargs = {"show_inventory": True} if env_cfg.show_inventory and games.family == "textworld" else {}
+    family = get_family(games.family)
     kind = ProcessPool if env_cfg.process_pool else SerialPool
-    pool = kind(size, family=games.family, timeout_s=env_cfg.step_timeout_s, **kwargs)
+    pool = kind(size, family=family, timeout_s=env_cfg.step_timeout_s, **family.env_kwargs(env_cfg))
     if env_cfg.check_games:
         try:
             check_game_set(games, pool)

@@ -25,8 +25,15 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .base import (GameLoadError, GameRecord, GameSet, GameSetError, StepInfo, StepResult, load_game_set,
-                   normalize_action, sanitize_action, write_manifest)
+from . import EnvFamily, register_family
+from .base import (GameLoadError, GameRecord, GameSet, StepInfo, StepResult, load_game_set, normalize_action,
+                   reuse_game_set, sanitize_action, write_manifest)
+
+SYSTEM_PROMPT = (
+    "You are an agent playing a text adventure game. Each turn you read what happened and reply with exactly one "
+    "short command, such as: look, inventory, examine cookbook, open fridge, take apple from counter, go north, "
+    "prepare meal, eat meal. Reply with the command only.")
+"""System prompt for TextWorld games (the examples are TextWorld's own verbs)."""
 
 CHALLENGE_NAMES = ("tw-simple", "tw-cooking", "tw-coin_collector", "tw-treasure_hunter")
 
@@ -314,13 +321,9 @@ def make_textworld_games(out: str | Path, n: int, seed: int = 0, challenge: str 
     else:
         params.update(world_size=world_size, nb_objects=nb_objects, quest_length=quest_length)
     out = Path(out).expanduser()
-    if (out / "manifest.json").is_file() and not force:
-        try:
-            existing = load_game_set(out)
-            if existing.params == params:
-                return existing
-        except GameSetError:
-            pass
+    existing = reuse_game_set(out, "textworld", params, force)
+    if existing is not None:
+        return existing
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     # plumbing: games are made in a temp dir next to the set and moved in only when all n exist, so a failure or
@@ -371,3 +374,9 @@ def make_textworld_games(out: str | Path, n: int, seed: int = 0, challenge: str 
     gs = load_game_set(out)
     gs.params["generation_seconds"] = round(time.time() - t0, 1)
     return gs
+
+
+FAMILY = register_family(EnvFamily(
+    name="textworld", make_env=TextWorldEnv, make_games=make_textworld_games, system_prompt=SYSTEM_PROMPT,
+    options={"show_inventory": "show_inventory"}, game_id="file", game_files=game_files,
+    preload=("agentrl_lib.envs.pool", "agentrl_lib.envs.textworld", "textworld", "jericho"), warm_up=warm_up))
