@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import RunConfig
-from .envs.base import GameSet
+from .envs.base import GameSet, load_game_set
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -44,7 +44,6 @@ def run_rl(config: RunConfig, run_dir: str | Path, init: str | None = None,
         Whatever Trainer and Trainer.train raise (ConfigError, GameSetError, FileExistsError, CheckpointError,
         DivergenceError, TooManyEnvErrors, ...), after closing the trainer.
     """
-    from .envs.base import load_game_set
     from .evaluate import evaluate, save_eval
     from .trainer import Trainer
 
