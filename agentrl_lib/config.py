@@ -130,7 +130,8 @@ class AlgoConfig:
     vf_clip: float = 0.2
     """Clip range of the value prediction around its rollout value (PPO only; 0 disables)."""
     normalize_advantages: bool = True
-    """Whiten PPO advantages over the batch's policy tokens (GRPO/RLOO are already normalised per group)."""
+    """Whiten PPO advantages over the batch's policy tokens to mean 0, std 1 (GRPO/RLOO are already normalised per
+    group)."""
     grpo_std_eps: float = 1e-6
     """Epsilon in GRPO's (R - mean) / (std + eps) (>= 0)."""
     keep_top_std: float = 1.0
