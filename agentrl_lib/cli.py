@@ -31,7 +31,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .config import ALGO_PRESETS, CHOICES, SECTIONS, SEED_MAX, ConfigError, EnvConfig, ModelConfig, RunConfig, field_docs
+from .config import (ALGO_PRESETS, CHOICES, SECTIONS, SEED_MAX, ConfigError, EnvConfig, ModelConfig, RunConfig,
+                     field_docs)
 
 
 def _make_games(a) -> None:
@@ -339,8 +340,8 @@ def build_parser() -> argparse.ArgumentParser:
     model_docs = field_docs(ModelConfig)
 
     def model_args(q, default="embedded"):  # checked against this machine by _check_model_flags
-        q.add_argument("--model", default=default, help="'embedded' (SmolLM2-135M-Instruct), a Hugging Face id (e.g. "
-                                                        "Qwen/Qwen2.5-0.5B-Instruct), a model dir, an SFT dir or a run dir")
+        q.add_argument("--model", default=default, help="'embedded' (SmolLM2-135M-Instruct), a Hugging Face id "
+                       "(e.g. Qwen/Qwen2.5-0.5B-Instruct), a model dir, an SFT dir or a run dir")
         q.add_argument("--device", default="auto", help=model_docs["device"].replace("%", "%%"))
         q.add_argument("--dtype", default="auto", help=model_docs["dtype"].replace("%", "%%"))
 

@@ -21,7 +21,8 @@ ALGOS = ("ppo", "grpo", "rloo")
 REWARDS = ("sparse", "dense")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 TIS_MODES = ("auto", "on", "off")
-ALGO_PRESETS = {"ppo": {"name": "ppo"}, "grpo": {"name": "grpo"}, "rloo": {"name": "rloo"}}  # TEMP until seams-core merges
+# TEMP until seams-core merges
+ALGO_PRESETS = {"ppo": {"name": "ppo"}, "grpo": {"name": "grpo"}, "rloo": {"name": "rloo"}}
 """`--algo NAME` presets: values set in the algo section before the other flags apply."""
 CHOICES = {"reward.kind": REWARDS, "algo.name": ALGOS, "algo.tis": TIS_MODES, "model.dtype": DTYPES}
 """Fields that take one of a closed set of values (`section.field` → values): the CLI offers them as choices."""

@@ -196,5 +196,6 @@ def test_eval_and_sft_share_the_env_flags():
         assert all(f in text for f in flags), cmd
     a = cli.build_parser().parse_args(["eval", "--games", "g", "--no-process-pool", "--step-timeout", "5"])
     env = EnvConfig(**cli.section_args(a, "env"))
-    assert (env.games, env.process_pool, env.step_timeout_s, env.max_turns, env.check_games) == ("g", False, 5.0, 8, True)
+    assert (env.games, env.process_pool, env.step_timeout_s, env.max_turns, env.check_games) == \
+        ("g", False, 5.0, 8, True)
     assert isinstance(cli.build_parser(), argparse.ArgumentParser)

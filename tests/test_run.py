@@ -31,7 +31,8 @@ def test_run_rl_trains_evaluates_and_writes(tiny_model_dir, tmp_path, scripted):
     assert [r["step"] for r in summary["rows"]] == [r["step"] for r in lines] == [1, 2]
     assert all(set(r) == set(METRICS) for r in lines)
     saved = json.loads((tmp_path / "run" / "eval.json").read_text())
-    assert summary["eval"]["n_games"] == saved["n_games"] == 2 and summary["eval_path"] == str(tmp_path / "run" / "eval.json")
+    assert summary["eval"]["n_games"] == saved["n_games"] == 2
+    assert summary["eval_path"] == str(tmp_path / "run" / "eval.json")
     assert summary["last_checkpoint"].endswith("step_000002")
     for key in ("config", "metrics", "learning_curve"):
         assert (tmp_path / "run").joinpath(summary[key].rsplit("/", 1)[1]).is_file(), key
