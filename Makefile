@@ -9,7 +9,7 @@ TORCH_CPU   ?= torch==2.13.0
 TORCH_INDEX ?=
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: venv demo demo-fast test test-fast lab clean
+.PHONY: venv demo demo-fast test test-fast lab sync-notebooks execute-notebooks clean
 
 venv: $(STAMP)
 
@@ -40,6 +40,15 @@ test: $(STAMP)
 ## unit tests only (no embedded model, no notebooks)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests
+
+## notebooks are written as MyST Markdown (notebooks/*.md); this writes the paired .ipynb (outputs kept)
+sync-notebooks: $(STAMP)
+	$(VENV)/bin/jupytext --sync notebooks/*.md
+
+## re-execute every notebook in full mode and keep the outputs (nbval compares them; see each notebook's wall time)
+execute-notebooks: sync-notebooks
+	for nb in notebooks/*.ipynb; do AGENTRL_FAST=0 $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
+	  --ExecutePreprocessor.timeout=3000 $$nb || exit 1; done
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/

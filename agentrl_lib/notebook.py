@@ -1,0 +1,69 @@
+"""Helpers for the notebooks: show the library's own code next to the equation it implements.
+
+Chapters include the ≤ 15 library lines that implement an equation from the source file itself (never pasted), so
+the page cannot drift from the code: `show_source(advantages.gae, docstring=False)`.
+
+Introduced in notebooks/00_quickstart.md §3.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class Source:
+    """A piece of the library's source. Displays as highlighted code in Jupyter (Markdown) and as plain text in a
+    terminal or under nbval (`repr`)."""
+
+    code: str
+    """The source lines, dedented."""
+    where: str
+    """'agentrl_lib/advantages.py:19-58' (path relative to the package's parent, first-last line)."""
+
+    def __repr__(self) -> str:
+        return f"# {self.where}\n{self.code}"
+
+    def _repr_markdown_(self) -> str:
+        return f"`{self.where}`\n\n```python\n{self.code}\n```"
+
+
+def show_source(obj, docstring: bool = True, start: str | None = None) -> Source:
+    """The source of a library function, class or method, for display in a notebook.
+
+    Args:
+        obj: a function, class or method (anything `inspect.getsource` takes).
+        docstring: False drops the docstring of `obj` (the signature and the body remain).
+        start: keep only the lines from the first one containing this text (e.g. a `# ALGO:` mark), after the
+            signature; the signature line(s) stay.
+    Returns: Source (text/plain: `# path:first-last` then the code; text/markdown: a highlighted block).
+    Raises:
+        TypeError: `obj` has no Python source (a builtin, a C extension).
+        ValueError: `start` does not occur in the source (says which text to look for).
+    """
+    lines, first = inspect.getsourcelines(obj)
+    src = textwrap.dedent("".join(lines))
+    keep = list(range(len(src.splitlines())))
+    node = ast.parse(src).body[0]
+    body_start = node.body[0].lineno - 1  # 0-based index of the first body line (the docstring if there is one)
+    head = list(range(body_start))
+    if not docstring and ast.get_docstring(node, clean=False) is not None:
+        doc = node.body[0]
+        keep = head + [i for i in keep if i > doc.end_lineno - 1]
+    if start is not None:
+        text = src.splitlines()
+        hits = [i for i in keep if i >= body_start and start in text[i]]
+        if not hits:
+            raise ValueError(f"{start!r} does not occur in the body of {getattr(obj, '__qualname__', obj)}")
+        keep = head + [i for i in keep if i >= hits[0]]
+    code = "\n".join(src.splitlines()[i] for i in keep)
+    path = Path(inspect.getsourcefile(obj))
+    pkg_parent = Path(__file__).resolve().parent.parent
+    try:
+        shown = path.resolve().relative_to(pkg_parent)
+    except ValueError:
+        shown = path.name
+    return Source(code, f"{Path(shown).as_posix()}:{first + keep[0]}-{first + keep[-1]}")

@@ -1,0 +1,86 @@
+"""Notebooks are authored as MyST Markdown (notebooks/*.md, paired with jupytext) and committed executed (*.ipynb,
+which nbval runs). These tests keep each pair in sync and check the `show_source` helper the chapters use."""
+from __future__ import annotations
+
+import copy
+import inspect
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+
+from agentrl_lib import advantages, rewards
+from agentrl_lib.notebook import show_source
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+FIX = "edit the .md and run `make sync-notebooks` (then re-execute the notebook and commit both)"
+
+
+def cells(nb) -> list[tuple[str, str, tuple[str, ...]]]:
+    return [(c.cell_type, c.source.strip(), tuple(c.metadata.get("tags", []))) for c in nb.cells]
+
+
+def drift(md_nb, ipynb_nb) -> list[str]:
+    """Differences between the cells of a paired .md and .ipynb (type, source, tags), as readable lines."""
+    a, b = cells(md_nb), cells(ipynb_nb)
+    out = [f"{len(a)} cells in the .md, {len(b)} in the .ipynb"] if len(a) != len(b) else []
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            out.append(f"cell {i}: .md starts {x[1][:60]!r}, .ipynb starts {y[1][:60]!r}")
+    return out
+
+
+def pairs() -> list[tuple[Path, Path]]:
+    return [(md, md.with_suffix(".ipynb")) for md in sorted(NOTEBOOKS.glob("*.md")) if md.name != "README.md"]
+
+
+def test_every_notebook_has_a_myst_source_and_they_agree():
+    ipynbs = sorted(NOTEBOOKS.glob("*.ipynb"))
+    assert ipynbs, "no notebooks found"
+    assert {p.with_suffix(".md") for p in ipynbs} <= {md for md, _ in pairs()}, f"an .ipynb without its .md source; {FIX}"
+    for md, ipynb in pairs():
+        assert ipynb.exists(), f"{md.name} has no executed {ipynb.name}; {FIX}"
+        md_nb, ipynb_nb = jupytext.read(md), nbformat.read(ipynb, as_version=4)
+        assert md_nb.metadata["jupytext"]["formats"] == "ipynb,md:myst", f"{md.name} is not paired; {FIX}"
+        problems = drift(md_nb, ipynb_nb)
+        assert not problems, f"{md.name} and {ipynb.name} differ: {problems[:3]}; {FIX}"
+        assert all(c.outputs for c in ipynb_nb.cells if c.cell_type == "code" and c.source.strip()), \
+            f"{ipynb.name} has code cells without outputs: execute it in full mode and commit it"
+
+
+def test_drift_check_catches_an_edited_cell():  # negative control: plant a drift, the check must see it
+    md, ipynb = pairs()[0]
+    md_nb, ipynb_nb = jupytext.read(md), nbformat.read(ipynb, as_version=4)
+    edited = copy.deepcopy(md_nb)
+    code = next(c for c in edited.cells if c.cell_type == "code")
+    code.source += "\nprint('edited in the .md only')"
+    assert drift(edited, ipynb_nb) and not drift(md_nb, ipynb_nb)
+    untagged = copy.deepcopy(md_nb)
+    next(c for c in untagged.cells if c.metadata.get("tags")).metadata["tags"] = []
+    assert drift(untagged, ipynb_nb)
+
+
+def test_show_source_is_the_file_itself():
+    src = show_source(advantages.gae, docstring=False)
+    path, span = src.where.split(":")
+    first, last = map(int, span.split("-"))
+    file_lines = (NOTEBOOKS.parent / path).read_text().splitlines()[first - 1:last]
+    assert path == "agentrl_lib/advantages.py"
+    assert src.code.splitlines()[0].startswith("def gae(") and src.code.splitlines()[-1] == file_lines[-1]
+    assert all(line in file_lines for line in src.code.splitlines())  # every shown line is a line of the file
+    assert '"""' not in src.code and "Generalised Advantage Estimation" not in src.code  # docstring dropped
+    full = show_source(advantages.gae)
+    assert "Generalised Advantage Estimation" in full.code and len(full.code) > len(src.code)
+    assert repr(src).startswith("# agentrl_lib/advantages.py:") and "```python" in src._repr_markdown_()
+
+
+def test_show_source_start_keeps_signature_and_the_lines_from_the_mark():
+    src = show_source(advantages.rloo_advantages, start="adv[idx] = r - ")
+    lines = src.code.splitlines()
+    assert lines[0].startswith("def rloo_advantages(") and lines[1].strip().startswith("adv[idx] = r - ")
+    with pytest.raises(ValueError, match="does not occur"):
+        show_source(rewards.turn_rewards, start="no such line")
+    with pytest.raises(TypeError):
+        show_source(len)
+    assert inspect.getsource(advantages.rloo_advantages).count("\n") > len(lines)
