@@ -119,7 +119,7 @@ def _eval(a) -> None:
     try:
         model, tok = load_policy(a.model, a.device, a.dtype)
         res = evaluate(model, tok, games, max_turns=env_cfg.max_turns, temperature=a.temperature,
-                       batch_size=a.batch_size, env=env_cfg, pool=pool)
+                       batch_size=a.batch_size, env=env_cfg, pool=pool, generator=getattr(a, "model.generator"))
     finally:
         pool.close()
     res["model"], res["games"] = a.model, str(games.root)
@@ -181,7 +181,7 @@ class ConfigFlag:
 def config_flags(sections: tuple[str, ...] | None = None) -> list[ConfigFlag]:
     """One ConfigFlag per field of the RunConfig sections named (default all: env, reward, algo, model, train), in
     declaration order, from the dataclasses and their field docstrings (config.field_docs). A field whose name
-    appears in two sections or in OWN_FLAGS is spelled `--SECTION-FIELD` (e.g. algo.name → --algo-name)."""
+    appears in two sections or in OWN_FLAGS is spelled `--SECTION-FIELD` (e.g. a field `seed` in two sections → --train-seed)."""
     counts: dict[str, int] = {}
     for cls in SECTIONS.values():
         for f in fields(cls):
@@ -349,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", help="write the result JSON here (e.g. eval.json)")
     e.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (>= 0; 0 = greedy)")
     e.add_argument("--batch-size", type=int, default=8, help="episodes played at once (>= 1; 8 on a CPU)")
+    add_config_flags(e, "model", only=("generator",), defaults=True)
     add_config_flags(e, "env", defaults=True, required=("games",))
     e.set_defaults(func=_eval)
 

@@ -26,7 +26,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 TIS_MODES = ("auto", "on", "off")
 CHOICES = {"reward.kind": REWARDS, "algo.tis": TIS_MODES, "model.dtype": DTYPES}
 """Fields that take one of a closed set of values (`section.field` → values): the CLI offers them as choices.
-algo.advantage's set is the estimator registry: see `choices_for`."""
+algo.advantage's and model.generator's sets are registries: see `choices_for`."""
 DEVICE_PATTERN = r"auto|(cpu|cuda|mps)(:\d+)?"
 """Device names accepted by model.device / --device (models.pick_device also checks the machine has the device)."""
 SEED_MAX = 2**32 - 1
@@ -218,6 +218,9 @@ class ModelConfig:
     for >= 0.5B on GPU."""
     lora_alpha: int = 32
     """LoRA alpha (the adapter's scale is alpha / rank; 16-64, 32 is typical; unused without LoRA)."""
+    generator: str = "hf"
+    """Generation backend of rollouts and evaluation, a key of generation.GENERATORS: 'hf' (transformers `generate`,
+    KV cache kept across turns), or one you registered (e.g. a vLLM backend)."""
 
     def validate(self) -> None:
         if self.dtype not in DTYPES:
@@ -226,6 +229,11 @@ class ModelConfig:
             raise ConfigError(f"model.lora_rank must be >= 0 (got {self.lora_rank})")
         if not re.fullmatch(DEVICE_PATTERN, self.device):
             raise ConfigError(f"model.device must be auto, cpu, cuda, cuda:N or mps (got {self.device!r})")
+        from .generation import GENERATORS  # imported here: `import agentrl_lib.config` stays free of torch
+
+        if self.generator not in GENERATORS:
+            raise ConfigError(f"model.generator must be one of {sorted(GENERATORS)} (got {self.generator!r}); register "
+                              "a new backend in generation.GENERATORS")
         if self.lora_rank > 0 and self.lora_alpha <= 0:
             raise ConfigError(f"model.lora_alpha must be > 0 with LoRA (got {self.lora_alpha}); 32 is typical")
 
@@ -407,11 +415,16 @@ def field_docs(cls: type) -> dict[str, str]:
 
 def choices_for(key: str) -> tuple[str, ...] | None:
     """The values the field `key` ('section.field') accepts, or None for an open field: CHOICES, and for
-    algo.advantage the keys of advantages.ESTIMATORS at call time (so a registered estimator is a valid choice)."""
+    algo.advantage / model.generator the keys of advantages.ESTIMATORS / generation.GENERATORS at call time (so a
+    registered estimator or backend is a valid choice)."""
     if key == "algo.advantage":
         from .advantages import ESTIMATORS
 
         return tuple(ESTIMATORS)
+    if key == "model.generator":
+        from .generation import GENERATORS
+
+        return tuple(GENERATORS)
     return CHOICES.get(key)
 
 

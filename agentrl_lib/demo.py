@@ -16,7 +16,8 @@ from pathlib import Path
 from .config import ALGO_PRESETS, AlgoConfig, EnvConfig, RewardConfig, RunConfig, TrainConfig
 from .envs.textworld import make_textworld_games
 from .evaluate import evaluate, format_eval, save_eval
-from .models import cache_root, load_policy
+from .models import load_policy
+from .paths import cache_root
 
 
 @dataclass

@@ -12,20 +12,21 @@ from .config import EnvConfig
 from .envs.base import GameSet
 from .envs.pool import EnvPool, open_pool
 from .prompts import ChatFormat, system_prompt_for
-from .generation import HFGenerator
+from .generation import GENERATORS
 from .rollout import rollout
 
 
 def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: float = 0.0, batch_size: int = 8,
              max_new_tokens: int = 24, env: EnvConfig | None = None, pool: EnvPool | None = None,
-             progress: bool = True) -> dict:
+             generator: str = "hf", progress: bool = True) -> dict:
     """Play every game in `games` once, `batch_size` episodes at a time.
 
     `env` (default EnvConfig()) says how the games are shown and run, as in training: pass the run's config, since a
     policy trained with the admissible commands (`show_admissible`) or the inventory (`show_inventory`) in view is
     evaluated with them. Without `pool`, the envs run as a run's do (`envs.pool.open_pool(env, ...)`): a ProcessPool
     (`process_pool`), a watchdog of `step_timeout_s` per env call, and every game checked first (`check_games`,
-    cached). `max_turns` is this evaluation's own (env.max_turns is not read).
+    cached). `max_turns` is this evaluation's own (env.max_turns is not read). `generator` names the generation
+    backend (generation.GENERATORS; a run's is model.generator).
 
     Returns a dict: success_rate, mean_turns, invalid_rate (share of turns whose action was not admissible),
     mean_score_frac (score / max_score), env_errors (episodes that ended in an env error: not loaded, crashed, hung;
@@ -47,7 +48,8 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
     try:
         for start in range(0, len(games), pool.size):
             chunk = games.games[start:start + pool.size]
-            trajs, st = rollout(HFGenerator(model, tokenizer), tokenizer, pool, [g.path for g in chunk], max_turns=max_turns,
+            trajs, st = rollout(GENERATORS[generator](model, tokenizer), tokenizer, pool, [g.path for g in chunk],
+                                max_turns=max_turns,
                                 max_new_tokens=max_new_tokens, temperature=temperature,
                                 show_admissible=env.show_admissible, show_inventory=env.show_inventory, chat=chat,
                                 system_prompt=system_prompt_for(games.family))

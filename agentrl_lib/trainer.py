@@ -38,7 +38,7 @@ from .advantages import ESTIMATORS, AdvantageInputs, singleton_groups, top_std_g
 from .config import AlgoConfig, RunConfig
 from .envs.base import GameSet, check_env_errors, load_game_set
 from .envs.pool import EnvPool, open_pool
-from .generation import HFGenerator
+from .generation import GENERATORS
 from .losses import explained_variance, kl_k3, masked_mean, policy_loss, truncated_is_weights, value_loss
 from .metrics import complete_row
 from .models import (base_model, disable_dropout, enable_gradient_checkpointing, frozen_reference, is_adapter,
@@ -158,12 +158,13 @@ class Trainer:
         else:
             if resume:
                 log.warning("%s has no checkpoint yet: starting at step 1 with its saved config", run_dir)
+            torch.manual_seed(config.train.seed)  # plumbing: a new LoRA adapter's random init follows the run's seed
             self.policy, self.tok = load_policy(config.model.name, mc.device, mc.dtype, lora_rank=mc.lora_rank,
                                                 lora_alpha=mc.lora_alpha)
         self.last_step = self.start_step
         self.device = next(self.policy.parameters()).device
         self.chat = ChatFormat(self.tok)
-        self.generator = HFGenerator(self.policy, self.tok)
+        self.generator = GENERATORS[mc.generator](self.policy, self.tok)  # the backend (generation.py)
         hidden = base_model(self.policy).config.hidden_size
         self.value_head = ValueHead(hidden).to(self.device) if need_vh else None
         disable_dropout(self.policy)  # π_old is computed without dropout: the update must see the same function
@@ -207,7 +208,7 @@ class Trainer:
         self.last_step = self.start_step
         for step in range(self.start_step, cfg.train.steps):
             self.step_in_progress = step + 1
-            row = complete_row(self.step(step), needs_critic=self.value_head is not None)  # every METRICS key
+            row = complete_row(self.step(step), needs_critic=self.estimator.needs_critic)  # every METRICS key
             rows.append(row)
             ckpt_lib.append_metrics(self.metrics_path, row)  # strict JSON: NaN → null
             self.step_in_progress, self.last_step = None, step + 1

@@ -165,10 +165,10 @@ def test_control_argparse_alone_misreads_scientific_negatives():
 
 def test_flags_override_config_file_and_presets_come_first(tmp_path):
     p = tmp_path / "c.yaml"
-    p.write_text("train: {steps: 7, lr: 2.0e-5}\nalgo: {name: rloo, group_size: 3}\nenv: {process_pool: false}\n")
+    p.write_text("train: {steps: 7, lr: 2.0e-5}\nalgo: {advantage: rloo, group_size: 3}\nenv: {process_pool: false}\n")
     parse = cli.build_parser().parse_args
     cfg = cli.build_config(parse(["train", "--out", "o", "--config", str(p), "--lr", "3e-5"]))
-    assert (cfg.train.steps, cfg.train.lr, cfg.algo.name, cfg.algo.group_size, cfg.env.process_pool) == \
+    assert (cfg.train.steps, cfg.train.lr, cfg.algo.advantage, cfg.algo.group_size, cfg.env.process_pool) == \
         (7, 3e-5, "rloo", 3, False), "a flag not given keeps the file's value"
     cfg = cli.build_config(parse(["train", "--out", "o", "--config", str(p), "--algo", "ppo"]))
     assert dataclasses.asdict(cfg.algo).items() >= ALGO_PRESETS["ppo"].items() and cfg.algo.group_size == 3

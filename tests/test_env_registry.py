@@ -15,6 +15,7 @@ from agentrl_lib.envs import EnvFamily, UnknownFamilyError, family_names, get_fa
 from agentrl_lib.envs.base import (GameRecord, GameSet, GameSetError, StepInfo, StepResult, check_game_set,
                                    load_game_set, write_manifest)
 from agentrl_lib.envs.pool import SerialPool, open_pool
+from agentrl_lib.generation import HFGenerator
 
 GUESS_PROMPT = "You are guessing a number between 1 and 3. Reply with the number only, e.g. 2."
 
@@ -124,7 +125,7 @@ def test_rollout_and_evaluate_on_a_registered_seed_family(process_pool, tiny_mod
     try:
         assert isinstance(pool, SerialPool) != process_pool
         chat = ChatFormat(tok)
-        trajs, stats = rollout(model, tok, pool, [g.path for g in games.games], max_turns=2, max_new_tokens=4,
+        trajs, stats = rollout(HFGenerator(model, tok), tok, pool, [g.path for g in games.games], max_turns=2, max_new_tokens=4,
                                temperature=1.0, chat=chat, system_prompt=system_prompt_for("guess"))
     finally:
         pool.close()

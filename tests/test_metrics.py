@@ -20,7 +20,7 @@ README = agentrl_lib.__path__[0] + "/../README.md"
 def _config(games, algo, **train):
     # tis "on" and kl_coef > 0: every conditional key is computed, so "applies" can be checked on every key
     return RunConfig(env=EnvConfig(games=str(games), max_turns=2), reward=RewardConfig(kind="dense"),
-                     algo=AlgoConfig(name=algo, group_size=4, kl_coef=0.01, tis="on"), model=ModelConfig(device="cpu"),
+                     algo=AlgoConfig.from_preset(algo, group_size=4, kl_coef=0.01, tis="on"), model=ModelConfig(device="cpu"),
                      train=TrainConfig(**{"steps": 1, "games_per_step": 2, "minibatch_size": 8, "lr": 1e-3,
                                           "max_new_tokens": 6, "temperature": 1.0, "seed": 1, **train}))
 
@@ -51,7 +51,7 @@ def test_every_row_of_metrics_jsonl_has_every_key(tiny_model_dir, tmp_path):
     """Also the row of a step where every episode failed (no update): the keys not computed are null."""
     games = _scripted_games(tmp_path / "games")
     cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2, max_env_error_frac=1.0),
-                    algo=AlgoConfig(name="rloo", group_size=2), model=ModelConfig(device="cpu"),
+                    algo=AlgoConfig.from_preset("rloo", group_size=2), model=ModelConfig(device="cpu"),
                     train=TrainConfig(steps=2, games_per_step=1, max_new_tokens=4))
     trainer = Trainer(cfg, tmp_path / "run", init=tiny_model_dir, pool=SerialPool(2, factory=BrokenEnv),
                       progress=False)

@@ -23,7 +23,7 @@ def scripted(monkeypatch):
 
 def test_run_rl_trains_evaluates_and_writes(tiny_model_dir, tmp_path, scripted):
     games = _scripted_games(tmp_path / "games")
-    cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2), algo=AlgoConfig(name="grpo", group_size=2),
+    cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2), algo=AlgoConfig.from_preset("grpo", group_size=2),
                     model=ModelConfig(device="cpu"),
                     train=TrainConfig(steps=2, games_per_step=1, max_new_tokens=4, temperature=1.0, seed=1))
     summary = run.run_rl(cfg, tmp_path / "run", init=tiny_model_dir, eval_games=games, progress=False)
@@ -87,7 +87,7 @@ def test_cli_train_calls_run_rl_with_the_built_config(monkeypatch, tmp_path, coo
     (config, run_dir, init, eval_games, resume), = calls
     expected = cli.build_config(cli.build_parser().parse_args(argv + ["--max-new-tokens", "16", "--no-check-games"]))
     assert config.algo == expected.algo and config.train == expected.train
-    assert (config.algo.name, config.train.lr, config.train.max_new_tokens, config.env.check_games) == \
+    assert (config.algo.advantage, config.train.lr, config.train.max_new_tokens, config.env.check_games) == \
         ("rloo", 2e-5, 16, False)
     assert run_dir == tmp_path / "r" and init == "some/hf-id" and eval_games is None and resume is False
     assert "done: 1 steps" in capsys.readouterr().out
