@@ -21,7 +21,7 @@ explained variance iff True), `min_group_size` (config validation refuses a smal
 
     register_estimator(Reinforce())
 
-Introduced in notebooks/00_quickstart.ipynb.
+Introduced in notebooks/00_quickstart.md §4.
 """
 from __future__ import annotations
 

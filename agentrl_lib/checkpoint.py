@@ -27,7 +27,7 @@ A config.yaml of a run written before `algo.name` became `algo.advantage` loads 
 
 Errors that a user can act on are `CheckpointError` (a ValueError: the CLI prints its one-line message).
 
-Introduced in notebooks/00_quickstart.ipynb.
+Introduced in notebooks/00_quickstart.md §5.
 """
 from __future__ import annotations
 

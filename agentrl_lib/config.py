@@ -1,7 +1,7 @@
 """Run configuration: one dataclass per pillar of the design space (environment, reward, policy) plus
 the model and the training budget, with YAML in/out and validation whose errors say how to fix the value.
 
-Introduced in notebooks/00_quickstart.ipynb.
+Introduced in notebooks/00_quickstart.md §5.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Evaluation: play each game of a set once (greedy by default) and report success rate, turns, invalid actions.
 
-Introduced in notebooks/00_quickstart.ipynb.
+Introduced in notebooks/00_quickstart.md §5.
 """
 from __future__ import annotations
 

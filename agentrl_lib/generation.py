@@ -14,7 +14,7 @@ that ends a reply), pad_id and context_limit (tokens a row may hold). The log-pr
 distribution it sampled. A new backend (e.g. vLLM) is one class implementing these five methods plus one GENERATORS
 line.
 
-Introduced in notebooks/00_quickstart.ipynb.
+Introduced in notebooks/00_quickstart.md §2.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ All token tensors are (B, T) float32 with a (B, T) mask that is 1 on policy toke
 tokens of the whole minibatch ("token-mean", as DAPO and TRL's default), so long and short trajectories weigh
 each token equally.
 
-Introduced in notebooks/00_quickstart.ipynb.
+Introduced in notebooks/00_quickstart.md §4.
 """
 from __future__ import annotations
 

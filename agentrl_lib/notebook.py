@@ -3,7 +3,7 @@
 Chapters include the ≤ 15 library lines that implement an equation from the source file itself (never pasted), so
 the page cannot drift from the code: `show_source(advantages.gae, docstring=False)`.
 
-Introduced in notebooks/00_quickstart.md §3.
+Introduced in notebooks/00_quickstart.md §3 (show_source).
 """
 from __future__ import annotations
 

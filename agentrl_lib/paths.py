@@ -1,7 +1,7 @@
 """Where agentrl keeps what it makes: converted models, generated games and notebook runs go under one cache root,
 never into the source tree. Imports nothing heavy (envs and models both use it).
 
-Introduced in notebooks/00_quickstart.ipynb.
+Introduced in notebooks/00_quickstart.md §1 (the games' cache).
 """
 from __future__ import annotations
 

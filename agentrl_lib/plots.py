@@ -1,6 +1,6 @@
 """Learning curves and evaluation tables as matplotlib figures (saved as PNG).
 
-Introduced in notebooks/00_quickstart.ipynb.
+Introduced in notebooks/00_quickstart.md §5.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The policy as a token model: log-probs, values and entropy at the policy tokens of a batch of trajectories, and
 the critic's value head.
 
-Introduced in notebooks/00_quickstart.ipynb.
+Introduced in notebooks/00_quickstart.md §4.
 """
 from __future__ import annotations
 

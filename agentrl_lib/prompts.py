@@ -6,7 +6,7 @@ The conversation is the model's own chat template: a system message with the rul
 the ids the policy sampled are exactly the ids that are trained (no re-tokenisation of generated text), and both
 use one token layout.
 
-Introduced in notebooks/00_quickstart.ipynb.
+Introduced in notebooks/00_quickstart.md §2.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Turn-level rewards: sparse or dense, a format penalty for invalid actions, and their placement on the token
 that ends each turn.
 
-Introduced in notebooks/00_quickstart.ipynb.
+Introduced in notebooks/00_quickstart.md §3.
 """
 from __future__ import annotations
 

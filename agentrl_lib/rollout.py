@@ -12,7 +12,7 @@ Token layout of a trajectory (the Practitioner's Guide, §4; RAGEN's StarPO):
 `rollout` plays the episodes through a generation backend (generation.py: `HFGenerator(model, tokenizer)`) and an
 env pool; `collate` pads trajectories into the (B, T) tensors the trainer trains on.
 
-Introduced in notebooks/00_quickstart.ipynb.
+Introduced in notebooks/00_quickstart.md §2.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
     summary = run_rl(RunConfig(...), "runs/ppo", init="runs/sft", eval_games="games/heldout")
     summary["rows"][-1]["success_rate"], summary["eval"]["success_rate"]
 
-Introduced in notebooks/00_quickstart.ipynb.
+Introduced in notebooks/00_quickstart.md §5.
 """
 from __future__ import annotations
 

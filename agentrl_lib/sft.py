@@ -8,7 +8,7 @@ so TRL's `assistant_only_loss=True` cannot find the assistant tokens itself; bui
 
 Practitioner's Guide §5: one epoch of SFT on expert trajectories before RL; actor and critic start from it.
 
-Introduced in notebooks/00_quickstart.ipynb.
+Introduced in notebooks/00_quickstart.md §5.
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ AutoModelForCausalLMWithValueHead. On a CPU a separate critic would double the c
 that value-loss gradients reach the policy's backbone (kept small by vf_coef, 0.1 as in TRL). The paper uses a
 separate critic (lr 1e-5); with a GPU and a bigger model that is the better choice.
 
-Introduced in notebooks/00_quickstart.ipynb.
+Introduced in notebooks/00_quickstart.md §5.
 """
 from __future__ import annotations
 

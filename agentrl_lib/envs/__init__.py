@@ -14,7 +14,7 @@ The built-in families (BUILTIN: textworld, alfworld) register themselves when th
 `agentrl_lib.envs.base`) imports no family, and registering one imports no game engine (textworld, alfworld are
 imported when an env is built or games are made).
 
-Introduced in notebooks/00_quickstart.ipynb.
+Introduced in notebooks/00_quickstart.md §1.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ An environment plays one game at a time:
     env.reset(game) -> StepResult   # reward 0, done False; obs is the first observation
     env.step(action) -> StepResult  # obs, reward (score increment of this step), done, info
 
-Introduced in notebooks/00_quickstart.ipynb.
+Introduced in notebooks/00_quickstart.md §1.
 """
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ and the game logic); 61-77 MB RSS per worker. Hence the process pool is the defa
 (`--no-process-pool`) for tests and quick experiments. Workers re-import the main module (Python's forkserver/spawn
 rule): keep a script's heavy imports (torch) under `if __name__ == "__main__":` or inside functions.
 
-Introduced in notebooks/00_quickstart.ipynb.
+Introduced in notebooks/00_quickstart.md §2 (the pool of a rollout).
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ Two kinds of games (both the Practitioner's Guide's, §3):
 
 Observations are cleaned: no ASCII banner, no `>  -= Room =-0/1` status line, no end-of-game menu.
 
-Introduced in notebooks/00_quickstart.ipynb.
+Introduced in notebooks/00_quickstart.md §1.
 """
 from __future__ import annotations
 
