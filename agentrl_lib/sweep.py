@@ -46,8 +46,10 @@ STEP_KEYS = ("step", "success_rate", "return_mean", "group_return_std", "invalid
 EVAL_KEYS = ("success_rate", "mean_turns", "invalid_rate", "mean_score_frac", "n_games", "env_errors")
 """The evaluate() keys kept in a record's "eval", beside per_game: [[game, won, turns], ...]."""
 RECORD_KEYS = ("cell", "seed", "base_hash", "config", "commit", "device", "machine", "started", "finished",
-               "wall_seconds", "run_dir", "steps", "eval")
-"""The keys of every record (one JSON line of a results file)."""
+               "wall_seconds", "train_seconds", "resumed", "run_dir", "steps", "eval")
+"""The keys of every record (one JSON line of a results file). wall_seconds: this call of the run function (training
+that resumed after a stop + evaluation); train_seconds: Σ step_seconds over every training step, also those before a
+stop (the compute a run cost); resumed: whether it continued a half-finished run."""
 SIGNIFICANT_DIGITS = 5
 """Floats in "steps" are rounded to this many significant digits (keeps a results file at kilobytes)."""
 NO_DIFFERENCE = "no difference at this scale"
@@ -361,7 +363,7 @@ def machine_info(device: str = "auto") -> dict[str, Any]:
 
 
 def make_record(run: PlannedRun, summary: dict, base_hash: str, started: datetime, finished: datetime,
-                wall_seconds: float, commit: str, machine: dict) -> dict:
+                wall_seconds: float, commit: str, machine: dict, resumed: bool = False) -> dict:
     """The record of one finished run (RECORD_KEYS): "steps" keeps STEP_KEYS of each metrics row, "eval" keeps
     EVAL_KEYS and per_game [[game, won, turns], ...]."""
     ev = summary.get("eval")
@@ -371,7 +373,9 @@ def make_record(run: PlannedRun, summary: dict, base_hash: str, started: datetim
         "cell": run.cell, "seed": run.seed, "base_hash": base_hash, "config": run.config.to_dict(),
         "commit": commit, "device": machine.get("torch_device"), "machine": machine,
         "started": started.isoformat(timespec="seconds"), "finished": finished.isoformat(timespec="seconds"),
-        "wall_seconds": round(wall_seconds, 1), "run_dir": str(run.run_dir),
+        "wall_seconds": round(wall_seconds, 1),
+        "train_seconds": round(sum(r.get("step_seconds") or 0.0 for r in summary.get("rows") or []), 1),
+        "resumed": resumed, "run_dir": str(run.run_dir),
         "steps": [{k: _round(row.get(k)) for k in STEP_KEYS} for row in summary.get("rows") or []],
         "eval": {**{k: _round(ev.get(k)) for k in EVAL_KEYS},
                  "per_game": [[g["game"], bool(g["won"]), g["turns"]] for g in ev.get("per_game", [])]},
@@ -465,7 +469,7 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
     n_cells = len(plan) // len(seeds)
     warn(f"sweep: {len(plan)} runs ({n_cells} cells × {len(seeds)} seeds), {len(plan) - len(todo)} already in {out}, "
          f"{len(todo)} to run in {runs_dir}/")
-    commit, machine = git_commit(), machine_info(base.model.device)
+    commit, machines = git_commit(), {}
     bar = tqdm(total=len(plan), initial=len(plan) - len(todo), desc="sweep", unit="run", disable=not progress,
                file=sys.stderr, dynamic_ncols=True)
     current = None
@@ -475,8 +479,12 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
             resume = check_run_dir(current.run_dir, current.config)
             started, t0 = datetime.now(timezone.utc), time.perf_counter()
             summary = run(current.config, current.run_dir, init=init, resume=resume, progress=run_progress)
+            device = current.config.model.device
+            if device not in machines:  # once per device: torch's view of this machine
+                machines[device] = machine_info(device)
+            machine = machines[device]
             rec = make_record(current, summary, base_hash, started, datetime.now(timezone.utc),
-                              time.perf_counter() - t0, commit, machine)
+                              time.perf_counter() - t0, commit, machine, resumed=resume)
             append_record(out, rec)
             done[key(current)] = rec
             bar.update(1)
@@ -583,10 +591,11 @@ class Report:
         ns = sorted({c["n"] for c in self.cells})
         lines += ["", f"Intervals: {pct} percentile bootstrap over seeds (scipy.stats.bootstrap, {self.n_resamples} "
                       f"resamples, seed {self.seed}); a difference resamples the two cells' seeds independently. "
-                      f"Seeds per cell: {', '.join(map(str, ns))}. With a handful of seeds (3) a bootstrap interval is "
-                      "narrow-biased: it only recombines the values seen and ignores the uncertainty of their spread, "
-                      f"so it covers the true mean less often than {pct}. Read \"{NO_DIFFERENCE}\" as: this sweep "
-                      "cannot tell, and a difference as provisional."]
+                      f"Seeds per cell: {', '.join(map(str, ns))}. With a handful of seeds a bootstrap interval is "
+                      "narrow-biased: it only recombines the values seen and ignores the uncertainty of their spread"
+                      + (" (with 3 seeds the 95% interval of a mean is exactly the range of the 3 values, which holds "
+                         "the true mean only 75% of the time for a symmetric spread: 1 − 2·(1/2)³)" if 3 in ns else "")
+                      + f". Read \"{NO_DIFFERENCE}\" as: this sweep cannot tell; read a difference as provisional."]
         lines += [f"Note: {n}" for n in self.notes]
         return "\n".join(lines)
 

@@ -118,7 +118,8 @@ def test_sweep_writes_one_record_per_run_and_skips_recorded_runs(tiny_model_dir,
         assert [tuple(s) for s in r["steps"]] == [sweep.STEP_KEYS] and r["steps"][0]["step"] == 1
         assert set(r["eval"]) == set(sweep.EVAL_KEYS) | {"per_game"} and r["eval"]["n_games"] == 2
         assert all(isinstance(g, str) and isinstance(w, bool) and isinstance(t, int) for g, w, t in r["eval"]["per_game"])
-        assert 0.0 <= r["eval"]["success_rate"] <= 1.0 and r["wall_seconds"] > 0
+        assert 0.0 <= r["eval"]["success_rate"] <= 1.0 and r["wall_seconds"] > 0 and r["train_seconds"] > 0
+        assert r["resumed"] is False
         assert r["device"] == "cpu" and r["machine"]["cpu_count"] >= 1 and r["commit"]
         assert r["started"] <= r["finished"] and r["run_dir"] == str(runs / f"{sweep.cell_slug(r['cell'])}-s{r['seed']}")
         assert (runs / r["run_dir"].rsplit("/", 1)[1] / "eval.json").is_file()
@@ -169,7 +170,7 @@ def test_interrupted_sweep_resumes_the_half_finished_run(tiny_model_dir, tmp_pat
     assert calls == [("reward.kind=sparse-s0", False), ("reward.kind=dense-s0", False),
                      ("reward.kind=dense-s0", True)]
     assert [r["cell"]["reward.kind"] for r in records] == ["sparse", "dense"]
-    assert [s["step"] for s in records[1]["steps"]] == [1, 2]
+    assert [s["step"] for s in records[1]["steps"]] == [1, 2] and records[1]["resumed"] is True
     assert len(out.read_text().splitlines()) == 2
 
 
@@ -244,11 +245,11 @@ def test_report_means_std_and_intervals():
     rep = sweep.report(_records({("gae", "dense"): [0.2, 0.4, 0.6], ("grpo", "dense"): [0.5]}))
     gae, grpo = rep.cells
     assert gae["n"] == 3 and gae["mean"] == pytest.approx(0.4) and gae["std"] == pytest.approx(0.2)
-    assert 0.2 <= gae["ci"][0] < 0.4 < gae["ci"][1] <= 0.6
+    assert gae["ci"] == pytest.approx((0.2, 0.6)), "3 seeds: the 95% percentile interval is the range (narrow-biased)"
     assert grpo["n"] == 1 and grpo["std"] is None and grpo["ci"] is None
     md = rep.markdown()
     assert "| gae | dense | 0.400 ± 0.200 |" in md and "| 0.500 ± n/a | n/a (n < 2) | 1 |" in md
-    assert "narrow-biased" in md
+    assert "narrow-biased" in md and "75%" in md
     assert sweep.report(_records({("gae", "dense"): [0.2, 0.4]}), metric="final.return_mean").cells[0]["mean"] == \
         pytest.approx(0.15)
     assert sweep.report(_records({("gae", "dense"): [0.2, 0.4]})).markdown() == \
