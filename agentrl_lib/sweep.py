@@ -478,7 +478,9 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
             bar.set_postfix_str(current.name)
             resume = check_run_dir(current.run_dir, current.config)
             started, t0 = datetime.now(timezone.utc), time.perf_counter()
-            summary = run(current.config, current.run_dir, init=init, resume=resume, progress=run_progress)
+            # model.name (the base's, --init's, or a grid axis's) is passed as run_rl's init, as `agentrl train --init`
+            summary = run(current.config, current.run_dir, init=current.config.model.name, resume=resume,
+                          progress=run_progress)
             device = current.config.model.device
             if device not in machines:  # once per device: torch's view of this machine
                 machines[device] = machine_info(device)
