@@ -295,14 +295,16 @@ def drop_damaged_tail(path: str | Path) -> None:
     os.replace(tmp, path)
 
 
-def append_record(path: str | Path, record: dict) -> None:
+def append_record(path: str | Path, record: dict) -> dict:
     """Append `record` as one JSON line: a single write of the whole line (O_APPEND), then fsync, so a crash leaves
     either the whole line or a cut last line that load_records ignores. A cut last line already there is dropped
-    first (drop_damaged_tail). NaN / inf are written as null."""
+    first (drop_damaged_tail). NaN / inf are written as null. Returns the record as written (what load_records
+    reads back)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     drop_damaged_tail(path)
-    data = (json.dumps(_finite(record), separators=(",", ":")) + "\n").encode()
+    line = json.dumps(_finite(record), separators=(",", ":"))
+    data = (line + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         view = memoryview(data)
@@ -311,6 +313,7 @@ def append_record(path: str | Path, record: dict) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+    return json.loads(line)
 
 
 def _finite(x: Any) -> Any:
@@ -487,8 +490,7 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
             machine = machines[device]
             rec = make_record(current, summary, base_hash, started, datetime.now(timezone.utc),
                               time.perf_counter() - t0, commit, machine, resumed=resume)
-            append_record(out, rec)
-            done[key(current)] = rec
+            done[key(current)] = rec = append_record(out, rec)
             bar.update(1)
             bar.set_postfix_str(f"{current.name}: eval success {rec['eval']['success_rate']:.2f}")
     except KeyboardInterrupt:

@@ -227,7 +227,7 @@ def test_cli_sweep_then_report_and_ctrl_c_says_how_to_resume(tmp_path, monkeypat
     assert cli.main(["report", str(out), "--compare", "algo"]) == 0
     table = capsys.readouterr().out
     assert "| algo | eval.success_rate (mean ± std) |" in table and "| grpo − rloo |" in table
-    assert sweep.NO_DIFFERENCE in table  # every run of the stub scores 0.5
+    assert f"| {sweep.NO_DIFFERENCE} |" in table  # every run of the stub scores 0.5
 
 
 # ------------------------------------------------------------------------------------------------ the report
@@ -278,7 +278,7 @@ def test_report_says_no_difference_only_when_the_interval_contains_zero(a, b, di
     (d,) = rep.differences
     assert (d["verdict"] != sweep.NO_DIFFERENCE) == different
     assert (d["ci"][0] <= 0 <= d["ci"][1]) == (not different)
-    assert (sweep.NO_DIFFERENCE in rep.markdown()) == (not different)
+    assert (f"| {sweep.NO_DIFFERENCE} |" in rep.markdown()) == (not different)
 
 
 def test_report_pairs_within_each_by_value_and_refuses_unknown_axes():
