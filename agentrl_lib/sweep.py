@@ -475,7 +475,7 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
     commit, machines = git_commit(), {}
     bar = tqdm(total=len(plan), initial=len(plan) - len(todo), desc="sweep", unit="run", disable=not progress,
                file=sys.stderr, dynamic_ncols=True)
-    current = None
+    current, hf_bars = None, _quiet_hf_bars(not run_progress)
     try:
         for current in todo:
             bar.set_postfix_str(current.name)
@@ -501,7 +501,24 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
                                ) from None
     finally:
         bar.close()
+        if hf_bars:
+            hf_bars()
     return [done[key(p)] for p in plan]
+
+
+def _quiet_hf_bars(quiet: bool):
+    """Hide transformers' per-load progress bars (weights, shards) under the sweep's bar; returns the function that
+    shows them again, or None when nothing was changed."""
+    if not quiet:
+        return None
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return None
+    if not hf_logging.is_progress_bar_enabled():
+        return None
+    hf_logging.disable_progress_bar()
+    return hf_logging.enable_progress_bar
 
 
 # ------------------------------------------------------------------------------------------------ the report
