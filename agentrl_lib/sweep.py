@@ -614,8 +614,9 @@ class Report:
                       f"resamples, seed {self.seed}); a difference resamples the two cells' seeds independently. "
                       f"Seeds per cell: {', '.join(map(str, ns))}. With a handful of seeds a bootstrap interval is "
                       "narrow-biased: it only recombines the values seen and ignores the uncertainty of their spread"
-                      + (" (with 3 seeds the 95% interval of a mean is exactly the range of the 3 values, which holds "
-                         "the true mean only 75% of the time for a symmetric spread: 1 − 2·(1/2)³)" if 3 in ns else "")
+                      + (" (with 3 seeds the 95% interval of a mean is exactly the range of the 3 values, which "
+                         "holds the true mean only 75% of the time for a symmetric spread: 1 − 2·(1/2)³)"
+                         if 3 in ns else "")
                       + f". Read \"{NO_DIFFERENCE}\" as: this sweep cannot tell; read a difference as provisional."]
         lines += [f"Note: {n}" for n in self.notes]
         return "\n".join(lines)

@@ -117,11 +117,13 @@ def test_sweep_writes_one_record_per_run_and_skips_recorded_runs(tiny_model_dir,
         assert r["config"]["train"]["seed"] == r["seed"] and r["config"]["model"]["name"] == tiny_model_dir
         assert [tuple(s) for s in r["steps"]] == [sweep.STEP_KEYS] and r["steps"][0]["step"] == 1
         assert set(r["eval"]) == set(sweep.EVAL_KEYS) | {"per_game"} and r["eval"]["n_games"] == 2
-        assert all(isinstance(g, str) and isinstance(w, bool) and isinstance(t, int) for g, w, t in r["eval"]["per_game"])
+        assert all(isinstance(g, str) and isinstance(w, bool) and isinstance(t, int)
+                   for g, w, t in r["eval"]["per_game"])
         assert 0.0 <= r["eval"]["success_rate"] <= 1.0 and r["wall_seconds"] > 0 and r["train_seconds"] > 0
         assert r["resumed"] is False
         assert r["device"] == "cpu" and r["machine"]["cpu_count"] >= 1 and r["commit"]
-        assert r["started"] <= r["finished"] and r["run_dir"] == str(runs / f"{sweep.cell_slug(r['cell'])}-s{r['seed']}")
+        assert r["started"] <= r["finished"]
+        assert r["run_dir"] == str(runs / f"{sweep.cell_slug(r['cell'])}-s{r['seed']}")
         assert (runs / r["run_dir"].rsplit("/", 1)[1] / "eval.json").is_file()
     assert len({r["base_hash"] for r in lines}) == 1
 
