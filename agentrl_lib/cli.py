@@ -324,13 +324,15 @@ def _sweep(a) -> None:
         check_out_path("--runs-dir", a.runs_dir, is_dir=True)
     try:
         records = sweep.run_sweep(a.base, a.grid, a.seeds, a.out, runs_dir=a.runs_dir, init=a.init,
-                                  eval_games=a.eval_games, progress=True, run_progress=a.verbose)
+                                  eval_games=a.eval_games, progress=True, run_progress=a.verbose,
+                                  dry_run=a.dry_run)
     except sweep.SweepInterrupted as e:  # Ctrl-C: one line with the command that resumes, exit 130
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         again = shlex.join(["agentrl", *getattr(a, "argv", ["sweep", "..."])])
         print(f"agentrl sweep: {e}: {again}", file=sys.stderr, flush=True)
         raise SystemExit(130) from None
-    print(f"{len(records)} runs recorded in {a.out}; summarise them with: agentrl report {a.out}")
+    if not a.dry_run:
+        print(f"{len(records)} runs recorded in {a.out}; summarise them with: agentrl report {a.out}")
 
 
 def _report(a) -> None:
@@ -439,6 +441,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--runs-dir", help="run directories go here, one per run: <cell>-s<seed> (default "
                                       "runs/sweeps/<name of --out>)")
     w.add_argument("--verbose", action="store_true", help="print each run's per-step lines")
+    w.add_argument("--dry-run", action="store_true", help="check the grid, configs and games and list the runs "
+                                                          "(recorded / resume / new); run nothing")
     w.set_defaults(func=_sweep)
 
     r = sub.add_parser("report", help="mean ± std and bootstrap intervals per cell and per difference of a sweep")

@@ -416,7 +416,8 @@ def check_run_dir(run_dir: Path, config: RunConfig) -> bool:
 def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str], seeds: Iterable[int] | str,
               out: str | Path, runs_dir: str | Path | None = None, init: str | None = None,
               eval_games: str | Path | None = None, run: Callable[..., dict] | None = None, progress: bool = True,
-              run_progress: bool = False, warn: Callable[[str], None] | None = None) -> list[dict]:
+              run_progress: bool = False, warn: Callable[[str], None] | None = None,
+              dry_run: bool = False) -> list[dict]:
     """Train and evaluate every cell × seed of `grid` and append one record per finished run to `out`.
 
     Args:
@@ -431,8 +432,9 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
             a stub).
         progress: a tqdm bar of runs done / left with the time estimate; run_progress: each run's step lines too.
         warn: where one-line warnings go (default stderr).
+        dry_run: check everything and list each run (recorded / resume / new) through `warn`, run nothing.
     Returns:
-        The records of every run of this sweep (found in `out` or written now), in plan order.
+        The records of every run of this sweep (found in `out` or written now), in plan order (dry_run: those found).
     Raises:
         ConfigError: before anything runs, for a bad grid, seed or combination (one line naming it), no held-out
             games, or a run dir holding a run with another config.
@@ -472,6 +474,12 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
     n_cells = len(plan) // len(seeds)
     warn(f"sweep: {len(plan)} runs ({n_cells} cells × {len(seeds)} seeds), {len(plan) - len(todo)} already in {out}, "
          f"{len(todo)} to run in {runs_dir}/")
+    if dry_run:
+        for p in plan:
+            status = ("recorded" if key(p) in done else
+                      "resume" if check_run_dir(p.run_dir, p.config) else "new")
+            warn(f"  {status:8s} {p.run_dir}")
+        return [done[key(p)] for p in plan if key(p) in done]
     commit, machines = git_commit(), {}
     bar = tqdm(total=len(plan), initial=len(plan) - len(todo), desc="sweep", unit="run", disable=not progress,
                file=sys.stderr, dynamic_ncols=True)

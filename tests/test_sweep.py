@@ -193,6 +193,9 @@ def test_stub_interrupt_on_second_call_then_complete(tmp_path):
     args = (_base(games), ["algo.advantage=grpo,rloo"], [0, 1], out)
     with pytest.raises(sweep.SweepInterrupted, match="1 of 4 runs are recorded"):
         sweep.run_sweep(*args, runs_dir=runs, run=run, progress=False)
+    listed = []
+    sweep.run_sweep(*args, runs_dir=runs, run=run, progress=False, dry_run=True, warn=listed.append)
+    assert [x.split()[0] for x in listed[1:]] == ["recorded", "resume", "new", "new"] and len(calls) == 2
     records = sweep.run_sweep(*args, runs_dir=runs, run=run, progress=False)
     assert calls[2] == ("algo.advantage=grpo-s1", True) and len(calls) == 5 and len(records) == 4
     assert len(out.read_text().splitlines()) == 4
