@@ -1,5 +1,5 @@
-"""`agentrl` command line: make-games, eval, sft, train, demo. Each subcommand calls the library functions the
-notebooks call.
+"""`agentrl` command line: make-games, eval, sft, train, demo, sweep, report. Each subcommand calls the library
+functions the notebooks call.
 
     agentrl make-games textworld --challenge tw-cooking --challenge-args "--recipe 1 --take 1 --go 1" --n 16 --out DIR
     agentrl make-games textworld --world-size 2 --nb-objects 3 --quest-length 4 --n 16 --seed 0 --out DIR
@@ -7,6 +7,9 @@ notebooks call.
     agentrl sft --model embedded --games DIR --out runs/sft
     agentrl train --algo ppo --reward dense --games DIR --init runs/sft --out runs/ppo
     agentrl demo
+    agentrl sweep --base CONFIG.yaml --grid algo.advantage=gae,grpo,rloo reward.kind=sparse,dense --seeds 0,1,2 \
+        --init runs/sft --eval-games DIR --out results/NAME.jsonl
+    agentrl report results/NAME.jsonl --metric eval.success_rate --compare algo.advantage --by reward.kind
 
 Every config field is an `agentrl train` flag, generated from the dataclasses of config.py (config_flags): the
 flag is the field's name in kebab case (a few keep older spellings, FLAG_NAMES), its help is the field's docstring
@@ -311,6 +314,38 @@ def _demo(a) -> None:
     run_demo(a.out, budget, algo=a.algo, reward=a.reward, model=a.model, seed=a.seed)
 
 
+def _sweep(a) -> None:
+    import shlex
+
+    from . import sweep
+
+    check_out_path("--out", a.out)
+    if a.runs_dir:
+        check_out_path("--runs-dir", a.runs_dir, is_dir=True)
+    try:
+        records = sweep.run_sweep(a.base, a.grid, a.seeds, a.out, runs_dir=a.runs_dir, init=a.init,
+                                  eval_games=a.eval_games, progress=True, run_progress=a.verbose,
+                                  dry_run=a.dry_run)
+    except sweep.SweepInterrupted as e:  # Ctrl-C: one line with the command that resumes, exit 130
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        again = shlex.join(["agentrl", *getattr(a, "argv", ["sweep", "..."])])
+        print(f"agentrl sweep: {e}: {again}", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
+    if not a.dry_run:
+        print(f"{len(records)} runs recorded in {a.out}; summarise them with: agentrl report {a.out}")
+
+
+def _report(a) -> None:
+    from . import sweep
+
+    records = sweep.load_records(a.results)
+    if not records:
+        raise ConfigError(f"no records in {a.results}" if Path(a.results).exists() else
+                          f"results file {a.results} does not exist")
+    print(sweep.report(records, a.metric, compare=a.compare, by=a.by, n_resamples=a.resamples,
+                       seed=a.seed).markdown())
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .envs import family_names
 
@@ -388,6 +423,38 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--rl-steps", type=int)
     d.set_defaults(func=_demo)
+
+    w = sub.add_parser("sweep", help="train + evaluate every grid cell × seed (run_rl); one record per run in --out",
+                       description="Every cell of --grid × every seed of --seeds is trained from --base (run_rl, as "
+                                   "`agentrl train`) and evaluated on --eval-games; one JSON line per finished run is "
+                                   "appended to --out. Stopped, the same command resumes: recorded runs are skipped "
+                                   "and a half-finished run resumes from its last checkpoint.")
+    w.add_argument("--base", required=True, help="YAML config every run starts from (sections env, reward, algo, "
+                                                  "model, train; env.games names the training games)")
+    w.add_argument("--grid", nargs="+", default=[], metavar="FIELD=V1,V2",
+                   help="axes: any dotted config field with its values, e.g. algo.advantage=gae,grpo,rloo "
+                        "reward.kind=sparse,dense train.lr=1e-5,3e-5; algo=ppo,grpo,rloo sets the presets")
+    w.add_argument("--seeds", default="0", help="train.seed values, comma-separated (default 0; e.g. 0,1,2)")
+    w.add_argument("--out", required=True, help="results file, JSON lines (e.g. results/NAME.jsonl)")
+    w.add_argument("--init", help="model every run starts from (model.name), e.g. an SFT dir (default: the base's)")
+    w.add_argument("--eval-games", help="held-out games dir (train.eval_games); required unless the base sets it")
+    w.add_argument("--runs-dir", help="run directories go here, one per run: <cell>-s<seed> (default "
+                                      "runs/sweeps/<name of --out>)")
+    w.add_argument("--verbose", action="store_true", help="print each run's per-step lines")
+    w.add_argument("--dry-run", action="store_true", help="check the grid, configs and games and list the runs "
+                                                          "(recorded / resume / new); run nothing")
+    w.set_defaults(func=_sweep)
+
+    r = sub.add_parser("report", help="mean ± std and bootstrap intervals per cell and per difference of a sweep")
+    r.add_argument("results", help="results file written by agentrl sweep")
+    r.add_argument("--metric", default="eval.success_rate",
+                   help="a record's number: eval.success_rate (default), eval.mean_turns, eval.invalid_rate, "
+                        "eval.mean_score_frac, final.KEY (last training step, e.g. final.return_mean), wall_seconds")
+    r.add_argument("--compare", help="an axis whose values are differenced pairwise (e.g. algo.advantage)")
+    r.add_argument("--by", help="axes held fixed for the differences, comma-separated (default: every other axis)")
+    r.add_argument("--resamples", type=int, default=9999, help="bootstrap resamples (default 9999)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    r.set_defaults(func=_report)
     return p
 
 
@@ -421,7 +488,9 @@ def error_line(cmd: str, e: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    a = build_parser().parse_args(join_negative_numbers(sys.argv[1:] if argv is None else list(argv)))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    a = build_parser().parse_args(join_negative_numbers(argv))
+    a.argv = argv  # `agentrl sweep` prints the command that resumes it
     try:
         a.func(a)
     except Exception as e:

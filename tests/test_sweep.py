@@ -1,0 +1,327 @@
+"""`agentrl sweep` / `agentrl report` (agentrl_lib/sweep.py): grid parsing and its one-line errors, records written
+by the real run_rl with a tiny model on scripted games, skipping recorded runs, resuming after Ctrl-C, the report's
+means and bootstrap intervals (with a negative control), and a results file whose last write was cut short."""
+import json
+
+import numpy as np
+import pytest
+
+from agentrl_lib import cli
+from agentrl_lib import evaluate as evaluate_mod
+from agentrl_lib import run as run_mod
+from agentrl_lib import sweep
+from agentrl_lib import trainer as trainer_mod
+from agentrl_lib.config import AlgoConfig, ConfigError, EnvConfig, ModelConfig, RunConfig, TrainConfig
+from agentrl_lib.envs.pool import SerialPool
+from test_rollout_trainer import ParityEnv, _scripted_games
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    """Training and evaluation play the scripted ParityEnv instead of TextWorld."""
+    pool = lambda env_cfg, size, games: SerialPool(size, factory=ParityEnv)  # noqa: E731
+    monkeypatch.setattr(trainer_mod, "open_pool", pool)
+    monkeypatch.setattr(evaluate_mod, "open_pool", pool)
+
+
+def _base(games, steps=1) -> RunConfig:
+    return RunConfig(env=EnvConfig(games=str(games), max_turns=2), algo=AlgoConfig.from_preset("grpo", group_size=2),
+                     model=ModelConfig(device="cpu"),
+                     train=TrainConfig(steps=steps, games_per_step=1, max_new_tokens=4, temperature=1.0,
+                                       checkpoint_every=1, eval_games=str(games)))
+
+
+def _fake_summary(config):
+    return {"rows": [{"step": 1, "success_rate": 0.5, "return_mean": 0.25, "entropy": 1.0, "approx_kl": 0.001}],
+            "eval": {"success_rate": 0.5, "mean_turns": 2.0, "invalid_rate": 0.1, "mean_score_frac": 0.5,
+                     "n_games": 2, "env_errors": 0,
+                     "per_game": [{"game": "g0", "won": True, "turns": 2}, {"game": "g1", "won": False, "turns": 2}]}}
+
+
+# ------------------------------------------------------------------------------------------------ the grid
+def test_grid_values_take_the_fields_types():
+    grid = sweep.parse_grid(["algo.advantage=gae,grpo,rloo", "train.lr=1e-5,3e-5", "algo.group_size=2,4",
+                             "env.show_admissible=true,off", "reward.kind=sparse"])
+    assert grid == {"algo.advantage": ["gae", "grpo", "rloo"], "train.lr": [1e-5, 3e-5], "algo.group_size": [2, 4],
+                    "env.show_admissible": [True, False], "reward.kind": ["sparse"]}
+    assert isinstance(grid["train.lr"][0], float) and isinstance(grid["algo.group_size"][0], int)
+    assert len(sweep.grid_cells(grid)) == 3 * 2 * 2 * 2 and sweep.grid_cells({}) == [{}]
+    presets = sweep.parse_grid(["algo=ppo,grpo"])
+    cfg = sweep.cell_config(RunConfig(), {"algo": "grpo", "train.lr": 2e-5}, seed=3)
+    assert presets == {"algo": ["ppo", "grpo"]}
+    assert (cfg.algo.advantage, cfg.train.lr, cfg.train.seed) == ("grpo", 2e-5, 3)
+    assert sweep.cell_slug({"algo.advantage": "gae", "env.games": "games/a b"}) == \
+        "algo.advantage=gae_env.games=games-a-b"
+
+
+@pytest.mark.parametrize("specs,named", [
+    (["algo.advantge=gae"], "did you mean algo.advantage"),
+    (["reward.kind=sparse,dnse"], "reward.kind: 'dnse'"),
+    (["algo.group_size=2.5"], "algo.group_size must be an integer"),
+    (["train.lr=fast"], "train.lr must be a number"),
+    (["env.show_admissible=maybe"], "env.show_admissible: 'maybe'"),
+    (["reward.kind"], "'reward.kind' has no values"),
+    (["reward.kind=sparse,"], "reward.kind: empty value"),
+    (["reward.kind=sparse,sparse"], "reward.kind: a value is repeated"),
+    (["train.seed=0,1"], "--seeds"),
+    (["reward.kind=sparse", "reward.kind=dense"], "reward.kind is given twice"),
+    (["algo=ppo,dqn"], "'dqn' is not a preset"),
+    (["algo=ppo,grpo", "algo.advantage=rloo"], "algo.advantage"),
+])
+def test_bad_grid_is_one_line_naming_the_axis(specs, named):
+    with pytest.raises(ConfigError) as e:
+        sweep.parse_grid(specs)
+    assert named in str(e.value) and "\n" not in str(e.value)
+
+
+def test_bad_combination_or_seed_fails_before_any_run(tmp_path, scripted):
+    games = _scripted_games(tmp_path / "games")
+    never = lambda *a, **k: pytest.fail("a run started")  # noqa: E731
+    with pytest.raises(ConfigError, match=r"grid cell algo.advantage=grpo algo.group_size=1 \(seed 0\): .*group_size"):
+        sweep.run_sweep(_base(games), ["algo.advantage=gae,grpo", "algo.group_size=1"], [0], tmp_path / "r.jsonl",
+                        runs_dir=tmp_path / "runs", run=never, progress=False)
+    for seeds, named in (("0,x", "'x' is not an integer"), ("0,0", "distinct"), ("-1", "outside")):
+        with pytest.raises(ConfigError, match=named):
+            sweep.run_sweep(_base(games), [], seeds, tmp_path / "r.jsonl", run=never, progress=False)
+    no_eval = _base(games)
+    no_eval.train.eval_games = ""
+    with pytest.raises(ConfigError, match="held-out games"):
+        sweep.run_sweep(no_eval, [], [0], tmp_path / "r.jsonl", run=never, progress=False)
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_cli_sweep_bad_value_is_one_error_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(run_mod, "run_rl", lambda *a, **k: pytest.fail("a run started"))
+    games = _scripted_games(tmp_path / "games")
+    _base(games).save(tmp_path / "base.yaml")
+    argv = ["sweep", "--base", str(tmp_path / "base.yaml"), "--grid", "reward.kind=sparse,dnse", "--seeds", "0,1",
+            "--out", str(tmp_path / "r.jsonl")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("agentrl sweep: error: grid axis reward.kind: 'dnse'")
+
+
+# ------------------------------------------------------------------------------------------------ the sweep
+def test_sweep_writes_one_record_per_run_and_skips_recorded_runs(tiny_model_dir, tmp_path, scripted):
+    games = _scripted_games(tmp_path / "games")
+    out, runs = tmp_path / "results" / "s.jsonl", tmp_path / "runs"
+    grid = ["algo.advantage=grpo,rloo", "reward.kind=sparse"]
+    records = sweep.run_sweep(_base(games), grid, "0,1", out, runs_dir=runs, init=tiny_model_dir, progress=True)
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert lines == records and len(lines) == 4  # 2 × 1 cells × 2 seeds
+    assert [(r["cell"]["algo.advantage"], r["seed"]) for r in lines] == [("grpo", 0), ("grpo", 1), ("rloo", 0),
+                                                                         ("rloo", 1)]
+    for r in lines:
+        assert tuple(r) == sweep.RECORD_KEYS
+        assert r["cell"] == {"algo.advantage": r["config"]["algo"]["advantage"], "reward.kind": "sparse"}
+        assert r["config"]["train"]["seed"] == r["seed"] and r["config"]["model"]["name"] == tiny_model_dir
+        assert [tuple(s) for s in r["steps"]] == [sweep.STEP_KEYS] and r["steps"][0]["step"] == 1
+        assert set(r["eval"]) == set(sweep.EVAL_KEYS) | {"per_game"} and r["eval"]["n_games"] == 2
+        assert all(isinstance(g, str) and isinstance(w, bool) and isinstance(t, int)
+                   for g, w, t in r["eval"]["per_game"])
+        assert 0.0 <= r["eval"]["success_rate"] <= 1.0 and r["wall_seconds"] > 0 and r["train_seconds"] > 0
+        assert r["resumed"] is False
+        assert r["device"] == "cpu" and r["machine"]["cpu_count"] >= 1 and r["commit"]
+        assert r["started"] <= r["finished"]
+        assert r["run_dir"] == str(runs / f"{sweep.cell_slug(r['cell'])}-s{r['seed']}")
+        assert (runs / r["run_dir"].rsplit("/", 1)[1] / "eval.json").is_file()
+    assert len({r["base_hash"] for r in lines}) == 1
+
+    # the same sweep again: every run is recorded, nothing runs
+    again = sweep.run_sweep(_base(games), grid, [0, 1], out, runs_dir=runs, init=tiny_model_dir, progress=False,
+                            run=lambda *a, **k: pytest.fail("a recorded run ran again"))
+    assert again == records and len(out.read_text().splitlines()) == 4
+    # another base config is another experiment: its runs are not the recorded ones
+    changed = _base(games)
+    changed.train.lr = 1e-4
+    calls = []
+    sweep.run_sweep(changed, ["reward.kind=sparse"], [0], out, runs_dir=tmp_path / "runs2", progress=False,
+                    run=lambda config, run_dir, **k: calls.append(run_dir) or _fake_summary(config))
+    assert len(calls) == 1 and len(out.read_text().splitlines()) == 5
+
+
+def test_interrupted_sweep_resumes_the_half_finished_run(tiny_model_dir, tmp_path, scripted, monkeypatch):
+    """Ctrl-C after the first step of the 2nd run (its checkpoint step_000001 written): the sweep stops with one line;
+    the same call then resumes that run from step 1 (resume=True) and finishes the sweep."""
+    games = _scripted_games(tmp_path / "games")
+    out, runs = tmp_path / "s.jsonl", tmp_path / "runs"
+    stop, calls = {"on": False}, []
+    save = trainer_mod.Trainer.save_checkpoint
+
+    def save_then_stop(self, step):
+        path = save(self, step)
+        if stop["on"] and step == 1:
+            stop["on"] = False
+            raise KeyboardInterrupt
+        return path
+
+    def run(config, run_dir, **kw):
+        calls.append((run_dir.name, kw["resume"]))
+        stop["on"] = len(calls) == 2
+        return run_mod.run_rl(config, run_dir, **kw)
+
+    monkeypatch.setattr(trainer_mod.Trainer, "save_checkpoint", save_then_stop)
+    args = (_base(games, steps=2), ["reward.kind=sparse,dense"], [0], out)
+    with pytest.raises(sweep.SweepInterrupted) as e:
+        sweep.run_sweep(*args, runs_dir=runs, init=tiny_model_dir, run=run, progress=False)
+    assert "1 of 2 runs are recorded" in str(e.value) and "same command" in str(e.value) and "\n" not in str(e.value)
+    assert len(out.read_text().splitlines()) == 1
+    assert (runs / "reward.kind=dense-s0" / "checkpoints" / "latest").read_text() == "step_000001"
+
+    records = sweep.run_sweep(*args, runs_dir=runs, init=tiny_model_dir, run=run, progress=False)
+    assert calls == [("reward.kind=sparse-s0", False), ("reward.kind=dense-s0", False),
+                     ("reward.kind=dense-s0", True)]
+    assert [r["cell"]["reward.kind"] for r in records] == ["sparse", "dense"]
+    assert [s["step"] for s in records[1]["steps"]] == [1, 2] and records[1]["resumed"] is True
+    assert len(out.read_text().splitlines()) == 2
+
+
+def test_stub_interrupt_on_second_call_then_complete(tmp_path):
+    """The run function is injectable: a stub that raises KeyboardInterrupt on its 2nd call (after the run dir was
+    started) stops the sweep; the next call passes resume=True for that dir and completes all 4 runs."""
+    games = _scripted_games(tmp_path / "games")
+    out, runs, calls = tmp_path / "s.jsonl", tmp_path / "runs", []
+
+    def run(config, run_dir, init=None, resume=False, progress=True):
+        calls.append((run_dir.name, resume))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        config.save(run_dir / "config.yaml")
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return _fake_summary(config)
+
+    args = (_base(games), ["algo.advantage=grpo,rloo"], [0, 1], out)
+    with pytest.raises(sweep.SweepInterrupted, match="1 of 4 runs are recorded"):
+        sweep.run_sweep(*args, runs_dir=runs, run=run, progress=False)
+    listed = []
+    sweep.run_sweep(*args, runs_dir=runs, run=run, progress=False, dry_run=True, warn=listed.append)
+    assert [x.split()[0] for x in listed[1:]] == ["recorded", "resume", "new", "new"] and len(calls) == 2
+    records = sweep.run_sweep(*args, runs_dir=runs, run=run, progress=False)
+    assert calls[2] == ("algo.advantage=grpo-s1", True) and len(calls) == 5 and len(records) == 4
+    assert len(out.read_text().splitlines()) == 4
+    # a run dir holding a run of another config is refused by name, not resumed
+    other = _base(games)
+    other.train.lr = 1e-4
+    stale = tmp_path / "stale"
+    (stale / "base-s0").mkdir(parents=True)
+    other.save(stale / "base-s0" / "config.yaml")
+    with pytest.raises(ConfigError, match=r"another config \(train.lr"):
+        sweep.run_sweep(_base(games), [], [0], tmp_path / "t.jsonl", runs_dir=stale, run=run, progress=False)
+
+
+def test_cli_sweep_then_report_and_ctrl_c_says_how_to_resume(tmp_path, monkeypatch, capsys):
+    games = _scripted_games(tmp_path / "games")
+    _base(games).save(tmp_path / "base.yaml")
+    state = {"interrupt": True}
+
+    def fake_run_rl(config, run_dir, init=None, eval_games=None, resume=False, progress=True):
+        if state["interrupt"]:
+            raise run_mod.RunInterrupted("interrupted after step 1")
+        return _fake_summary(config)
+
+    monkeypatch.setattr(run_mod, "run_rl", fake_run_rl)
+    out = tmp_path / "r.jsonl"
+    argv = ["sweep", "--base", str(tmp_path / "base.yaml"), "--grid", "algo=grpo,rloo", "--seeds", "0,1",
+            "--out", str(out), "--runs-dir", str(tmp_path / "runs")]
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 130 and "run the same command again" in err and err.endswith(" ".join(["agentrl", *argv]))
+    state["interrupt"] = False
+    assert cli.main(argv) == 0 and len(out.read_text().splitlines()) == 4
+    assert cli.main(["report", str(out), "--compare", "algo"]) == 0
+    table = capsys.readouterr().out
+    assert "| algo | eval.success_rate (mean ± std) |" in table and "| grpo − rloo |" in table
+    assert f"| {sweep.NO_DIFFERENCE} |" in table  # every run of the stub scores 0.5
+
+
+# ------------------------------------------------------------------------------------------------ the report
+def _rec(cell, seed, value, base_hash="b0"):
+    return {"cell": cell, "seed": seed, "base_hash": base_hash, "eval": {"success_rate": value},
+            "steps": [{"step": 1, "return_mean": value / 2}]}
+
+
+def _records(samples: dict[tuple, list[float]]):
+    return [_rec({"algo.advantage": algo, "reward.kind": kind}, s, v)
+            for (algo, kind), values in samples.items() for s, v in enumerate(values)]
+
+
+def test_report_means_std_and_intervals():
+    rep = sweep.report(_records({("gae", "dense"): [0.2, 0.4, 0.6], ("grpo", "dense"): [0.5]}))
+    gae, grpo = rep.cells
+    assert gae["n"] == 3 and gae["mean"] == pytest.approx(0.4) and gae["std"] == pytest.approx(0.2)
+    assert gae["ci"] == pytest.approx((0.2, 0.6)), "3 seeds: the 95% percentile interval is the range (narrow-biased)"
+    assert grpo["n"] == 1 and grpo["std"] is None and grpo["ci"] is None
+    md = rep.markdown()
+    assert "| gae | dense | 0.400 ± 0.200 |" in md and "| 0.500 ± n/a | n/a (n < 2) | 1 |" in md
+    assert "narrow-biased" in md and "75%" in md
+    assert sweep.report(_records({("gae", "dense"): [0.2, 0.4]}), metric="final.return_mean").cells[0]["mean"] == \
+        pytest.approx(0.15)
+    assert sweep.report(_records({("gae", "dense"): [0.2, 0.4]})).markdown() == \
+        sweep.report(_records({("gae", "dense"): [0.2, 0.4]})).markdown(), "seeded: the same table twice"
+
+
+def test_report_difference_interval_contains_the_true_difference():
+    rng = np.random.default_rng(0)
+    a, b = (0.5 + 0.05 * rng.standard_normal(30)).tolist(), (0.3 + 0.05 * rng.standard_normal(30)).tolist()
+    rep = sweep.report(_records({("gae", "dense"): a, ("grpo", "dense"): b}), compare="algo.advantage")
+    (d,) = rep.differences
+    assert d["ci"][0] < 0.2 < d["ci"][1] and d["diff"] == pytest.approx(np.mean(a) - np.mean(b))
+    assert d["verdict"] == "gae higher" and d["context"] == {"reward.kind": "dense"}
+
+
+@pytest.mark.parametrize("a,b,different", [
+    ([0.8, 0.85, 0.9], [0.1, 0.15, 0.2], True),      # far apart
+    ([0.2, 0.5, 0.8], [0.3, 0.6, 0.7], False),       # overlapping
+    ([0.3, 0.5, 0.7], [0.3, 0.5, 0.7], False),       # negative control: identical samples
+    ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], False),       # every seed at 0 (BCa would be undefined here)
+    ([1.0, 1.0, 1.0], [0.0, 0.0, 0.0], True),
+])
+def test_report_says_no_difference_only_when_the_interval_contains_zero(a, b, different):
+    rep = sweep.report(_records({("gae", "sparse"): a, ("rloo", "sparse"): b}), compare="algo.advantage",
+                       by="reward.kind")
+    (d,) = rep.differences
+    assert (d["verdict"] != sweep.NO_DIFFERENCE) == different
+    assert (d["ci"][0] <= 0 <= d["ci"][1]) == (not different)
+    assert (f"| {sweep.NO_DIFFERENCE} |" in rep.markdown()) == (not different)
+
+
+def test_report_pairs_within_each_by_value_and_refuses_unknown_axes():
+    samples = {(algo, kind): [0.1, 0.2, 0.3] for algo in ("gae", "grpo", "rloo") for kind in ("sparse", "dense")}
+    rep = sweep.report(_records(samples), compare="algo.advantage", by="reward.kind")
+    assert len(rep.differences) == 2 * 3 and rep.pooled == []
+    assert {d["context"]["reward.kind"] for d in rep.differences} == {"sparse", "dense"}
+    assert [(d["a"], d["b"]) for d in rep.differences[:3]] == [("gae", "grpo"), ("gae", "rloo"), ("grpo", "rloo")]
+    pooled = sweep.report(_records(samples), compare="algo.advantage", by=[])
+    assert len(pooled.differences) == 3 and pooled.pooled == ["reward.kind"] and pooled.differences[0]["n_a"] == 6
+    assert "pooled over reward.kind" in pooled.markdown()
+    with pytest.raises(ValueError, match="'train.lr' is not an axis"):
+        sweep.report(_records(samples), compare="train.lr")
+    with pytest.raises(ValueError, match="no record has the metric"):
+        sweep.report(_records(samples), metric="eval.nope")
+
+
+# ------------------------------------------------------------------------------------------------ the file
+def test_a_cut_last_line_is_reported_once_and_ignored(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    recs = _records({("gae", "dense"): [0.2, 0.4]})
+    for r in recs:
+        sweep.append_record(out, r)
+    with out.open("a") as f:
+        f.write(json.dumps(_rec({"algo.advantage": "gae"}, 2, 0.6))[:25])  # a write cut short
+    warnings = []
+    assert sweep.load_records(out, warnings.append) == recs
+    assert len(warnings) == 1 and "line 3 is damaged" in warnings[0] and "\n" not in warnings[0]
+    assert cli.main(["report", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.strip().count("\n") == 0 and "line 3 is damaged" in captured.err
+    assert "| gae | dense | 0.300 ± 0.141 |" in captured.out
+    # the next append drops the cut line first, so every line of the file is a record again
+    sweep.append_record(out, recs[0])
+    assert [json.loads(x) for x in out.read_text().splitlines()] == recs + recs[:1]
+    # a damaged line before the last was not written by a sweep: refused, by line number
+    out.write_text("{oops\n" + out.read_text())
+    with pytest.raises(sweep.ResultsFileError, match="line 1 is not a sweep record"):
+        sweep.load_records(out)
+    assert cli.main(["report", str(out)]) == 2
+    assert "line 1 is not a sweep record" in capsys.readouterr().err
