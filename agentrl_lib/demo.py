@@ -78,7 +78,7 @@ def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo
     1. make training and held-out games;  2. evaluate the base model;  3. SFT on training walkthroughs;
     4. evaluate;  5. RL (algo, reward) from the SFT model;  6. evaluate the RL model.
     """
-    from .plots import plot_stage_comparison
+    from .plots import plot_stage_comparison, save_and_close
     from .run import run_rl
     from .sft import sft
 
@@ -130,7 +130,7 @@ def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo
                   progress=progress)["rows"]
     timings["rl"] = time.perf_counter() - t
     results["RL"] = eval_stage("rl", str(out / "rl"))
-    plot_stage_comparison(results, out / "stages.png", title=f"held-out cooking games ({len(held)})")
+    save_and_close(plot_stage_comparison(results, title=f"held-out cooking games ({len(held)})"), out / "stages.png")
 
     summary = {
         "stages": {k: {m: v[m] for m in ("success_rate", "mean_turns", "invalid_rate", "mean_score_frac", "env_errors")}

@@ -13,8 +13,15 @@ CURVES = [("success_rate", "success rate"), ("return_mean", "mean return"), ("in
           ("grad_norm", "grad norm")]
 
 
+def save_and_close(fig, path: str | Path) -> None:
+    """Write `fig` as a PNG and release it: a process that trains many runs (a sweep) keeps no figures alive."""
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def plot_learning_curves(rows: list[dict], path: str | Path | None = None, title: str = ""):
-    """One panel per metric in CURVES against the RL step; saves a PNG when `path` is given. Returns the figure."""
+    """One panel per metric in CURVES against the RL step; saves a PNG when `path` is given. Returns the figure
+    (pass it to `save_and_close` or plt.close when it is not shown)."""
     fig, axes = plt.subplots(2, 3, figsize=(12, 6))
     steps = [r["step"] for r in rows]
     for ax, (key, label) in zip(axes.flat, CURVES):

@@ -223,10 +223,11 @@ class Trainer:
             if step + 1 == cfg.train.steps or ((step + 1) % cfg.train.checkpoint_every == 0
                                                and not self._nonfinite_streak):  # keep the pre-divergence ones
                 self.save_checkpoint(step + 1)
-        from .plots import plot_learning_curves
+        from .plots import plot_learning_curves, save_and_close
 
         if rows:
-            plot_learning_curves(rows, self.run_dir / "learning_curve.png", title=f"{cfg.algo.label} / {cfg.reward.kind}")
+            fig = plot_learning_curves(rows, title=f"{cfg.algo.label} / {cfg.reward.kind}")
+            save_and_close(fig, self.run_dir / "learning_curve.png")
         return rows
 
     def _check_finite(self, row: dict) -> None:

@@ -4,6 +4,7 @@ means and bootstrap intervals (with a negative control), and a results file whos
 import json
 
 import numpy as np
+import matplotlib.pyplot as plt
 import pytest
 
 from agentrl_lib import cli
@@ -106,7 +107,9 @@ def test_sweep_writes_one_record_per_run_and_skips_recorded_runs(tiny_model_dir,
     games = _scripted_games(tmp_path / "games")
     out, runs = tmp_path / "results" / "s.jsonl", tmp_path / "runs"
     grid = ["algo.advantage=grpo,rloo", "reward.kind=sparse"]
+    figures = plt.get_fignums()
     records = sweep.run_sweep(_base(games), grid, "0,1", out, runs_dir=runs, init=tiny_model_dir, progress=True)
+    assert plt.get_fignums() == figures, "each run's learning-curve figure is closed once saved (no leak per run)"
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert lines == records and len(lines) == 4  # 2 × 1 cells × 2 seeds
     assert [(r["cell"]["algo.advantage"], r["seed"]) for r in lines] == [("grpo", 0), ("grpo", 1), ("rloo", 0),
