@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import signal
 import time
 
@@ -99,3 +100,36 @@ def test_bad_arguments():
             pool.step([3], ["look"])
         with pytest.raises(ValueError):
             pool.step([0], ["a", "b"])
+
+
+SCRIPT = """
+import sys
+from agentrl_lib.envs.pool import ProcessPool
+pool = ProcessPool(1, family="textworld", start_timeout_s=30)
+(res,) = pool.reset([0], [{game!r}])
+pool.close()
+print("RESULT", type(res).__name__, getattr(res, "reason", ""))
+"""
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_a_script_without_main_guard_is_told_how_to_fix_it(tw_games, tmp_path, guarded):
+    """Worker processes re-import the main script (spawn/forkserver): an unguarded script that opens a pool at top
+    level kills its own workers. The failure names the fix; the same script under a __main__ guard runs (control)."""
+    import subprocess
+    import sys
+
+    body = SCRIPT.format(game=tw_games[0][0])
+    if guarded:
+        body = 'if __name__ == "__main__":\n' + "\n".join("    " + line for line in body.strip().splitlines())
+    script = tmp_path / "train_script.py"
+    script.write_text(body)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env,
+                         cwd=tmp_path).stdout
+    result = next(line for line in out.splitlines() if line.startswith("RESULT"))
+    if guarded:
+        assert result.startswith("RESULT StepResult"), result
+    else:
+        assert "EnvFailure" in result and "re-import the script train_script.py" in result, result
+        assert 'if __name__ == "__main__":' in result and "--no-process-pool" in result

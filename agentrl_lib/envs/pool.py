@@ -279,6 +279,31 @@ def _tail(path: Path, n_bytes: int = 4096, n_lines: int = 2, width: int = 240) -
     return " | ".join(lines[-n_lines:])[-width:]
 
 
+def _has_main_guard(path: str) -> bool:
+    """Whether the script at `path` has a top-level `if __name__ == "__main__":` (True when it cannot be read)."""
+    import ast
+
+    try:
+        tree = ast.parse(Path(path).read_text())
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return True
+    return any(isinstance(node, ast.If) and "__name__" in ast.unparse(node.test) for node in tree.body)
+
+
+def unguarded_script_hint() -> str:
+    """The fix to name when a fresh worker dies or hangs while the main module is a script run by path: each worker
+    process re-imports that script (Python's spawn/forkserver start), so top-level code that trains or opens a pool
+    runs again in every worker. '' when the main module is not a script (a notebook, `python -m`, pytest) or the
+    script has a `__main__` guard (as the `agentrl` command has)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path and getattr(getattr(main, "__spec__", None), "name", None) is None and not _has_main_guard(path):
+        return (f"; worker processes re-import the script {Path(main.__file__).name}: put its top-level code under "
+                "`if __name__ == \"__main__\":`, or turn the process pool off (env.process_pool false, "
+                "--no-process-pool)")
+    return ""
+
+
 class ProcessPool:
     """One worker process per slot, so slots step in parallel and a crash or hang in one game cannot take the
     run down (the TextWorld and ALFWorld engines are not thread-safe; AlfWorldEnv steps take ~1 ms, resets 0.02-0.5 s,
@@ -451,11 +476,12 @@ class ProcessPool:
     def _timed_out(self, slot: int) -> EnvFailure:
         fresh = slot in self._fresh
         self._kill(slot)
-        what = f"worker did not start within {self.start_timeout_s:g} s" if fresh else \
+        what = f"worker did not start within {self.start_timeout_s:g} s{unguarded_script_hint()}" if fresh else \
             f"worker timed out after {self.timeout_s:g} s"
         return EnvFailure(self._with_output(slot, what), kind="timeout")
 
     def _crashed(self, slot: int) -> EnvFailure:
+        hint = unguarded_script_hint() if slot in self._fresh else ""  # a worker that never started
         w = self._workers[slot]
         code = None
         if w is not None:
@@ -468,7 +494,7 @@ class ProcessPool:
                 how += f", {signal.Signals(-code).name}"
             except ValueError:
                 pass
-        return EnvFailure(self._with_output(slot, f"worker crashed ({how})"), kind="crash")
+        return EnvFailure(self._with_output(slot, f"worker crashed ({how}){hint}"), kind="crash")
 
     def reset(self, slots: Sequence[int], games: Sequence[str]) -> list[StepResult | EnvFailure]:
         return self._call("reset", slots, games)
