@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ from .config import ALGO_PRESETS, AlgoConfig, EnvConfig, RewardConfig, RunConfig
 from .envs.textworld import make_textworld_games
 from .evaluate import evaluate, format_eval, save_eval
 from .models import load_policy
-from .paths import cache_root
+from .paths import cache_root, git_commit
 
 
 @dataclass
@@ -60,14 +59,6 @@ GAME_FAMILY = {"challenge": "tw-cooking", "challenge_args": "--recipe 1 --take 1
 """The demo's games: one-room cooking (read the recipe, take the ingredient, prepare and eat the meal; max score 3,
 walkthrough 5 commands), small enough for a CPU and with intermediate scores for dense rewards."""
 HELD_OUT_SEED = 100_000
-
-
-def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, timeout=5).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo", reward: str = "dense",

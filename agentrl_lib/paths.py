@@ -1,11 +1,13 @@
-"""Where agentrl keeps what it makes: converted models, generated games and notebook runs go under one cache root,
-never into the source tree. Imports nothing heavy (envs and models both use it).
+"""Where agentrl keeps what it makes (converted models, generated games and notebook runs go under one cache root,
+never into the source tree) and which source revision made it (`git_commit`, recorded in results). Imports nothing
+heavy (envs and models both use it).
 
 Introduced in notebooks/00_quickstart.md §1 (the games' cache).
 """
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 
@@ -15,3 +17,18 @@ def cache_root() -> Path:
     path = Path(root)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def git_commit() -> str:
+    """`git rev-parse HEAD` of the source tree this module is in, with '+dirty' when tracked files differ from it;
+    'unknown' outside git."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=10)
+        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"

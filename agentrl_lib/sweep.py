@@ -27,16 +27,16 @@ import math
 import os
 import platform
 import re
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from .checkpoint import atomic_write_text
 from .config import ALGO_PRESETS, SECTIONS, SEED_MAX, ConfigError, RunConfig, _parse_value, choices_for
+from .paths import git_commit
 
 PRESET_AXIS = "algo"
 """A grid axis named `algo` takes preset names (config.ALGO_PRESETS: ppo, grpo, rloo) and sets their fields."""
@@ -278,21 +278,15 @@ def _stderr(line: str) -> None:
 
 
 def drop_damaged_tail(path: str | Path) -> None:
-    """Remove a last line that does not end in a newline (a write cut short), rewriting the file via a temp file
-    and a rename, so the next record starts on its own line. Nothing happens to a whole file."""
+    """Remove a last line that does not end in a newline (a write cut short), rewriting the file atomically
+    (checkpoint.atomic_write_text), so the next record starts on its own line. Nothing happens to a whole file."""
     path = Path(path)
     if not path.exists():
         return
     data = path.read_bytes()
     if not data or data.endswith(b"\n"):
         return
-    keep = data[:data.rfind(b"\n") + 1]
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "wb") as f:
-        f.write(keep)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write_text(path, data[:data.rfind(b"\n") + 1].decode())
 
 
 def append_record(path: str | Path, record: dict) -> dict:
@@ -331,21 +325,6 @@ def _round(x: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------------------------ one record
-def git_commit() -> str:
-    """`git rev-parse HEAD` of the source tree this module is in, with '+dirty' when tracked files differ from it;
-    'unknown' outside git."""
-    here = Path(__file__).resolve().parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
-        if head.returncode != 0:
-            return "unknown"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=10)
-        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def machine_info(device: str = "auto") -> dict[str, Any]:
     """platform, python, cpu_count, torch version, torch_device (model.device resolved on this machine) and gpu
     (the CUDA device name, or None)."""
