@@ -148,7 +148,11 @@ def _sft(a) -> None:
     check_out_path("--out", a.out, is_dir=True)
     _check_model_flags(a)
     env = section_args(a, "env")
-    s = sft(a.model, load_game_set(env["games"]), a.out, epochs=a.epochs, lr=a.lr, batch_size=a.batch_size,
+    games = load_game_set(env["games"])
+    _require(a.demos is None or 1 <= a.demos <= len(games),
+             f"--demos must be in [1, {len(games)}] ({env['games']} holds {len(games)} games; got {a.demos})")
+    games = games.first(a.demos) if a.demos else games
+    s = sft(a.model, games, a.out, epochs=a.epochs, lr=a.lr, batch_size=a.batch_size,
             max_turns=a.max_turns, seed=a.seed, device=a.device, dtype=a.dtype, lora_rank=a.lora_rank,
             show_admissible=env["show_admissible"], show_inventory=env["show_inventory"])
     print(f"SFT on {s['examples']} walkthroughs ({s['assistant_tokens']} action tokens): loss "
@@ -325,7 +329,8 @@ def _sweep(a) -> None:
     try:
         records = sweep.run_sweep(a.base, a.grid, a.seeds, a.out, runs_dir=a.runs_dir, init=a.init,
                                   eval_games=a.eval_games, progress=True, run_progress=a.verbose,
-                                  dry_run=a.dry_run)
+                                  dry_run=a.dry_run, tags=sweep.parse_tags(a.tag),
+                                  extra_evals=sweep.parse_extra_evals(a.also_eval))
     except sweep.SweepInterrupted as e:  # Ctrl-C: one line with the command that resumes, exit 130
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         again = shlex.join(["agentrl", *getattr(a, "argv", ["sweep", "..."])])
@@ -397,6 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-turns", type=int, default=None,
                    help="cut each walkthrough to this many turns (>= 1; default: the whole walkthrough)")
     s.add_argument("--seed", type=int, default=0, help=f"seed (0 to {SEED_MAX})")
+    s.add_argument("--demos", type=int, default=None,
+                   help="use the walkthroughs of the first N games only (default: every game of --games)")
     s.add_argument("--lora-rank", type=int, default=0, help=model_docs["lora_rank"].replace("%", "%%"))
     add_config_flags(s, "env", only=("games", "show_admissible", "show_inventory"), defaults=True,
                      required=("games",))
@@ -440,6 +447,12 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--eval-games", help="held-out games dir (train.eval_games); required unless the base sets it")
     w.add_argument("--runs-dir", help="run directories go here, one per run: <cell>-s<seed> (default "
                                       "runs/sweeps/<name of --out>)")
+    w.add_argument("--tag", nargs="+", default=[], metavar="NAME=VALUE",
+                   help="labels joined to every cell (names that are not config fields), e.g. sft.demos=12: they "
+                        "tell apart runs of one results file whose base configs differ")
+    w.add_argument("--also-eval", nargs="+", default=[], metavar="NAME=DIR[@TURNS]",
+                   help="also evaluate each trained policy on these game sets (e.g. hard=games/harder@12); kept in "
+                        "the record's evals.NAME")
     w.add_argument("--verbose", action="store_true", help="print each run's per-step lines")
     w.add_argument("--dry-run", action="store_true", help="check the grid, configs and games and list the runs "
                                                           "(recorded / resume / new); run nothing")

@@ -156,9 +156,7 @@ def format_table(summary: dict) -> str:
 
 
 def _subset(games, n):
-    from .envs.base import GameSet
-
-    return GameSet(root=games.root, family=games.family, games=games.games[:n], params=games.params)
+    return games.first(min(n, len(games)))
 
 
 def _median(xs: list[float | None]) -> float | None:

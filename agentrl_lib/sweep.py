@@ -18,6 +18,7 @@ Introduced in the chapters' experiments (notebooks/02_reward, 03_policy, 04_sft_
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import hashlib
@@ -46,10 +47,11 @@ STEP_KEYS = ("step", "success_rate", "return_mean", "group_return_std", "invalid
 EVAL_KEYS = ("success_rate", "mean_turns", "invalid_rate", "mean_score_frac", "n_games", "env_errors")
 """The evaluate() keys kept in a record's "eval", beside per_game: [[game, won, turns], ...]."""
 RECORD_KEYS = ("cell", "seed", "base_hash", "config", "commit", "device", "machine", "started", "finished",
-               "wall_seconds", "train_seconds", "resumed", "run_dir", "steps", "eval")
+               "wall_seconds", "train_seconds", "resumed", "run_dir", "steps", "eval", "evals")
 """The keys of every record (one JSON line of a results file). wall_seconds: this call of the run function (training
 that resumed after a stop + evaluation); train_seconds: Σ step_seconds over every training step, also those before a
-stop (the compute a run cost); resumed: whether it continued a half-finished run."""
+stop (the compute a run cost); resumed: whether it continued a half-finished run; evals: {name: eval} of the extra
+game sets (run_sweep's extra_evals, e.g. harder games), {} without them."""
 SIGNIFICANT_DIGITS = 5
 """Floats in "steps" are rounded to this many significant digits (keeps a results file at kilobytes)."""
 NO_DIFFERENCE = "no difference at this scale"
@@ -138,6 +140,42 @@ def parse_grid(specs: Iterable[str]) -> dict[str, list]:
     return grid
 
 
+def parse_tags(specs: Iterable[str]) -> dict[str, Any]:
+    """["sft.demos=12", "level=w2"] → {"sft.demos": 12, "level": "w2"} (numbers parsed as numbers). Raises
+    ConfigError for a spec without '=' or a repeated name."""
+    tags: dict[str, Any] = {}
+    for spec in specs:
+        name, eq, text = spec.partition("=")
+        if not eq or not name.strip() or not text.strip():
+            raise ConfigError(f"--tag {spec!r}: write NAME=VALUE, e.g. sft.demos=12")
+        if name in tags:
+            raise ConfigError(f"--tag {name!r} is given twice")
+        try:
+            tags[name] = int(text)
+        except ValueError:
+            try:
+                tags[name] = float(text)
+            except ValueError:
+                tags[name] = text
+    return tags
+
+
+def parse_extra_evals(specs: Iterable[str]) -> dict[str, tuple[str, int | None]]:
+    """["hard=games/harder@12", "ood=games/x"] → {"hard": ("games/harder", 12), "ood": ("games/x", None)}. Raises
+    ConfigError for a spec without NAME=DIR or a max_turns that is not a positive integer."""
+    out: dict[str, tuple[str, int | None]] = {}
+    for spec in specs:
+        name, eq, rest = spec.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z0-9_-]+", name) or not rest:
+            raise ConfigError(f"--also-eval {spec!r}: write NAME=DIR or NAME=DIR@MAX_TURNS (NAME of letters, digits, "
+                              "_ and -), e.g. hard=games/cooking2-heldout@12")
+        games, at, turns = rest.rpartition("@") if "@" in rest else (rest, "", "")
+        if at and not (turns.isdigit() and int(turns) >= 1):
+            raise ConfigError(f"--also-eval {spec!r}: MAX_TURNS after @ must be a positive integer")
+        out[name] = (games, int(turns) if at else None)
+    return out
+
+
 def parse_seeds(text: str | Iterable[int]) -> list[int]:
     """'0,1,2' (or a list of ints) → [0, 1, 2]. Raises ConfigError for a non-integer, a repeat, or a seed outside
     [0, SEED_MAX]."""
@@ -222,11 +260,20 @@ class PlannedRun:
         return self.run_dir.name
 
 
-def plan_sweep(base: RunConfig, grid: dict[str, list], seeds: list[int], runs_dir: str | Path) -> list[PlannedRun]:
+def plan_sweep(base: RunConfig, grid: dict[str, list], seeds: list[int], runs_dir: str | Path,
+               tags: dict[str, Any] | None = None) -> list[PlannedRun]:
     """Every cell × seed with its config and run dir (runs_dir/<cell-slug>-s<seed>), cells outermost; every config
-    is built (and so validated) here, before anything runs. Raises ConfigError (cell_config)."""
+    is built (and so validated) here, before anything runs. `tags` ({name: value}, names that are not config
+    fields) join every cell: they label runs whose configs differ in more than the grid (e.g. {"sft.demos": 12}
+    beside an --init and a train.steps of that split point). Raises ConfigError (cell_config, a tag named like a
+    config field)."""
     runs_dir = Path(runs_dir)
-    plan = [PlannedRun(cell, seed, cell_config(base, cell, seed), runs_dir / f"{cell_slug(cell)}-s{seed}")
+    tags = dict(tags or {})
+    for name in tags:
+        if name == PRESET_AXIS or name in {f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in fields(cls)}:
+            raise ConfigError(f"tag {name!r} is a config field: make it a grid axis instead")
+    plan = [PlannedRun({**tags, **cell}, seed, cell_config(base, cell, seed),
+                       runs_dir / f"{cell_slug({**tags, **cell})}-s{seed}")
             for cell in grid_cells(grid) for seed in seeds]
     names = [p.name for p in plan]
     dup = sorted({n for n in names if names.count(n) > 1})
@@ -296,18 +343,37 @@ def append_record(path: str | Path, record: dict) -> dict:
     reads back)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    drop_damaged_tail(path)
     line = json.dumps(_finite(record), separators=(",", ":"))
     data = (line + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with _results_lock(path):
+        drop_damaged_tail(path)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     return json.loads(line)
+
+
+@contextlib.contextmanager
+def _results_lock(path: Path):
+    """An exclusive lock (fcntl.flock on the results file's directory) while a record is appended, so sweeps run in
+    parallel into one file (e.g. one process per seed on a GPU machine) never interleave or cut each other's lines.
+    Where flock does not exist (Windows) appends are not locked."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Linux / macOS
+        yield
+        return
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def _finite(x: Any) -> Any:
@@ -345,9 +411,10 @@ def machine_info(device: str = "auto") -> dict[str, Any]:
 
 
 def make_record(run: PlannedRun, summary: dict, base_hash: str, started: datetime, finished: datetime,
-                wall_seconds: float, commit: str, machine: dict, resumed: bool = False) -> dict:
-    """The record of one finished run (RECORD_KEYS): "steps" keeps STEP_KEYS of each metrics row, "eval" keeps
-    EVAL_KEYS and per_game [[game, won, turns], ...]."""
+                wall_seconds: float, commit: str, machine: dict, resumed: bool = False,
+                evals: dict[str, dict] | None = None) -> dict:
+    """The record of one finished run (RECORD_KEYS): "steps" keeps STEP_KEYS of each metrics row, "eval" (and each
+    of `evals`, {name: evaluate() result}) keeps EVAL_KEYS and per_game [[game, won, turns], ...]."""
     ev = summary.get("eval")
     if ev is None:
         raise ValueError(f"run {run.run_dir} returned no evaluation: a sweep needs held-out games (train.eval_games)")
@@ -359,9 +426,32 @@ def make_record(run: PlannedRun, summary: dict, base_hash: str, started: datetim
         "train_seconds": round(sum(r.get("step_seconds") or 0.0 for r in summary.get("rows") or []), 1),
         "resumed": resumed, "run_dir": str(run.run_dir),
         "steps": [{k: _round(row.get(k)) for k in STEP_KEYS} for row in summary.get("rows") or []],
-        "eval": {**{k: _round(ev.get(k)) for k in EVAL_KEYS},
-                 "per_game": [[g["game"], bool(g["won"]), g["turns"]] for g in ev.get("per_game", [])]},
+        "eval": compact_eval(ev),
+        "evals": {name: compact_eval(res) for name, res in (evals or {}).items()},
     }
+
+
+def compact_eval(ev: dict) -> dict:
+    """An evaluate() result as kept in a record: EVAL_KEYS and per_game [[game, won, turns], ...]."""
+    return {**{k: _round(ev.get(k)) for k in EVAL_KEYS},
+            "per_game": [[g["game"], bool(g["won"]), g["turns"]] for g in ev.get("per_game", [])]}
+
+
+def evaluate_extra(run_dir: Path, config: RunConfig, games: str, max_turns: int | None = None) -> dict:
+    """Evaluate a finished run's policy (its newest checkpoint) on another game set `games`, as run_rl evaluates
+    the held-out set (the run's env config, eval temperature, tokens per turn, generator) with `max_turns` (default
+    the run's env.max_turns; harder games may need more)."""
+    from .envs.base import load_game_set
+    from .evaluate import evaluate
+    from .models import load_policy
+
+    policy, tok = load_policy(str(run_dir), config.model.device, config.model.dtype)
+    try:
+        return evaluate(policy, tok, load_game_set(games), max_turns=max_turns or config.env.max_turns,
+                        temperature=config.train.eval_temperature, max_new_tokens=config.train.max_new_tokens,
+                        env=config.env, generator=config.model.generator, progress=False)
+    finally:
+        del policy
 
 
 def _resolved_name(name: str) -> str:
@@ -396,7 +486,8 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
               out: str | Path, runs_dir: str | Path | None = None, init: str | None = None,
               eval_games: str | Path | None = None, run: Callable[..., dict] | None = None, progress: bool = True,
               run_progress: bool = False, warn: Callable[[str], None] | None = None,
-              dry_run: bool = False) -> list[dict]:
+              dry_run: bool = False, tags: dict[str, Any] | None = None,
+              extra_evals: dict[str, tuple[str, int | None]] | None = None) -> list[dict]:
     """Train and evaluate every cell × seed of `grid` and append one record per finished run to `out`.
 
     Args:
@@ -412,6 +503,9 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
         progress: a tqdm bar of runs done / left with the time estimate; run_progress: each run's step lines too.
         warn: where one-line warnings go (default stderr).
         dry_run: check everything and list each run (recorded / resume / new) through `warn`, run nothing.
+        tags: labels joined to every cell (plan_sweep), e.g. {"sft.demos": 12} for one point of an SFT:RL split.
+        extra_evals: {name: (games dir, max_turns or None)}: after training, each run's policy is also evaluated
+            on these sets (evaluate_extra), kept in the record's "evals" (metric 'evals.NAME.success_rate').
     Returns:
         The records of every run of this sweep (found in `out` or written now), in plan order (dry_run: those found).
     Raises:
@@ -440,10 +534,12 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
     seeds = parse_seeds(seeds)
     out = Path(out)
     runs_dir = Path(runs_dir) if runs_dir else Path("runs") / "sweeps" / out.stem
-    plan = plan_sweep(base, grid, seeds, runs_dir)
+    plan = plan_sweep(base, grid, seeds, runs_dir, tags)
+    extra_evals = dict(extra_evals or {})
     if any(not p.config.env.games for p in plan):
         raise ConfigError("no training games: set env.games in the base config (or make it a grid axis)")
-    for games in sorted({p.config.env.games for p in plan} | {p.config.train.eval_games for p in plan}):
+    for games in sorted({p.config.env.games for p in plan} | {p.config.train.eval_games for p in plan}
+                        | {games for games, _ in extra_evals.values()}):
         load_game_set(games)  # a missing games dir fails now, not after hours of other runs
     base_hash = config_hash(base)
     records = load_records(out, warn)
@@ -475,8 +571,10 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
             if device not in machines:  # once per device: torch's view of this machine
                 machines[device] = machine_info(device)
             machine = machines[device]
+            evals = {name: evaluate_extra(current.run_dir, current.config, games, max_turns)
+                     for name, (games, max_turns) in extra_evals.items()}
             rec = make_record(current, summary, base_hash, started, datetime.now(timezone.utc),
-                              time.perf_counter() - t0, commit, machine, resumed=resume)
+                              time.perf_counter() - t0, commit, machine, resumed=resume, evals=evals)
             done[key(current)] = rec = append_record(out, rec)
             bar.update(1)
             bar.set_postfix_str(f"{current.name}: eval success {rec['eval']['success_rate']:.2f}")

@@ -328,3 +328,63 @@ def test_a_cut_last_line_is_reported_once_and_ignored(tmp_path, capsys):
         sweep.load_records(out)
     assert cli.main(["report", str(out)]) == 2
     assert "line 1 is not a sweep record" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ tags, extra evals
+def test_tags_label_cells_and_extra_evals_are_recorded(tiny_model_dir, tmp_path, scripted):
+    """--tag joins every cell (and its run dir); --also-eval evaluates the trained policy on another set, kept in
+    the record's evals (a split sweep's harder games)."""
+    games = _scripted_games(tmp_path / "games")
+    out = tmp_path / "s.jsonl"
+    tags = sweep.parse_tags(["sft.demos=12", "level=w2"])
+    assert tags == {"sft.demos": 12, "level": "w2"}
+    extra = sweep.parse_extra_evals([f"hard={games}@3"])
+    assert extra == {"hard": (str(games), 3)}
+    [rec] = sweep.run_sweep(_base(games), ["reward.kind=sparse"], [0], out, runs_dir=tmp_path / "runs",
+                            init=tiny_model_dir, progress=False, tags=tags, extra_evals=extra)
+    assert rec["cell"] == {"sft.demos": 12, "level": "w2", "reward.kind": "sparse"}
+    assert rec["run_dir"].endswith("sft.demos=12_level=w2_reward.kind=sparse-s0")
+    assert set(rec["evals"]) == {"hard"} and rec["evals"]["hard"]["n_games"] == 2
+    assert sweep.metric_value(rec, "evals.hard.success_rate") is not None
+    # another tag value is another run, not the recorded one
+    calls = []
+    sweep.run_sweep(_base(games), ["reward.kind=sparse"], [0], out, runs_dir=tmp_path / "runs", progress=False,
+                    tags={"sft.demos": 24}, run=lambda config, run_dir, **k: calls.append(1) or _fake_summary(config))
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("specs,named", [(["sft.demos"], "NAME=VALUE"), (["a=1", "a=2"], "given twice")])
+def test_bad_tags_are_one_line(specs, named):
+    with pytest.raises(ConfigError, match=named):
+        sweep.parse_tags(specs)
+
+
+def test_tag_named_like_a_config_field_or_bad_extra_eval_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="is a config field"):
+        sweep.plan_sweep(RunConfig(), {}, [0], tmp_path, tags={"train.lr": 1})
+    for spec, named in [("hard", "NAME=DIR"), ("hard=g@0", "positive integer"), ("a b=g", "NAME=DIR")]:
+        with pytest.raises(ConfigError, match=named):
+            sweep.parse_extra_evals([spec])
+
+
+@pytest.mark.parametrize("locked", [True, False])
+def test_parallel_sweeps_wait_for_the_results_lock(tmp_path, monkeypatch, locked):
+    """Sweeps run in parallel into one file (one process per seed on a GPU machine) append under a lock; negative
+    control: without the lock, an append goes through while another writer holds the file."""
+    import contextlib
+    import threading
+    import time
+
+    out = tmp_path / "r.jsonl"
+    if not locked:
+        monkeypatch.setattr(sweep, "_results_lock", lambda path: contextlib.nullcontext())
+    lock = sweep._results_lock(out)
+    lock.__enter__()  # another writer holds the file
+    t = threading.Thread(target=sweep.append_record, args=(out, _rec({"a": 1}, 0, 0.5)))
+    t.start()
+    time.sleep(0.5)
+    written_while_held = out.exists() and out.read_text() != ""
+    lock.__exit__(None, None, None)
+    t.join(5)
+    assert written_while_held is (not locked)
+    assert len(out.read_text().splitlines()) == 1

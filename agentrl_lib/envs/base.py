@@ -162,6 +162,14 @@ class GameSet:
     def __len__(self) -> int:
         return len(self.games)
 
+    def first(self, n: int) -> "GameSet":
+        """The first `n` games (game i has seed `seed + i`, so the first n of a set are the set made with n); raises
+        ValueError when n < 1 or the set has fewer."""
+        if not 1 <= n <= len(self.games):
+            raise ValueError(f"asked for {n} games but {self.root} holds {len(self.games)}: pass 1 to "
+                             f"{len(self.games)}, or make a larger set with agentrl make-games --n {n}")
+        return GameSet(root=self.root, family=self.family, games=self.games[:n], params=self.params)
+
 
 MANIFEST = "manifest.json"
 

@@ -1,0 +1,237 @@
+"""Regenerate every results file the chapters read, with one command; stopped, the same command resumes.
+
+    python results/regenerate.py all            # games, SFT models, evaluations and the three sweeps
+    python results/regenerate.py main --jobs 8  # one part; --jobs runs that many commands at once (a GPU machine)
+
+Parts (each a results file; the commands it runs are printed, and are ordinary `agentrl` commands):
+- main        results/algo_reward.jsonl: {PPO, GRPO, RLOO} x {sparse, dense} x seeds 0-2 (configs/cooking.yaml), RL
+              from the SFT model chosen on the VALIDATION games (results/sft_choice.json: the candidate whose
+              validation success is nearest TARGET_SFT_SUCCESS, so RL has headroom).
+- split       results/sft_rl_split.jsonl: SFT:RL split of one budget (a demonstration costs 10 units, an episode 1;
+              the paper's accounting), PPO dense, seeds 0-1, evaluated in-domain and on harder games (2 ingredients).
+- complexity  results/complexity.jsonl: SFT + PPO on TextWorld custom games of growing size (the paper's w/o/q
+              knobs), seeds 0-1.
+- evals       results/stage_evals.jsonl: the base and SFT models (no RL) on every held-out set.
+Nothing here is tuned on held-out games: the only choice (the SFT strength) is made on the validation games.
+Each step skips what is done: games are cached, an SFT dir with sft_summary.json is kept, recorded runs are skipped.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+AGENTRL = [sys.executable, "-m", "agentrl_lib.cli"]
+COOKING = ["--challenge", "tw-cooking", "--challenge-args"]
+GAMES = {  # name: make-games flags (textworld); game i has seed `--seed` + i
+    "cooking-train": [*COOKING, "--recipe 1 --take 1 --go 1", "--n", "64", "--seed", "0"],
+    "cooking-valid": [*COOKING, "--recipe 1 --take 1 --go 1", "--n", "32", "--seed", "200000"],
+    "cooking-heldout": [*COOKING, "--recipe 1 --take 1 --go 1", "--n", "64", "--seed", "100000"],
+    "cooking2-heldout": [*COOKING, "--recipe 2 --take 2 --go 1", "--n", "64", "--seed", "100000"],
+}
+LEVELS = {"w2-o3-q4": (2, 3, 4), "w4-o6-q4": (4, 6, 4), "w8-o12-q4": (8, 12, 4)}
+"""Complexity levels: (world size, objects, quest length); the paper's PPO: 88% at w2-o3-q4, 51% at w8-o12-q4."""
+for _lvl, (_w, _o, _q) in LEVELS.items():
+    _knobs = ["--world-size", str(_w), "--nb-objects", str(_o), "--quest-length", str(_q)]
+    GAMES[f"{_lvl}-train"] = [*_knobs, "--n", "32", "--seed", "0"]
+    GAMES[f"{_lvl}-heldout"] = [*_knobs, "--n", "64", "--seed", "100000"]
+
+SEEDS = (0, 1, 2)
+SFT_CANDIDATES = (10, 12, 14)
+"""Walkthroughs (1 epoch, batch 4, lr 5e-5) tried for the main sweep's start; piloted on 2 CPU cores on the validation
+games: 8 -> 0%, 12 -> 28%, 16 -> 69% (a step function of the optimizer steps)."""
+TARGET_SFT_SUCCESS = 0.30
+SPLIT_BUDGET = 600
+"""Units of the SFT:RL split: demonstrations x 10 + RL episodes (the paper: 60 demos + 400 episodes = 1000)."""
+SPLIT_DEMOS = (8, 12, 24, 36, 48)
+SPLIT_SEEDS = (0, 1)
+SPLIT_EPISODES_PER_STEP = 8  # train.games_per_step 2 x algo.group_size 4
+COMPLEXITY_SFT = {"demos": 16, "epochs": 2.0}
+COMPLEXITY_SEEDS = (0, 1)
+HARD_TURNS = 12  # cooking2 walkthroughs are longer than the 8 turns of training
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def run(cmd: list[str], name: str) -> None:
+    """Run one agentrl command, its output in runs/logs/NAME.log; raise with the log's tail on failure."""
+    logs = ROOT / "runs" / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log(f"start {name}: {shlex.join(cmd[2:])}")
+    t0 = time.perf_counter()
+    with open(logs / f"{name}.log", "a") as f:
+        rc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=ENV).returncode
+    if rc:
+        tail = (logs / f"{name}.log").read_text().splitlines()[-5:]
+        raise RuntimeError(f"{name} failed (exit {rc}); runs/logs/{name}.log ends:\n  " + "\n  ".join(tail))
+    log(f"done  {name} in {time.perf_counter() - t0:.0f}s")
+
+
+def parallel(jobs: list[tuple[str, list[str]]], n: int) -> list[str]:
+    """Run (name, command) jobs, n at a time; returns the names of those that failed (each logged)."""
+    failed = []
+
+    def one(job):
+        try:
+            run(job[1], job[0])
+        except RuntimeError as e:
+            log(str(e))
+            failed.append(job[0])
+
+    with ThreadPoolExecutor(max(1, n)) as ex:
+        list(ex.map(one, jobs))
+    return failed
+
+
+def games(names) -> list[tuple[str, list[str]]]:
+    return [(f"games-{g}", [*AGENTRL, "make-games", "textworld", "--out", f"games/{g}", *GAMES[g]])
+            for g in names if not (ROOT / "games" / g / "manifest.json").exists()]
+
+
+def sft_dir(games_name: str, demos: int, epochs: float, seed: int) -> str:
+    return f"runs/sft/{games_name}-d{demos}-e{epochs:g}-s{seed}"
+
+
+def sft(games_name: str, demos: int, epochs: float, seed: int) -> list[tuple[str, list[str]]]:
+    out = sft_dir(games_name, demos, epochs, seed)
+    if (ROOT / out / "sft_summary.json").exists():
+        return []
+    return [(f"sft-{Path(out).name}", [*AGENTRL, "sft", "--games", f"games/{games_name}", "--demos", str(demos),
+                                       "--epochs", f"{epochs:g}", "--lr", "5e-5", "--batch-size", "4",
+                                       "--seed", str(seed), "--dtype", "float32", "--out", out])]
+
+
+def stage_eval(model: str, games_name: str, max_turns: int, stage: str, **meta) -> list[tuple[str, list[str]]]:
+    """`agentrl eval` of a model without RL on a game set, into runs/evals/ (collected by collect_evals)."""
+    name = f"{stage}-{Path(model).name}-on-{games_name}"
+    out = ROOT / "runs" / "evals" / f"{name}.json"
+    meta_path = out.with_suffix(".meta.json")
+    meta_path.parent.mkdir(parents=True, exist_ok=True)
+    meta_path.write_text(json.dumps({"stage": stage, "model": model, "games": games_name, "max_turns": max_turns,
+                                     **meta}))
+    if out.exists():
+        return []
+    return [(f"eval-{name}", [*AGENTRL, "eval", "--model", model, "--games", f"games/{games_name}", "--max-turns",
+                              str(max_turns), "--dtype", "float32", "--out", str(out)])]
+
+
+def collect_evals() -> int:
+    """Append every finished runs/evals/*.json (with its meta) to results/stage_evals.jsonl once."""
+    path = ROOT / "results" / "stage_evals.jsonl"
+    have = {json.dumps([r["stage"], r["model"], r["games"]]) for r in map(json.loads, path.read_text().splitlines())
+            } if path.exists() else set()
+    sys.path.insert(0, str(ROOT))
+    from agentrl_lib.paths import git_commit
+    from agentrl_lib.sweep import append_record, compact_eval, machine_info
+
+    machine, n = None, 0
+    for meta_path in sorted((ROOT / "runs" / "evals").glob("*.meta.json")):
+        res_path = Path(str(meta_path).replace(".meta.json", ".json"))
+        meta = json.loads(meta_path.read_text())
+        if not res_path.exists() or json.dumps([meta["stage"], meta["model"], meta["games"]]) in have:
+            continue
+        machine = machine or machine_info()
+        append_record(path, {**meta, "commit": git_commit(), "device": machine["torch_device"], "machine": machine,
+                             "eval": compact_eval(json.loads(res_path.read_text()))})
+        n += 1
+    return n
+
+
+def sweep(base: str, out: str, grid: list[str], seed: int, init: str, *extra: str) -> tuple[str, list[str]]:
+    name = f"{Path(out).stem}-{'-'.join(g.split('=')[-1].replace('/', '.') for g in grid)}-{init.split('/')[-1]}-s{seed}"
+    return (name, [*AGENTRL, "sweep", "--base", base, "--grid", *grid, "--seeds", str(seed), "--init", init,
+                   "--out", out, *extra])
+
+
+def choose_sft(jobs: int) -> str:
+    """The main sweep's SFT start: the candidate whose VALIDATION success is nearest TARGET_SFT_SUCCESS (ties: fewer
+    demos); written to results/sft_choice.json with every candidate's numbers."""
+    choice = ROOT / "results" / "sft_choice.json"
+    if choice.exists():
+        return json.loads(choice.read_text())["chosen"]
+    todo = [j for d in SFT_CANDIDATES for j in sft("cooking-train", d, 1.0, 0)]
+    parallel(todo, jobs)
+    evals = [j for d in SFT_CANDIDATES for j in stage_eval(sft_dir("cooking-train", d, 1.0, 0), "cooking-valid", 8,
+                                                           "sft-candidate", demos=d, epochs=1.0, seed=0)]
+    parallel(evals, jobs)
+    cands = {}
+    for d in SFT_CANDIDATES:
+        res = json.loads((ROOT / "runs" / "evals" / f"sft-candidate-{Path(sft_dir('cooking-train', d, 1.0, 0)).name}"
+                          f"-on-cooking-valid.json").read_text())
+        cands[d] = res["success_rate"]
+    best = min(SFT_CANDIDATES, key=lambda d: (abs(cands[d] - TARGET_SFT_SUCCESS), d))
+    chosen = sft_dir("cooking-train", best, 1.0, 0)
+    choice.write_text(json.dumps({"rule": f"validation success nearest {TARGET_SFT_SUCCESS} (ties: fewer demos)",
+                                  "validation_success": {str(k): v for k, v in cands.items()},
+                                  "chosen_demos": best, "chosen": chosen}, indent=1) + "\n")
+    log(f"SFT start: {best} walkthroughs (validation success {cands})")
+    return chosen
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("part", choices=["all", "main", "split", "complexity", "evals"])
+    p.add_argument("--jobs", type=int, default=1, help="commands at once (1 on a laptop; 8 on a 16-core GPU machine)")
+    a = p.parse_args()
+    global ENV
+    ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           "TOKENIZERS_PARALLELISM": "false",
+           "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // a.jobs))}
+    parts = ["main", "split", "complexity", "evals"] if a.part == "all" else [a.part]
+    t0 = time.perf_counter()
+    parallel(games(GAMES), a.jobs)
+    subprocess.run([*AGENTRL[:1], "-c", "from agentrl_lib.models import embedded_model_dir as e; e()"], cwd=ROOT,
+                   env=ENV, check=True)  # convert the embedded model once, before parallel jobs load it
+    main_init = choose_sft(a.jobs) if {"main", "evals"} & set(parts) else None
+    sfts, jobs, evals = [], [], []
+    if "main" in parts:
+        jobs += [sweep("configs/cooking.yaml", "results/algo_reward.jsonl", [f"algo={algo}", f"reward.kind={r}"],
+                       s, main_init) for algo in ("ppo", "grpo", "rloo") for r in ("sparse", "dense") for s in SEEDS]
+    if "split" in parts:
+        for d in SPLIT_DEMOS:
+            episodes = SPLIT_BUDGET - 10 * d
+            for s in SPLIT_SEEDS:
+                sfts += sft("cooking-train", d, 1.0, s)
+                jobs.append(sweep("configs/cooking.yaml", "results/sft_rl_split.jsonl",
+                                  [f"train.steps={episodes // SPLIT_EPISODES_PER_STEP}", "train.games_per_step=2"],
+                                  s, sft_dir("cooking-train", d, 1.0, s), "--tag", f"sft.demos={d}",
+                                  f"rl.episodes={episodes}", "--also-eval",
+                                  f"hard=games/cooking2-heldout@{HARD_TURNS}"))
+    if "complexity" in parts:
+        for lvl in LEVELS:
+            for s in COMPLEXITY_SEEDS:
+                sfts += sft(f"{lvl}-train", COMPLEXITY_SFT["demos"], COMPLEXITY_SFT["epochs"], s)
+                jobs.append(sweep("configs/custom.yaml", "results/complexity.jsonl", [f"env.games=games/{lvl}-train"],
+                                  s, sft_dir(f"{lvl}-train", COMPLEXITY_SFT["demos"], COMPLEXITY_SFT["epochs"], s),
+                                  "--eval-games", f"games/{lvl}-heldout", "--tag", f"level={lvl}"))
+    if "evals" in parts:
+        for g, turns in [("cooking-heldout", 8), ("cooking2-heldout", HARD_TURNS)]:
+            evals += stage_eval("embedded", g, turns, "base")
+            for d in sorted({*SPLIT_DEMOS, *SFT_CANDIDATES}):
+                evals += stage_eval(sft_dir("cooking-train", d, 1.0, 0), g, turns, "sft", demos=d, epochs=1.0, seed=0)
+                sfts += sft("cooking-train", d, 1.0, 0)
+        for lvl in LEVELS:
+            evals += stage_eval("embedded", f"{lvl}-heldout", 10, "base", level=lvl)
+            for s in COMPLEXITY_SEEDS:
+                model = sft_dir(f"{lvl}-train", COMPLEXITY_SFT["demos"], COMPLEXITY_SFT["epochs"], s)
+                evals += stage_eval(model, f"{lvl}-heldout", 10, "sft", level=lvl, seed=s, **COMPLEXITY_SFT)
+                sfts += sft(f"{lvl}-train", COMPLEXITY_SFT["demos"], COMPLEXITY_SFT["epochs"], s)
+    failed = parallel(list(dict(sfts).items()), a.jobs)
+    failed += parallel(jobs + evals, a.jobs)
+    log(f"collected {collect_evals()} new stage evaluations into results/stage_evals.jsonl")
+    log(f"{a.part}: {time.perf_counter() - t0:.0f}s wall" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    sys.exit(1 if failed else 0)
+
+
+ENV: dict[str, str] = {}
+if __name__ == "__main__":
+    main()
