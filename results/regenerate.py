@@ -162,8 +162,10 @@ def choose_sft(jobs: int) -> str:
     """The main sweep's SFT start: the candidate whose VALIDATION success is nearest TARGET_SFT_SUCCESS (ties: fewer
     demos); written to results/sft_choice.json with every candidate's numbers."""
     choice = ROOT / "results" / "sft_choice.json"
-    if choice.exists():
-        return json.loads(choice.read_text())["chosen"]
+    if choice.exists():  # chosen before: (re)make that SFT model if this machine lacks it, and use it
+        chosen = json.loads(choice.read_text())
+        parallel(sft("cooking-train", chosen["chosen_demos"], 1.0, 0), jobs)
+        return chosen["chosen"]
     if DRY_RUN:
         return sft_dir("cooking-train", SFT_CANDIDATES[0], 1.0, 0) + "-OR-ANOTHER-CANDIDATE"
     todo = [j for d in SFT_CANDIDATES for j in sft("cooking-train", d, 1.0, 0)]
