@@ -1,0 +1,225 @@
+"""The book in a real browser: build it (book/build.py, from the notebooks' stored outputs), open every page in
+headless Chromium with the network cut off (only file:// loads), and check what a reader would see.
+
+Per page: no console error, no request to any outside host, math typeset by the vendored MathJax where the page has
+math, every <img> decoded. On the policy chapter (notebooks/03_policy, or the book's own widgets page while that
+chapter is missing) clicking another algorithm and then another reward of the sweep explorer changes the shown
+figure: no kernel runs behind a static page. Screenshots: book/_build/screenshots/{index,policy}.png.
+
+Chromium: $CHROMIUM, Debian's `chromium` (`make test` installs it with apt-get when missing and run as root),
+`chromium-browser`, `google-chrome`, or Playwright's own download; driven by Playwright's Python package. Without any
+of them the browser tests skip with one message.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "book" / "_build"
+SKIP_PAGES = ("_static", "_sources", "_images")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--no-first-run", "--disable-default-apps", "--disable-gpu"]
+
+
+def _build_module():
+    spec = importlib.util.spec_from_file_location("book_build", ROOT / "book" / "build.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def chromium_path() -> str | None:
+    """The Chromium binary to drive: $CHROMIUM, else the first on PATH; None (Playwright's own, if installed)."""
+    if os.environ.get("CHROMIUM"):
+        return os.environ["CHROMIUM"]
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+class NetworkGuard:
+    """A Playwright route handler: lets file:// (and data:/blob:) load, aborts every other request and records it.
+    Attach with `context.route("**/*", guard)`."""
+
+    def __init__(self):
+        self.blocked: list[str] = []
+
+    @staticmethod
+    def allowed(url: str) -> bool:
+        return url.split(":", 1)[0].lower() in ("file", "data", "blob", "about")
+
+    def __call__(self, route, request=None) -> None:
+        url = route.request.url
+        if self.allowed(url):
+            route.continue_()
+        else:
+            self.blocked.append(url)
+            route.abort()
+
+
+def test_network_guard_blocks_outside_requests():
+    class Route:
+        def __init__(self, url):
+            self.request = type("R", (), {"url": url})()
+            self.done = None
+
+        def continue_(self):
+            self.done = "continue"
+
+        def abort(self):
+            self.done = "abort"
+
+    guard = NetworkGuard()
+    routes = {u: Route(u) for u in ("file:///x/index.html", "https://cdn.jsdelivr.net/npm/x.js",
+                                    "http://localhost:8000/a", "data:image/png;base64,AAA", "wss://h/s")}
+    for r in routes.values():
+        guard(r)
+    assert {u: r.done for u, r in routes.items()} == {
+        "file:///x/index.html": "continue", "https://cdn.jsdelivr.net/npm/x.js": "abort",
+        "http://localhost:8000/a": "abort", "data:image/png;base64,AAA": "continue", "wss://h/s": "abort"}
+    assert guard.blocked == ["https://cdn.jsdelivr.net/npm/x.js", "http://localhost:8000/a", "wss://h/s"]
+
+
+@pytest.fixture(scope="module")
+def site() -> Path:
+    """The book built now into book/_build (html/, and screenshots/ by the tests)."""
+    pytest.importorskip("jupyter_book", reason="jupyter-book<2 is not installed: make test installs it (.[dev])")
+    index = _build_module().build(BUILD)
+    return index.parent
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="playwright is not installed: make test installs it (.[dev])")
+    exe = chromium_path()
+    with sync_api.sync_playwright() as p:
+        try:
+            b = p.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
+        except Exception as e:  # no binary at all, or one that does not start
+            pytest.skip(f"no Chromium could be started ({str(e).splitlines()[0]}): install Debian's chromium "
+                        "(apt-get install -y chromium; make test does it as root) or set CHROMIUM=/path/to/chrome")
+        yield b
+        b.close()
+
+
+def pages(html: Path) -> list[Path]:
+    return sorted(p for p in html.rglob("*.html") if p.relative_to(html).parts[0] not in SKIP_PAGES)
+
+
+def policy_page(html: Path) -> Path:
+    p = html / "notebooks" / "03_policy.html"
+    return p if p.exists() else html / "widgets_without_a_kernel.html"
+
+
+class Visit:
+    """One page opened in a fresh context with the network guard; collects console errors and page errors."""
+
+    def __init__(self, browser, path: Path):
+        self.guard = NetworkGuard()
+        self.errors: list[str] = []
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+        self.context.route("**/*", self.guard)
+        self.page = self.context.new_page()
+        self.page.on("console", lambda m: self.errors.append(f"console.{m.type}: {m.text}") if m.type == "error"
+                     else None)
+        self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+        self.page.on("requestfailed", lambda r: None if r.url in self.guard.blocked
+                     else self.errors.append(f"failed to load {r.url}: {r.failure}"))
+        self.page.goto(path.as_uri(), wait_until="load")
+        html = path.read_text(errors="replace")
+        self.has_math = 'class="math' in html
+        self.has_widgets = "application/vnd.jupyter.widget-view+json" in html
+        if self.has_math:  # MathJax 3 resolves startup.promise once the page is typeset
+            self.page.wait_for_function("window.MathJax && window.MathJax.startup && window.MathJax.startup.promise",
+                                        timeout=30_000)
+            self.page.evaluate("() => window.MathJax.startup.promise")
+        if self.has_widgets:
+            self.page.wait_for_selector(".jupyter-widgets", timeout=30_000)
+        self.page.wait_for_timeout(300)
+
+    def close(self):
+        self.context.close()
+
+
+def test_every_page_offline(site, browser):
+    """Every page: no console error, no outside request, math typeset, every image decoded."""
+    problems, checked = [], {"pages": 0, "math": 0, "widgets": 0, "images": 0}
+    for path in pages(site):
+        name = str(path.relative_to(site))
+        v = Visit(browser, path)
+        try:
+            checked["pages"] += 1
+            problems += [f"{name}: {e}" for e in v.errors]
+            problems += [f"{name}: request to an outside host: {u}" for u in v.guard.blocked]
+            if v.has_math:
+                checked["math"] += 1
+                n = v.page.locator("mjx-container").count()
+                if n == 0:
+                    problems.append(f"{name}: has math but no MathJax output (mjx-container)")
+            if v.has_widgets:
+                checked["widgets"] += 1
+                if v.page.locator(".jupyter-widgets .widget-toggle-button, .jupyter-widgets img").count() == 0:
+                    problems.append(f"{name}: widget outputs but no widget rendered")
+            images = v.page.evaluate("() => Array.from(document.images).map(i => [i.src.slice(0, 80), "
+                                     "i.complete, i.naturalWidth])")
+            checked["images"] += len(images)
+            problems += [f"{name}: image not decoded: {src}" for src, done, w in images if not done or w == 0]
+            if path.name == "index.html":
+                (BUILD / "screenshots").mkdir(exist_ok=True)
+                v.page.screenshot(path=str(BUILD / "screenshots" / "index.png"))
+        finally:
+            v.close()
+    print(f"checked {checked}")
+    assert checked["pages"] >= 5 and checked["math"] >= 1 and checked["widgets"] >= 1, checked
+    assert not problems, "\n".join(problems)
+
+
+VISIBLE_FIGURE = """() => {
+  const imgs = Array.from(document.querySelectorAll('.jupyter-widgets img'))
+      .filter(i => i.offsetParent !== null && i.getBoundingClientRect().width > 0);
+  return imgs.map(i => i.src);
+}"""
+
+
+def test_sweep_explorer_switches_without_kernel(site, browser):
+    """On the policy page, clicking another algorithm, then another reward, shows another figure."""
+    path = policy_page(site)
+    assert path.exists(), f"{path} is missing from the book"
+    v = Visit(browser, path)
+    try:
+        page = v.page
+        groups = page.locator(".widget-toggle-buttons")
+        assert groups.count() >= 2, f"{path.name}: expected the algorithm and reward toggles, got {groups.count()}"
+        algo, reward = groups.nth(0), groups.nth(1)
+        explorer = algo.locator("xpath=ancestor::div[contains(@class, 'widget-vbox')][1]")
+        explorer.scroll_into_view_if_needed()
+
+        def shown() -> tuple[str, str]:
+            srcs = page.evaluate(VISIBLE_FIGURE)
+            assert len(srcs) == 1, f"{path.name}: {len(srcs)} figures visible, expected 1"
+            shot = [i for i in page.locator(".jupyter-widgets img").all() if i.is_visible()][0].screenshot()
+            return srcs[0], hashlib.sha256(shot).hexdigest()
+
+        first = shown()
+        algo.locator("button").nth(1).click()
+        page.wait_for_timeout(300)
+        second = shown()
+        reward.locator("button").nth(1).click()
+        page.wait_for_timeout(300)
+        third = shown()
+        (BUILD / "screenshots").mkdir(exist_ok=True)
+        explorer.screenshot(path=str(BUILD / "screenshots" / "policy.png"))
+        assert first[0] != second[0] and first[1] != second[1], "clicking another algorithm did not change the figure"
+        assert second[0] != third[0] and second[1] != third[1], "clicking another reward did not change the figure"
+        assert not v.errors and not v.guard.blocked, (v.errors, v.guard.blocked)
+    finally:
+        v.close()
