@@ -9,7 +9,7 @@ TORCH_CPU   ?= torch==2.13.0
 TORCH_INDEX ?=
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: venv demo demo-fast test test-fast lab sync-notebooks execute-notebooks clean
+.PHONY: venv demo demo-fast test test-fast lab sync-notebooks execute-notebooks clean book browser
 
 venv: $(STAMP)
 
@@ -33,8 +33,8 @@ demo: $(STAMP)
 demo-fast: $(STAMP)
 	$(VENV)/bin/agentrl demo --fast --out runs/demo-fast
 
-## unit + integration tests and the notebooks under nbval in fast mode
-test: $(STAMP)
+## unit + integration tests, the notebooks under nbval in fast mode, the book in headless Chromium
+test: $(STAMP) browser
 	AGENTRL_FAST=1 $(PY) -m pytest -q -p no:cacheprovider $(NBVAL) tests notebooks
 
 ## unit tests only (no embedded model, no notebooks)
@@ -49,6 +49,22 @@ sync-notebooks: $(STAMP)
 execute-notebooks: sync-notebooks
 	for nb in notebooks/*.ipynb; do AGENTRL_FAST=0 $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
 	  --ExecutePreprocessor.timeout=3000 $$nb || exit 1; done
+
+## the book: HTML from the notebooks' stored outputs → book/_build/html/index.html (works opened from disk, offline);
+## BOOK_EXECUTE=1 re-executes every notebook first (with AGENTRL_FAST=1: in fast mode)
+book: $(STAMP)
+	$(PY) book/build.py $(if $(filter 1,$(BOOK_EXECUTE)),--execute)
+
+## Chromium for the book's browser test (tests/test_book.py): Debian's package, installed when none is found and make
+## runs as root with apt-get; otherwise the test skips with one message ($$CHROMIUM names another binary)
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  command -v google-chrome >/dev/null 2>&1 || [ -n "$$CHROMIUM" ] || \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's chromium for tests/test_book.py (apt-get)"; \
+	    { apt-get install -y -qq chromium || { apt-get update -qq && apt-get install -y -qq chromium; }; } \
+	      >/dev/null 2>&1 || echo "make: apt-get could not install chromium; tests/test_book.py will skip"; \
+	  else echo "make: no Chromium found (not root, or no apt-get); tests/test_book.py will skip"; fi
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/

@@ -265,6 +265,7 @@ def build(out: Path, run_notebooks: bool = False) -> Path:
     log(f"{len(names)} chapters: {', '.join(names)}")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            "PYDEVD_DISABLE_FILE_VALIDATION": "1", "MPLBACKEND": "Agg"}
+    shutil.rmtree(out / "jb", ignore_errors=True)  # a full build: no page of a removed chapter left behind
     jb = [sys.executable, "-c", "from jupyter_book.cli.main import main; main()"]
     # JB writes to <path-output>/_build/html: build into out/jb, then move html to out/html
     cmd = [*jb, "build", str(src), "--path-output", str(out / "jb"), "--builder", "html", "-W", "--keep-going", "--all"]
@@ -277,6 +278,7 @@ def build(out: Path, run_notebooks: bool = False) -> Path:
     elif html.exists():
         shutil.rmtree(html)
     shutil.copytree(out / "jb" / "_build" / "html", html)
+    (html / ".nojekyll").touch()  # GitHub Pages from a branch: serve _static/ as it is (no Jekyll)
     bad = check_links(html)
     if bad:
         raise RuntimeError("broken internal links:\n  " + "\n  ".join(bad))
