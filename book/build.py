@@ -211,8 +211,8 @@ def assemble(src: Path, run_notebooks: bool) -> list[str]:
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
     src.mkdir(parents=True, exist_ok=True)
     vendor(vendor_dir)
-    for js in (BOOK / "_js").glob("*.js"):  # the book's own small scripts, beside the vendored ones
-        shutil.copy2(js, vendor_dir / js.name)
+    for f in (BOOK / "_assets").iterdir():  # the book's own small scripts and CSS, beside the vendored ones
+        shutil.copy2(f, vendor_dir / f.name)
     for p in BOOK.iterdir():
         if p.suffix == ".md" and p.with_suffix(".ipynb").exists():
             continue  # a jupytext source: the executed .ipynb (outputs, widget state) is the page
