@@ -196,7 +196,7 @@ def execute(nb: Path, out: Path) -> None:
     """Run one notebook (cwd = its folder, as in JupyterLab) and write it with outputs and widget state to out."""
     log(f"executing {nb.relative_to(ROOT)} (AGENTRL_FAST={os.environ.get('AGENTRL_FAST', '0')})")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
+    subprocess.run([sys.executable, "-m", "nbconvert", "--to", "notebook", "--execute",
                     "--ExecutePreprocessor.timeout=3000", "--ExecutePreprocessor.store_widget_state=True",
                     "--output-dir", str(out.parent), "--output", out.name, str(nb)], check=True, env=env)
 
