@@ -4,7 +4,7 @@ headless Chromium with the network cut off (only file:// loads), and check what 
 Per page: no console error, no request to any outside host, math typeset by the vendored MathJax where the page has
 math, every <img> decoded. On the policy chapter (notebooks/03_policy, or the book's own widgets page while that
 chapter is missing) clicking another algorithm and then another reward of the sweep explorer changes the shown
-figure: no kernel runs behind a static page. Screenshots: book/_build/screenshots/{index,policy}.png.
+figure: no kernel runs behind a static page. Screenshots: book/_build/screenshots/index.png, policy.png (and policy_explorer.png).
 
 Chromium: $CHROMIUM, Debian's `chromium` (`make test` installs it with apt-get when missing and run as root),
 `chromium-browser`, `google-chrome`, or Playwright's own download; driven by Playwright's Python package. Without any
@@ -200,70 +200,89 @@ VISIBLE_FIGURES = """el => Array.from(el.querySelectorAll('img'))
   .filter(i => i.offsetParent !== null && i.getBoundingClientRect().width > 0).map(i => i.src)"""
 
 
-def explorer_pages(site: Path) -> list[Path]:
-    """The policy page, and every other page whose notebook calls widgets.sweep_explorer in a code cell."""
-    import json
-
-    found = [policy_page(site)]
-    for nb in sorted((BUILD / "src").rglob("*.ipynb")):
-        cells = json.loads(nb.read_text()).get("cells", [])
-        if any(c["cell_type"] == "code" and "sweep_explorer(" in "".join(c["source"]) for c in cells):
-            page = site / nb.relative_to(BUILD / "src").with_suffix(".html")
-            if page not in found:
-                found.append(page)
-    return found
+MARK_EXPLORERS = """() => {
+  const roots = [];
+  for (const g of document.querySelectorAll('.widget-toggle-buttons')) {
+    const root = g.closest('.widget-vbox');
+    if (root && root.querySelector('img') && !roots.includes(root)) roots.push(root);  // toggles over figures
+  }
+  roots.forEach((r, i) => r.setAttribute('data-explorer', String(i)));
+  return roots.length;
+}"""
 
 
-def check_explorer(browser, site: Path, path: Path, screenshot: Path | None) -> list[str]:
-    """Click the second algorithm, then the second reward, of the page's first sweep explorer; the visible figure must
-    change each time. Returns the problems found."""
+def required_explorer_pages(site: Path) -> list[Path]:
+    """Pages that must show a working algorithm × reward explorer: the policy page, the reward chapter (when it
+    exists) and the book's widgets page."""
+    pages_ = [policy_page(site), site / "notebooks" / "02_reward.html", site / "widgets_without_a_kernel.html"]
+    return list(dict.fromkeys(p for p in pages_ if p.exists() or p == policy_page(site)))
+
+
+def check_explorers(browser, site: Path, path: Path, required: bool, screenshot: Path | None) -> tuple[list[str], int]:
+    """Click the second button of every toggle group of every sweep explorer on the page (an explorer: a VBox of
+    ToggleButtons over nested Stacks of figures); each click must change the one visible figure. A required page must
+    have an explorer with two toggle groups (algorithm and reward). Returns (problems, clicks checked)."""
     name = str(path.relative_to(site))
     if not path.exists():
-        return [f"{name} is missing from the book"]
+        return [f"{name} is missing from the book"], 0
     v = Visit(browser, path)
     try:
         page = v.page
-        groups = page.locator(".widget-toggle-buttons")
-        if groups.count() < 2:
-            return [f"{name}: no sweep explorer rendered ({groups.count()} toggle groups, {v.unrendered} widget "
-                    "outputs not rendered). Its notebook must be executed with the results present and saved with "
-                    "the widget state: jupyter nbconvert --to notebook --execute --inplace "
-                    "--ExecutePreprocessor.store_widget_state=True NOTEBOOK"]
-        explorer = groups.nth(0).locator("xpath=ancestor::div[contains(@class, 'widget-vbox')][1]")
-        algo, reward = explorer.locator(".widget-toggle-buttons").nth(0), explorer.locator(".widget-toggle-buttons").nth(1)
-        explorer.scroll_into_view_if_needed()
+        n = page.evaluate(MARK_EXPLORERS)
+        groups_per = [page.locator(f"[data-explorer='{i}'] .widget-toggle-buttons").count() for i in range(n)]
+        problems, clicks = [], 0
+        if required and not any(g >= 2 for g in groups_per):
+            return [f"{name}: no algorithm × reward sweep explorer rendered (toggle groups per explorer: "
+                    f"{groups_per}; {v.unrendered} widget outputs not rendered). Its notebook must be executed with "
+                    "the results present and saved with the widget state: jupyter nbconvert --to notebook --execute "
+                    "--inplace --ExecutePreprocessor.store_widget_state=True NOTEBOOK"], 0
+        for i in range(n):
+            explorer = page.locator(f"[data-explorer='{i}']")
+            explorer.scroll_into_view_if_needed()
 
-        def shown() -> tuple[str, str]:
-            srcs = explorer.evaluate(VISIBLE_FIGURES)
-            assert len(srcs) == 1, f"{name}: {len(srcs)} figures visible in the explorer, expected 1"
-            shot = [i for i in explorer.locator("img").all() if i.is_visible()][0].screenshot()
-            return srcs[0], hashlib.sha256(shot).hexdigest()
+            def shown() -> tuple[str, str]:
+                srcs = explorer.evaluate(VISIBLE_FIGURES)
+                assert len(srcs) == 1, f"{name}: {len(srcs)} figures visible in explorer {i}, expected 1"
+                shot = [im for im in explorer.locator("img").all() if im.is_visible()][0].screenshot()
+                return srcs[0], hashlib.sha256(shot).hexdigest()
 
-        first = shown()
-        algo.locator("button").nth(1).click()
-        page.wait_for_timeout(300)
-        second = shown()
-        reward.locator("button").nth(1).click()
-        page.wait_for_timeout(300)
-        third = shown()
-        if screenshot:
-            screenshot.parent.mkdir(exist_ok=True)
-            explorer.screenshot(path=str(screenshot))
-        problems = [f"{name}: {e}" for e in v.errors] + [f"{name}: outside request {u}" for u in v.guard.blocked]
-        if first[0] == second[0] or first[1] == second[1]:
-            problems.append(f"{name}: clicking another algorithm did not change the figure")
-        if second[0] == third[0] or second[1] == third[1]:
-            problems.append(f"{name}: clicking another reward did not change the figure")
-        return problems
+            before = shown()
+            for k in range(groups_per[i]):
+                group = explorer.locator(".widget-toggle-buttons").nth(k)
+                buttons = group.locator("button")
+                if buttons.count() < 2:
+                    continue
+                label = buttons.nth(1).inner_text()
+                buttons.nth(1).click()
+                page.wait_for_timeout(300)
+                after = shown()
+                clicks += 1
+                if after[0] == before[0] or after[1] == before[1]:
+                    problems.append(f"{name}: explorer {i}: clicking {label!r} did not change the figure")
+                before = after
+            if screenshot and i == 0:  # the page around the explorer, and the explorer alone
+                screenshot.parent.mkdir(exist_ok=True)
+                explorer.scroll_into_view_if_needed()
+                page.screenshot(path=str(screenshot))
+                explorer.screenshot(path=str(screenshot.with_name(screenshot.stem + "_explorer.png")))
+        problems += [f"{name}: {e}" for e in v.errors] + [f"{name}: outside request {u}" for u in v.guard.blocked]
+        return problems, clicks
     finally:
         v.close()
 
 
-def test_sweep_explorer_switches_without_kernel(site, browser):
-    """On the policy page (and every page with a sweep explorer), clicking another algorithm, then another reward,
-    shows another figure; the policy page's explorer is saved as book/_build/screenshots/policy.png."""
-    problems, pages_ = [], explorer_pages(site)
-    for i, path in enumerate(pages_):
-        problems += check_explorer(browser, site, path, BUILD / "screenshots" / "policy.png" if i == 0 else None)
-    print("explorers checked:", [str(p.relative_to(site)) for p in pages_])
+def test_sweep_explorers_switch_without_kernel(site, browser):
+    """On the policy page (and the reward chapter, the widgets page, every page with a rendered sweep explorer),
+    clicking another algorithm, then another reward, shows another figure. The policy page's explorer is saved as
+    book/_build/screenshots/policy.png."""
+    required = required_explorer_pages(site)
+    others = [p for p in pages(site) if p not in required
+              and "application/vnd.jupyter.widget-view+json" in p.read_text(errors="replace")]
+    problems, checked = [], {}
+    for path in required + others:
+        shot = BUILD / "screenshots" / "policy.png" if path == required[0] else None
+        found, clicks = check_explorers(browser, site, path, path in required, shot)
+        problems += found
+        checked[str(path.relative_to(site))] = clicks
+    print("toggle clicks checked per page:", checked)
     assert not problems, "\n".join(problems)
