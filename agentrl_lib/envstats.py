@@ -164,7 +164,8 @@ def run_test(nodeid: str, plant: str | None = None, timeout: float = 600, tail_l
     """
     root = repo_root()
     with tempfile.TemporaryDirectory(prefix="agentrl-plant-") as tmp:
-        args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *extra_args]
+        args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "--show-capture=no", "--color=no",
+                *extra_args]
         if plant is not None:
             (Path(tmp) / "_agentrl_planted_bug.py").write_text(textwrap.dedent(plant))
             args += ["-p", "_agentrl_planted_bug"]
