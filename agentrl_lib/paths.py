@@ -21,14 +21,16 @@ def cache_root() -> Path:
 
 def git_commit() -> str:
     """`git rev-parse HEAD` of the source tree this module is in, with '+dirty' when tracked files differ from it;
-    'unknown' outside git."""
+    outside git, the environment variable AGENTRL_GIT_COMMIT (set it when running a copy of a checkout that has no
+    .git, e.g. on a GPU machine) or 'unknown'."""
     here = Path(__file__).resolve().parent
+    outside = os.environ.get("AGENTRL_GIT_COMMIT") or "unknown"
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
-            return "unknown"
+            return outside
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
                                capture_output=True, text=True, timeout=10)
         return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return outside

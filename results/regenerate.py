@@ -79,6 +79,10 @@ def run(cmd: list[str], name: str) -> None:
 def parallel(jobs: list[tuple[str, list[str]]], n: int) -> list[str]:
     """Run (name, command) jobs, n at a time; returns the names of those that failed (each logged)."""
     failed = []
+    if DRY_RUN:
+        for name, cmd in jobs:
+            print(f"{name}: {shlex.join(cmd[2:])}")
+        return failed
 
     def one(job):
         try:
@@ -115,6 +119,8 @@ def stage_eval(model: str, games_name: str, max_turns: int, stage: str, **meta) 
     name = f"{stage}-{Path(model).name}-on-{games_name}"
     out = ROOT / "runs" / "evals" / f"{name}.json"
     meta_path = out.with_suffix(".meta.json")
+    if DRY_RUN:
+        return [] if out.exists() else [(f"eval-{name}", ["", "", "eval", model, "on", games_name])]
     meta_path.parent.mkdir(parents=True, exist_ok=True)
     meta_path.write_text(json.dumps({"stage": stage, "model": model, "games": games_name, "max_turns": max_turns,
                                      **meta}))
@@ -158,6 +164,8 @@ def choose_sft(jobs: int) -> str:
     choice = ROOT / "results" / "sft_choice.json"
     if choice.exists():
         return json.loads(choice.read_text())["chosen"]
+    if DRY_RUN:
+        return sft_dir("cooking-train", SFT_CANDIDATES[0], 1.0, 0) + "-OR-ANOTHER-CANDIDATE"
     todo = [j for d in SFT_CANDIDATES for j in sft("cooking-train", d, 1.0, 0)]
     parallel(todo, jobs)
     evals = [j for d in SFT_CANDIDATES for j in stage_eval(sft_dir("cooking-train", d, 1.0, 0), "cooking-valid", 8,
@@ -181,16 +189,19 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("part", choices=["all", "main", "split", "complexity", "evals"])
     p.add_argument("--jobs", type=int, default=1, help="commands at once (1 on a laptop; 8 on a 16-core GPU machine)")
+    p.add_argument("--dry-run", action="store_true", help="print the commands that would run; run nothing")
     a = p.parse_args()
-    global ENV
+    global ENV, DRY_RUN
+    DRY_RUN = a.dry_run
     ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "TOKENIZERS_PARALLELISM": "false",
            "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // a.jobs))}
     parts = ["main", "split", "complexity", "evals"] if a.part == "all" else [a.part]
     t0 = time.perf_counter()
     parallel(games(GAMES), a.jobs)
-    subprocess.run([*AGENTRL[:1], "-c", "from agentrl_lib.models import embedded_model_dir as e; e()"], cwd=ROOT,
-                   env=ENV, check=True)  # convert the embedded model once, before parallel jobs load it
+    if not DRY_RUN:
+        subprocess.run([*AGENTRL[:1], "-c", "from agentrl_lib.models import embedded_model_dir as e; e()"], cwd=ROOT,
+                       env=ENV, check=True)  # convert the embedded model once, before parallel jobs load it
     main_init = choose_sft(a.jobs) if {"main", "evals"} & set(parts) else None
     sfts, jobs, evals = [], [], []
     if "main" in parts:
@@ -227,11 +238,14 @@ def main() -> None:
                 sfts += sft(f"{lvl}-train", COMPLEXITY_SFT["demos"], COMPLEXITY_SFT["epochs"], s)
     failed = parallel(list(dict(sfts).items()), a.jobs)
     failed += parallel(jobs + evals, a.jobs)
+    if DRY_RUN:
+        return
     log(f"collected {collect_evals()} new stage evaluations into results/stage_evals.jsonl")
     log(f"{a.part}: {time.perf_counter() - t0:.0f}s wall" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
     sys.exit(1 if failed else 0)
 
 
 ENV: dict[str, str] = {}
+DRY_RUN = False
 if __name__ == "__main__":
     main()

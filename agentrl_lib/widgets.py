@@ -1,0 +1,186 @@
+"""Widgets of the chapters: a sweep explorer (toggle the algorithm and the reward, see the training curves) and a
+trajectory browser (one episode's tokens coloured by loss mask, with their rewards and advantages).
+
+Both work without a kernel, as in the static book: the explorer pre-renders one figure per cell and switches them
+with `jslink` between the ToggleButtons and nested `widgets.Stack`s (a Python callback never runs in a static page:
+../shared/NOTES.md); the browser renders HTML.
+
+    from agentrl_lib import sweep, widgets
+    widgets.sweep_explorer(sweep.load_records("../results/algo_reward.jsonl"))
+
+Introduced in notebooks/02_reward and 03_policy.
+"""
+from __future__ import annotations
+
+import html
+import io
+from typing import Any, Sequence
+
+DEFAULT_METRICS = ("success_rate", "return_mean", "group_return_std", "entropy")
+"""Per-step keys (sweep.STEP_KEYS) the explorer plots for each cell."""
+
+
+def _png(fig) -> bytes:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def cell_figure(records: list[dict], metrics: Sequence[str] = DEFAULT_METRICS, title: str = ""):
+    """One figure of the runs of one cell: a panel per metric (vs RL step), each seed a thin line, the mean thick.
+    Returns the matplotlib Figure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from .plots import seed_curves
+
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.1 * len(metrics), 2.6), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        steps, y = seed_curves(records, metric)
+        for row in y:
+            ax.plot(steps, row, color="tab:blue", alpha=0.35, linewidth=0.8)
+        if len(steps):
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                ax.plot(steps, np.nanmean(y, 0), color="tab:blue", linewidth=2)
+        ax.set_title(metric, fontsize=9)
+        ax.set_xlabel("RL step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _cell_title(records: list[dict], cell: dict) -> str:
+    import numpy as np
+
+    ev = [r["eval"]["success_rate"] for r in records if r.get("eval")]
+    what = ", ".join(f"{k}={v}" for k, v in cell.items())
+    if not ev:
+        return f"{what}: no runs"
+    return (f"{what}: held-out success {np.mean(ev):.1%} (seeds: "
+            f"{', '.join(f'{v:.0%}' for v in ev)}); thin = one seed, thick = mean")
+
+
+def sweep_explorer(records: list[dict], metrics: Sequence[str] = DEFAULT_METRICS,
+                   axes: Sequence[str] = ("algo", "reward.kind"), title: str | None = None):
+    """A widget: one ToggleButtons per cell axis in `axes` over the pre-rendered training curves of each cell.
+
+    The figures (one per combination of the axes' values; panels = `metrics`, per seed and mean) are rendered now,
+    as PNG, into nested `widgets.Stack`s — level k is indexed by the k-th axis — and each ToggleButtons'
+    `index` is `jslink`ed to the `selected_index` of every Stack of its level, so the switch happens in the browser:
+    live in JupyterLab and in the static book alike.
+
+    Args:
+        records: sweep records (sweep.load_records); every record must have each axis in its cell.
+        metrics: per-step keys of sweep.STEP_KEYS.
+        axes: cell axes to toggle (1 or more), e.g. ("algo", "reward.kind").
+    Returns: an ipywidgets.VBox (title, toggles, figures); its `links` attribute lists the jslinks.
+    Raises: ValueError when a record lacks an axis or `records` is empty.
+    """
+    import ipywidgets as w
+
+    if not records:
+        raise ValueError("no records: run the sweep first (results/regenerate.py)")
+    for r in records:
+        missing = [a for a in axes if a not in r.get("cell", {})]
+        if missing:
+            raise ValueError(f"a record's cell {r.get('cell')} lacks the axis {missing[0]!r}; pick axes among its keys")
+    values = [sorted({r["cell"][a] for r in records}, key=str) for a in axes]
+    toggles = [w.ToggleButtons(options=[str(v) for v in vs], description=a, value=str(vs[0]),
+                               style={"button_width": "auto"}) for a, vs in zip(axes, values)]
+    levels: list[list] = [[] for _ in axes]  # the Stacks of each level, to link with that level's toggle
+
+    def build(k: int, fixed: dict) -> Any:
+        if k == len(axes):
+            runs = [r for r in records if all(r["cell"][a] == v for a, v in fixed.items())]
+            fig = cell_figure(runs, metrics, _cell_title(runs, fixed))
+            return w.Image(value=_png(fig), format="png", layout=w.Layout(max_width="100%"))
+        stack = w.Stack([build(k + 1, {**fixed, axes[k]: v}) for v in values[k]], selected_index=0)
+        levels[k].append(stack)
+        return stack
+
+    root = build(0, {})
+    links = [w.jslink((toggle, "index"), (stack, "selected_index"))
+             for toggle, stacks in zip(toggles, levels) for stack in stacks]
+    head = [w.HTML(f"<b>{html.escape(title)}</b>")] if title else []
+    box = w.VBox([*head, *toggles, root])
+    box.links = links  # the jslinks (kept with the box; the static page's embedded state holds them too)
+    return box
+
+
+# ------------------------------------------------------------------------------------------------ trajectories
+def _colour(value: float, scale: float) -> str:
+    """Background for a token's advantage / reward: green positive, red negative, white 0."""
+    if scale <= 0 or value == 0:
+        return "#ffffff"
+    a = min(abs(value) / scale, 1.0)
+    r, g, b = (int(255 - a * 120), 255, int(255 - a * 120)) if value > 0 else (255, int(255 - a * 120),
+                                                                                int(255 - a * 120))
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def trajectory_html(trajectory, tokenizer, token_rewards=None, advantages=None, max_tokens: int = 2000) -> str:
+    """One episode as HTML: each token of its sequence; environment / prompt tokens (loss mask 0) grey, policy
+    tokens (mask 1) boxed and coloured by advantage (green > 0, red < 0); a token carrying a reward (a turn end)
+    is marked with it. Hover a token for its id, mask, reward and advantage.
+
+    Args:
+        trajectory: a rollout.Trajectory (its ids and loss mask).
+        tokenizer: its tokenizer (decodes each id).
+        token_rewards, advantages: per-token sequences of the trajectory's length (e.g. a row of the trainer's
+            (B, T) tensors cut to the trajectory), or None.
+    Returns: an HTML string (display with IPython.display.HTML).
+    """
+    ids = list(trajectory.ids)[:max_tokens]
+    mask = list(trajectory.mask)[:max_tokens]
+    rew = [float(x) for x in token_rewards][:len(ids)] if token_rewards is not None else [0.0] * len(ids)
+    adv = [float(x) for x in advantages][:len(ids)] if advantages is not None else [0.0] * len(ids)
+    scale = max([abs(a) for a, m in zip(adv, mask) if m] or [0.0])
+    parts = []
+    for i, (t, m, r, a) in enumerate(zip(ids, mask, rew, adv)):
+        text = html.escape(tokenizer.decode([t])).replace("\n", "↵<br>")
+        tip = f"#{i} id {t} mask {int(m)} reward {r:+.3f} advantage {a:+.3f}"
+        if m:
+            style = f"background:{_colour(a, scale)};border:1px solid #88a;border-radius:2px"
+        else:
+            style = "color:#888"
+        badge = (f"<sup style='color:#b50;font-weight:bold'>r={r:+.2f}</sup>" if r else "")
+        parts.append(f"<span title='{tip}' style='{style}'>{text}</span>{badge}")
+    legend = ("<div style='font-size:85%;margin-bottom:4px'>grey: prompt / environment tokens (loss mask 0) · boxed: "
+              "policy tokens (mask 1), green = positive advantage, red = negative · <b>r=</b>: the turn reward on "
+              "its turn-end token</div>")
+    return legend + "<div style='font-family:monospace;font-size:85%;line-height:1.6'>" + "".join(parts) + "</div>"
+
+
+def trajectory_browser(trajectories: Sequence, tokenizer, token_rewards=None, advantages=None):
+    """A widget to browse episodes: a slider picks the episode, its tokens are shown as trajectory_html renders
+    them, with its game, return and turns. `token_rewards` / `advantages`: per-episode per-token sequences (or a
+    (B, T) tensor whose row i belongs to trajectories[i]), or None. Needs a kernel to switch episodes (the first
+    one is shown in a static page). Returns an ipywidgets.VBox."""
+    import ipywidgets as w
+
+    if not trajectories:
+        raise ValueError("no trajectories to browse")
+    out = w.HTML()
+    pick = w.IntSlider(min=0, max=len(trajectories) - 1, value=0, description="episode")
+
+    def show(i: int) -> None:
+        tr = trajectories[i]
+        n = len(tr.ids)
+        rew = None if token_rewards is None else list(token_rewards[i])[:n]
+        adv = None if advantages is None else list(advantages[i])[:n]
+        head = (f"<b>episode {i}</b>: game {html.escape(str(tr.game))}, group {tr.group}, "
+                f"won {tr.won}, turns {len(tr.turn_ends)}, actions {html.escape(' | '.join(tr.actions))}, "
+                f"return {sum(float(x) for x in (rew or [])):+.3f}<br>")
+        out.value = head + trajectory_html(tr, tokenizer, rew, adv)
+
+    pick.observe(lambda change: show(change["new"]), names="value")
+    show(0)
+    return w.VBox([pick, out])
