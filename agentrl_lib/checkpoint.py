@@ -116,6 +116,8 @@ def is_disk_full(exc: BaseException) -> bool:
             return True
         if "No space left on device" in str(exc) or "StorageFull" in str(exc):
             return True
+        if "inline_container" in str(exc) and "unexpected pos" in str(exc):  # torch.save's zip writer, disk full
+            return True
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return False
 
@@ -355,7 +357,7 @@ def verify_checkpoint(ckpt: str | Path, need_value_head: bool = False) -> int:
     files = state.get("files")
     if files is not None and not isinstance(files, dict):
         raise CheckpointError(f"{ckpt.name}: state.json is damaged")
-    required = ["optimizer.pt"] + (["value_head.pt"] if need_value_head else [])
+    required = ([] if state.get("pruned") else ["optimizer.pt"]) + (["value_head.pt"] if need_value_head else [])
     if files is None:  # format 1
         if not ((ckpt / "policy" / "config.json").is_file() or (ckpt / "policy" / "adapter_config.json").is_file()):
             raise CheckpointError(f"{ckpt.name}: policy/ holds no model")
@@ -388,6 +390,30 @@ def complete_checkpoints(ckpt_root: str | Path, need_value_head: bool = False,
         yield step, p
 
 
+def prune_training_state(run_dir: str | Path) -> int:
+    """Free the disk of a finished run: delete every checkpoint but the newest, and the newest's optimizer state
+    (about 2/3 of a full fine-tune's checkpoint: AdamW keeps two moments per weight). The newest policy (and value
+    head) stay, so the run can still be evaluated or used as `--init`; it can no longer be resumed
+    (read_training_state says so). `agentrl sweep` calls this once a run is recorded. Returns the bytes freed."""
+    root = Path(run_dir) / "checkpoints"
+    ckpts = [p for _, p in list_checkpoints(root)]  # newest first
+    freed = 0
+    for i, p in enumerate(ckpts):
+        if i > 0:
+            freed += sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+            shutil.rmtree(p, ignore_errors=True)
+            continue
+        opt, state_path = p / "optimizer.pt", p / "state.json"
+        if opt.is_file():
+            freed += opt.stat().st_size
+            state = json.loads(state_path.read_text())
+            state.get("files", {}).pop("optimizer.pt", None)
+            state["pruned"] = True
+            atomic_write_text(state_path, json.dumps(state, indent=1))
+            opt.unlink()
+    return freed
+
+
 def read_training_state(ckpt: str | Path) -> dict[str, Any]:
     """Load optimizer.pt and value_head.pt (if present) of a checkpoint on the CPU:
     {'optimizer': state dict, 'value_head': state dict or None}. Raises what torch.load raises on damage."""
@@ -395,6 +421,13 @@ def read_training_state(ckpt: str | Path) -> dict[str, Any]:
 
     ckpt = Path(ckpt)
     vh = ckpt / "value_head.pt"
+    try:
+        pruned = json.loads((ckpt / "state.json").read_text()).get("pruned")
+    except (OSError, ValueError):
+        pruned = False
+    if pruned:
+        raise CheckpointError(f"{ckpt} has no optimizer state: `agentrl sweep` removed it once the run was recorded "
+                              f"(prune_training_state); start a new run from its policy with --init {ckpt.parent.parent}")
     return {"optimizer": torch.load(ckpt / "optimizer.pt", map_location="cpu"),
             "value_head": torch.load(vh, map_location="cpu") if vh.is_file() else None}
 

@@ -330,7 +330,8 @@ def _sweep(a) -> None:
         records = sweep.run_sweep(a.base, a.grid, a.seeds, a.out, runs_dir=a.runs_dir, init=a.init,
                                   eval_games=a.eval_games, progress=True, run_progress=a.verbose,
                                   dry_run=a.dry_run, tags=sweep.parse_tags(a.tag),
-                                  extra_evals=sweep.parse_extra_evals(a.also_eval))
+                                  extra_evals=sweep.parse_extra_evals(a.also_eval),
+                                  keep_training_state=a.keep_training_state)
     except sweep.SweepInterrupted as e:  # Ctrl-C: one line with the command that resumes, exit 130
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         again = shlex.join(["agentrl", *getattr(a, "argv", ["sweep", "..."])])
@@ -453,6 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--also-eval", nargs="+", default=[], metavar="NAME=DIR[@TURNS]",
                    help="also evaluate each trained policy on these game sets (e.g. hard=games/harder@12); kept in "
                         "the record's evals.NAME")
+    w.add_argument("--keep-training-state", action="store_true",
+                   help="keep every checkpoint of recorded runs (default: only the newest policy stays; ~1 GB saved "
+                        "per run of the embedded model)")
     w.add_argument("--verbose", action="store_true", help="print each run's per-step lines")
     w.add_argument("--dry-run", action="store_true", help="check the grid, configs and games and list the runs "
                                                           "(recorded / resume / new); run nothing")

@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .checkpoint import atomic_write_text
+from .checkpoint import atomic_write_text, prune_training_state
 from .config import ALGO_PRESETS, SECTIONS, SEED_MAX, ConfigError, RunConfig, _parse_value, choices_for
 from .paths import git_commit
 
@@ -487,7 +487,8 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
               eval_games: str | Path | None = None, run: Callable[..., dict] | None = None, progress: bool = True,
               run_progress: bool = False, warn: Callable[[str], None] | None = None,
               dry_run: bool = False, tags: dict[str, Any] | None = None,
-              extra_evals: dict[str, tuple[str, int | None]] | None = None) -> list[dict]:
+              extra_evals: dict[str, tuple[str, int | None]] | None = None,
+              keep_training_state: bool = False) -> list[dict]:
     """Train and evaluate every cell × seed of `grid` and append one record per finished run to `out`.
 
     Args:
@@ -506,6 +507,9 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
         tags: labels joined to every cell (plan_sweep), e.g. {"sft.demos": 12} for one point of an SFT:RL split.
         extra_evals: {name: (games dir, max_turns or None)}: after training, each run's policy is also evaluated
             on these sets (evaluate_extra), kept in the record's "evals" (metric 'evals.NAME.success_rate').
+        keep_training_state: keep every checkpoint of a recorded run; by default only its newest policy (and value
+            head) stay (checkpoint.prune_training_state: a full fine-tune of the embedded model leaves ~1.6 GB per
+            checkpoint, which filled a 64 GB disk after ~30 runs).
     Returns:
         The records of every run of this sweep (found in `out` or written now), in plan order (dry_run: those found).
     Raises:
@@ -576,6 +580,8 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
             rec = make_record(current, summary, base_hash, started, datetime.now(timezone.utc),
                               time.perf_counter() - t0, commit, machine, resumed=resume, evals=evals)
             done[key(current)] = rec = append_record(out, rec)
+            if not keep_training_state:
+                prune_training_state(current.run_dir)
             bar.update(1)
             bar.set_postfix_str(f"{current.name}: eval success {rec['eval']['success_rate']:.2f}")
     except KeyboardInterrupt:

@@ -162,8 +162,10 @@ def choose_sft(jobs: int) -> str:
     """The main sweep's SFT start: the candidate whose VALIDATION success is nearest TARGET_SFT_SUCCESS (ties: fewer
     demos); written to results/sft_choice.json with every candidate's numbers."""
     choice = ROOT / "results" / "sft_choice.json"
-    if choice.exists():
-        return json.loads(choice.read_text())["chosen"]
+    if choice.exists():  # chosen before: (re)make that SFT model if this machine lacks it, and use it
+        chosen = json.loads(choice.read_text())
+        parallel(sft("cooking-train", chosen["chosen_demos"], 1.0, 0), jobs)
+        return chosen["chosen"]
     if DRY_RUN:
         return sft_dir("cooking-train", SFT_CANDIDATES[0], 1.0, 0) + "-OR-ANOTHER-CANDIDATE"
     todo = [j for d in SFT_CANDIDATES for j in sft("cooking-train", d, 1.0, 0)]
@@ -188,13 +190,15 @@ def choose_sft(jobs: int) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("part", choices=["all", "main", "split", "complexity", "evals"])
-    p.add_argument("--jobs", type=int, default=1, help="commands at once (1 on a laptop; 8 on a 16-core GPU machine)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="commands at once (1 on a laptop; 7 on a 16-core machine with an 80 GB GPU: one RL run of "
+                        "configs/cooking.yaml holds ~9.5 GB of GPU memory, 8 at once ran out)")
     p.add_argument("--dry-run", action="store_true", help="print the commands that would run; run nothing")
     a = p.parse_args()
     global ENV, DRY_RUN
     DRY_RUN = a.dry_run
     ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-           "TOKENIZERS_PARALLELISM": "false",
+           "TOKENIZERS_PARALLELISM": "false", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
            "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // a.jobs))}
     parts = ["main", "split", "complexity", "evals"] if a.part == "all" else [a.part]
     t0 = time.perf_counter()

@@ -2,6 +2,7 @@
 by the real run_rl with a tiny model on scripted games, skipping recorded runs, resuming after Ctrl-C, the report's
 means and bootstrap intervals (with a negative control), and a results file whose last write was cut short."""
 import json
+from pathlib import Path
 
 import numpy as np
 import matplotlib.pyplot as plt
@@ -388,3 +389,26 @@ def test_parallel_sweeps_wait_for_the_results_lock(tmp_path, monkeypatch, locked
     t.join(5)
     assert written_while_held is (not locked)
     assert len(out.read_text().splitlines()) == 1
+
+
+def test_recorded_runs_keep_only_their_newest_policy(tiny_model_dir, tmp_path, scripted):
+    """A sweep prunes a recorded run's training state (optimizer, older checkpoints): the policy still loads for
+    evaluation, a resume says why it cannot; --keep-training-state keeps everything (the control)."""
+    from agentrl_lib import checkpoint
+    from agentrl_lib.models import load_policy
+
+    games = _scripted_games(tmp_path / "games")
+    for keep in (False, True):
+        runs = tmp_path / f"runs-{keep}"
+        [rec] = sweep.run_sweep(_base(games, steps=2), ["reward.kind=sparse"], [0], tmp_path / f"{keep}.jsonl",
+                                runs_dir=runs, init=tiny_model_dir, progress=False, keep_training_state=keep)
+        ckpts = [p for _, p in checkpoint.list_checkpoints(Path(rec["run_dir"]) / "checkpoints")]
+        assert len(ckpts) == (2 if keep else 1)
+        assert (ckpts[0] / "optimizer.pt").is_file() is keep
+        assert checkpoint.verify_checkpoint(ckpts[0]) == 2
+        load_policy(rec["run_dir"], "cpu")  # the newest policy still loads
+        if keep:
+            checkpoint.read_training_state(ckpts[0])
+        else:
+            with pytest.raises(checkpoint.CheckpointError, match="start a new run from its policy with --init"):
+                checkpoint.read_training_state(ckpts[0])

@@ -203,7 +203,7 @@ def load_game_set(root: str | Path) -> GameSet:
         GameSetError: the directory does not exist, has no manifest.json, the manifest is malformed, lists no games,
             names an unknown family, or names game files that are missing (a "seed" family has no files to check).
     """
-    root = Path(root).expanduser()
+    root = Path(root).expanduser().absolute()  # env workers may run in another cwd: game paths must not be relative
     hint = "make one with e.g. `agentrl make-games textworld --challenge tw-cooking --n 8 --seed 0 --out DIR`"
     if not root.is_dir():
         raise GameSetError(f"games directory {root} does not exist; {hint}")

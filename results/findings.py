@@ -1,0 +1,135 @@
+"""The README's "Findings at small scale" table, computed from the results files (never typed by hand).
+
+    python results/findings.py            # print the table
+    python results/findings.py --write    # replace the table between README's findings markers
+
+tests/test_findings.py fails when README's table differs from what this prints (re-run with --write after new
+results land). Each row: the finding, the paper's number, ours (mean over seeds, n, 95% bootstrap interval of the
+difference from agentrl_lib.sweep.report), and the verdict: "agrees" / "disagrees" when the interval excludes 0,
+"no difference at this scale" when it contains 0, "cannot tell yet" when a cell has fewer than 2 seeds.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from agentrl_lib.sweep import load_records, report  # noqa: E402
+
+README = ROOT / "README.md"
+START, END = "<!-- findings:start -->", "<!-- findings:end -->"
+REGENERATE = "python results/regenerate.py"
+
+
+def _load(name: str) -> list[dict]:
+    path = ROOT / "results" / name
+    return load_records(path) if path.exists() else []
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def _difference(records, compare, a, b, where: dict, expect_sign: int) -> tuple[str, str]:
+    """(ours, verdict) for mean(a) − mean(b) of held-out success between two values of `compare` within `where`.
+    expect_sign: +1 if the paper found a > b, -1 if a < b, 0 if it found no difference."""
+    chosen = [r for r in records if all(r["cell"].get(k) == v for k, v in where.items())]
+    if not chosen:
+        return "not run yet", f"cannot tell yet (`{REGENERATE}`)"
+    rep = report(chosen, compare=compare, by=list(where) or None)
+    means = {c["cell"][compare]: (c["mean"], c["n"]) for c in rep.cells}
+    ours = "; ".join(f"{v} {_pct(means[v][0])} (n={means[v][1]})" if v in means else f"{v} not run"
+                     for v in (a, b))
+    row = next((d for d in rep.differences if {d["a"], d["b"]} == {a, b}), None)
+    if row is None or row["ci"] is None:
+        return ours, "cannot tell yet (fewer than 2 seeds in a cell)"
+    sign = 1 if row["a"] == a else -1
+    diff, lo, hi = sign * row["diff"], *sorted(sign * x for x in row["ci"])
+    ours += f"; Δ {100 * diff:+.0f} pts [{100 * lo:+.0f}, {100 * hi:+.0f}]"
+    if lo <= 0 <= hi:
+        return ours, "no difference at this scale" + (" (agrees)" if expect_sign == 0 else "")
+    return ours, "agrees" if (diff > 0) == (expect_sign > 0) and expect_sign != 0 else "disagrees"
+
+
+def _collapse(records) -> tuple[str, str]:
+    """RAGEN's Echo Trap signature in the training curves: the within-group return std falls to 0 and stays there
+    (>= 5 consecutive steps) while the training success rate is 0."""
+    if not records:
+        return "not run yet", f"cannot tell yet (`{REGENERATE}`)"
+    collapsed = 0
+    for r in records:
+        run, best = 0, 0
+        for s in r["steps"]:
+            flat = (s.get("group_return_std") or 0.0) < 1e-3 and (s.get("success_rate") or 0.0) == 0.0
+            run = run + 1 if flat else 0
+            best = max(best, run)
+        collapsed += best >= 5
+    return (f"{collapsed} of {len(records)} runs: group return std 0 for >= 5 steps at 0% training success "
+            "(valid but useless actions)", "agrees (a collapse is seen)" if collapsed else "not seen at this scale")
+
+
+def findings_table() -> str:
+    """The Markdown table (finding · paper · ours · verdict), from results/*.jsonl."""
+    main = _load("algo_reward.jsonl")
+    split = _load("sft_rl_split.jsonl")
+    complexity = _load("complexity.jsonl")
+    rows = []
+    for finding, paper, args in [
+        ("PPO (critic, GAE) beats GRPO, dense reward", "PPO 88% vs GRPO ≈ base (1.5B, cooking)",
+         ("algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)),
+        ("PPO beats RLOO, dense reward", "PPO 88% vs RLOO 51%", ("algo", "ppo", "rloo", {"reward.kind": "dense"}, 1)),
+        ("Dense turn rewards help PPO", "PPO 41% sparse → 58% dense (cooking)",
+         ("reward.kind", "dense", "sparse", {"algo": "ppo"}, 1)),
+        ("Dense rewards do not help RLOO", "RLOO flat", ("reward.kind", "dense", "sparse", {"algo": "rloo"}, 0)),
+    ]:
+        compare, a, b, where, sign = args
+        ours, verdict = _difference(main, compare, a, b, where, sign) if main else ("not run yet", "cannot tell yet")
+        rows.append((finding, paper, ours, verdict, "03_policy" if compare == "algo" else "02_reward"))
+    ours, verdict = _collapse(main)
+    rows.append(("Echo Trap: reward spread collapses", "RAGEN: group reward std falls before reward, collapse",
+                 ours, verdict, "03_policy"))
+    rows.append(("SFT then RL under a fixed budget", "60 demos + 400 episodes → 85% in-domain, 59% harder games",
+                 f"{len(split)} runs" if split else "not run yet",
+                 "see chapter" if split else f"cannot tell yet (`{REGENERATE} split`)", "04_sft_then_rl"))
+    rows.append(("Success falls as the world grows", "PPO 88% at w2-o3-q4 vs 51% at w8-o12-q4",
+                 f"{len(complexity)} runs" if complexity else "not run yet",
+                 "see chapter" if complexity else f"cannot tell yet (`{REGENERATE} complexity`)", "01_environment"))
+    lines = ["| finding | paper | ours (held-out success, mean over seeds) | verdict | chapter |",
+             "|:--|:--|:--|:--|:--|"]
+    lines += [f"| {f} | {p} | {o} | {v} | [{c}](notebooks/{c}.ipynb) |" for f, p, o, v, c in rows]
+    devices = sorted({(r.get("machine") or {}).get("gpu") or r.get("device") for r in main + split + complexity
+                      if r.get("device")})
+    secs = sum(r.get("train_seconds") or 0 for r in main + split + complexity)
+    lines += ["", f"From {len(main)} + {len(split)} + {len(complexity)} runs (algo × reward, SFT:RL split, complexity) "
+              f"on {', '.join(devices) or 'no device yet'}; {secs / 60:.0f} min of training in total (Σ train_seconds). "
+              "Intervals: 95% percentile bootstrap over seeds (agentrl_lib.sweep.report)."]
+    return "\n".join(lines)
+
+
+def readme_block(text: str) -> str:
+    """The text between README's findings markers (stripped), or raise ValueError when they are missing."""
+    if START not in text or END not in text:
+        raise ValueError(f"README.md lacks the markers {START} / {END}")
+    return text.split(START, 1)[1].split(END, 1)[0].strip()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--write", action="store_true", help="replace README's table")
+    a = p.parse_args()
+    table = findings_table()
+    if not a.write:
+        print(table)
+        return
+    text = README.read_text()
+    readme_block(text)  # the markers exist
+    head, rest = text.split(START, 1)
+    README.write_text(head + START + "\n" + table + "\n" + END + rest.split(END, 1)[1])
+    print("README.md findings table updated")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""README's "Findings at small scale" table is computed from results/*.jsonl (results/findings.py): the committed
+table equals a fresh computation, and the verdicts follow the bootstrap intervals (negative controls included)."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("findings", ROOT / "results" / "findings.py")
+findings = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(findings)
+
+
+def test_readme_table_is_the_one_the_results_give():
+    block = findings.readme_block((ROOT / "README.md").read_text())
+    assert block == findings.findings_table(), ("README's findings table is stale: run "
+                                                "`python results/findings.py --write` after new results")
+
+
+def _recs(values: dict):
+    out = []
+    for (algo, reward), vals in values.items():
+        for seed, v in enumerate(vals):
+            out.append({"cell": {"algo": algo, "reward.kind": reward}, "seed": seed, "base_hash": "b",
+                        "eval": {"success_rate": v},
+                        "steps": [{"step": i, "group_return_std": 0.0 if v == 0 else 0.3,
+                                   "success_rate": 0.0 if v == 0 else 0.5} for i in range(6)]})
+    return out
+
+
+@pytest.mark.parametrize("ppo,grpo,sign,verdict", [
+    ([0.8, 0.9, 0.85], [0.1, 0.2, 0.15], 1, "agrees"),
+    ([0.1, 0.2, 0.15], [0.8, 0.9, 0.85], 1, "disagrees"),
+    ([0.1, 0.9, 0.5], [0.2, 0.8, 0.5], 1, "no difference at this scale"),
+    ([0.5], [0.2, 0.3], 1, "cannot tell yet"),
+])
+def test_verdicts_follow_the_interval(ppo, grpo, sign, verdict):
+    recs = _recs({("ppo", "dense"): ppo, ("grpo", "dense"): grpo})
+    _, got = findings._difference(recs, "algo", "ppo", "grpo", {"reward.kind": "dense"}, sign)
+    assert got.startswith(verdict)
+
+
+def test_collapse_counts_runs_stuck_at_zero_spread():
+    recs = _recs({("ppo", "dense"): [0.0, 0.5], ("grpo", "dense"): [0.0]})
+    ours, verdict = findings._collapse(recs)
+    assert ours.startswith("2 of 3 runs") and verdict.startswith("agrees")
+    ours, verdict = findings._collapse(_recs({("ppo", "dense"): [0.5, 0.6]}))
+    assert ours.startswith("0 of 2") and verdict == "not seen at this scale"
