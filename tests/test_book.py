@@ -16,7 +16,6 @@ import hashlib
 import importlib.util
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
