@@ -56,7 +56,7 @@ book: $(STAMP)
 	$(PY) book/build.py $(if $(filter 1,$(BOOK_EXECUTE)),--execute)
 
 ## Chromium for the book's browser test (tests/test_book.py): Debian's package, installed when none is found and make
-## runs as root with apt-get; otherwise the test skips with one message ($$CHROMIUM names another binary)
+## runs as root with apt-get; otherwise the test skips with one message (CHROMIUM=/path/to/chrome picks another)
 browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 	  command -v google-chrome >/dev/null 2>&1 || [ -n "$$CHROMIUM" ] || \
