@@ -169,8 +169,10 @@ def run_test(nodeid: str, plant: str | None = None, timeout: float = 600, tail_l
         if plant is not None:
             (Path(tmp) / "_agentrl_planted_bug.py").write_text(textwrap.dedent(plant))
             args += ["-p", "_agentrl_planted_bug"]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [tmp, str(root),
-                                                                          os.environ.get("PYTHONPATH")]))}
+        # pytest prints whole assertion diffs instead of a one-line summary when CI / BUILD_NUMBER is set: drop them
+        # so the tail reads the same on a CI machine as on a laptop
+        env = {k: v for k, v in os.environ.items() if k not in ("CI", "BUILD_NUMBER")}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [tmp, str(root), os.environ.get("PYTHONPATH")]))
         proc = subprocess.run([*args, nodeid], cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
     lines = (proc.stdout + proc.stderr).rstrip().splitlines()
     return TestRun(proc.returncode == 0, proc.returncode, "\n".join(lines[-tail_lines:]))
