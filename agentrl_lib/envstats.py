@@ -29,7 +29,7 @@ NOT_OBJECTS = frozenset({"P", "I", "r", "d"})
 
 
 def world_counts(game_path: str | Path) -> dict[str, int]:
-    """Rooms, doors and objects of a TextWorld game, read from the game's JSON sidecar (`game_XXXXXX.json`, which
+    """Rooms, doors and objects of a TextWorld game, read from the game's JSON sidecar (`game_NNNNNN.json`, which
     TextWorld writes beside the story file). Objects are the entities placed somewhere in the initial state (facts
     `at`, `in`, `on`) other than the player and doors: for custom games their number equals `--nb-objects`.
 

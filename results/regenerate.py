@@ -146,7 +146,10 @@ def collect_evals() -> int:
         if not res_path.exists() or json.dumps([meta["stage"], meta["model"], meta["games"]]) in have:
             continue
         machine = machine or machine_info()
-        append_record(path, {**meta, "commit": git_commit(), "device": machine["torch_device"], "machine": machine,
+        config = {"command": "agentrl eval", "model": meta["model"], "games": f"games/{meta['games']}",
+                  "max_turns": meta["max_turns"], "dtype": "float32", "temperature": 0.0, "max_new_tokens": 24}
+        append_record(path, {**meta, "config": config, "commit": git_commit(), "device": machine["torch_device"],
+                             "machine": machine,
                              "eval": compact_eval(json.loads(res_path.read_text()))})
         n += 1
     return n
