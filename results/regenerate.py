@@ -14,6 +14,8 @@ Parts (each a results file; the commands it runs are printed, and are ordinary `
 - evals       results/stage_evals.jsonl: the base and SFT models (no RL) on every held-out set.
 Nothing here is tuned on held-out games: the only choice (the SFT strength) is made on the validation games.
 Each step skips what is done: games are cached, an SFT dir with sft_summary.json is kept, recorded runs are skipped.
+Runs go seed-major (every cell's seed 0, then every cell's seed 1, ...), so a regeneration stopped half-way leaves the
+cells with equal numbers of seeds, never three seeds of one cell and none of another.
 """
 from __future__ import annotations
 
@@ -213,11 +215,11 @@ def main() -> None:
     sfts, jobs, evals = [], [], []
     if "main" in parts:
         jobs += [sweep("configs/cooking.yaml", "results/algo_reward.jsonl", [f"algo={algo}", f"reward.kind={r}"],
-                       s, main_init) for algo in ("ppo", "grpo", "rloo") for r in ("sparse", "dense") for s in SEEDS]
+                       s, main_init) for s in SEEDS for algo in ("ppo", "grpo", "rloo") for r in ("sparse", "dense")]
     if "split" in parts:
-        for d in SPLIT_DEMOS:
-            episodes = SPLIT_BUDGET - 10 * d
-            for s in SPLIT_SEEDS:
+        for s in SPLIT_SEEDS:
+            for d in SPLIT_DEMOS:
+                episodes = SPLIT_BUDGET - 10 * d
                 sfts += sft("cooking-train", d, 1.0, s)
                 jobs.append(sweep("configs/cooking.yaml", "results/sft_rl_split.jsonl",
                                   [f"train.steps={episodes // SPLIT_EPISODES_PER_STEP}", "train.games_per_step=2"],
@@ -225,8 +227,8 @@ def main() -> None:
                                   f"rl.episodes={episodes}", "--also-eval",
                                   f"hard=games/cooking2-heldout@{HARD_TURNS}"))
     if "complexity" in parts:
-        for lvl in LEVELS:
-            for s in COMPLEXITY_SEEDS:
+        for s in COMPLEXITY_SEEDS:
+            for lvl in LEVELS:
                 sfts += sft(f"{lvl}-train", COMPLEXITY_SFT["demos"], COMPLEXITY_SFT["epochs"], s)
                 jobs.append(sweep("configs/custom.yaml", "results/complexity.jsonl", [f"env.games=games/{lvl}-train"],
                                   s, sft_dir(f"{lvl}-train", COMPLEXITY_SFT["demos"], COMPLEXITY_SFT["epochs"], s),
