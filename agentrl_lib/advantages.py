@@ -159,6 +159,201 @@ def whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tens
     return (x - mean) / torch.sqrt(var + eps) * m
 
 
+def _turn_slices(mask: torch.Tensor, turn_end: torch.Tensor) -> list[list[tuple[int, list[int]]]]:
+    """Per row, the turns as (end index, policy-token indices of the turn), from the turn-end flags: turn k owns the
+    policy tokens after turn k−1's end up to and including its own end. Policy tokens after a row's last turn end
+    (none in a collated batch) belong to no turn."""
+    out = []
+    for b in range(mask.shape[0]):
+        turns, cur = [], []
+        for t in (mask[b] > 0).nonzero(as_tuple=True)[0].tolist():
+            cur.append(t)
+            if turn_end[b, t] > 0:
+                turns.append((t, cur))
+                cur = []
+        out.append(turns)
+    return out
+
+
+def turn_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, turn_end: torch.Tensor,
+             gamma: float = 1.0, lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Turn-level GAE: one value per turn, read at the turn's end token; every token of turn k gets A_k.
+
+        V_k = V(s at turn k's end token),   δ_k = r_k + γ V_{k+1} − V_k,   A_k = Σ_j (γλ)^j δ_{k+j},   V_K = 0
+        value target of turn k: G_k = A_k + V_k (the λ-return), on every policy token of turn k
+
+    The MDP is the one of the environment (one step per turn), as in the turn-level critics of ArCHer (Zhou et al.
+    2024) and RAGEN's turn-level option (Wang et al. 2025, §B of ../shared/REFERENCE.md); a reply's length changes
+    neither its credit nor its discount. The value loss trains every policy token of turn k towards G_k (broadcast,
+    not only the end token): with rewards only at turn ends, the expected return from any prefix of the reply is the
+    turn's, so the target is as right for the reply's tokens as for its end, and the critic's loss keeps the same
+    token mask as every other loss term.
+
+    Args:
+        rewards: (B, T) float32, turn rewards on turn-end tokens (0 elsewhere).
+        values: (B, T) float32, V on policy tokens (only turn-end tokens are read).
+        mask: (B, T) 0/1, 1 on policy tokens.
+        turn_end: (B, T) 0/1, 1 on each turn's last policy token (rollout.collate's turn_end).
+        gamma: discount between turns, in [0, 1].  lam: GAE λ over turns, in [0, 1].
+    Returns:
+        (advantages, returns): (B, T) float32 each; A_k and G_k on every policy token of turn k, 0 where mask is 0.
+    """
+    adv = torch.zeros_like(rewards, dtype=torch.float32)
+    ret = torch.zeros_like(rewards, dtype=torch.float32)
+    for b, turns in enumerate(_turn_slices(mask, turn_end)):
+        next_v, next_a = 0.0, 0.0
+        for end, toks in reversed(turns):
+            v = float(values[b, end])
+            a = float(rewards[b, end]) + gamma * next_v - v + gamma * lam * next_a
+            adv[b, toks], ret[b, toks] = a, a + v
+            next_v, next_a = v, a
+    return adv, ret
+
+
+def bilevel_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, turn_end: torch.Tensor,
+                gamma: float = 1.0, lam: float = 1.0, gamma_token: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bi-level GAE (RAGEN's option, Wang et al. 2025; the hierarchical scheme of ArCHer, Zhou et al. 2024):
+    turn-level GAE across turns, then token-level GAE within each turn towards the turn's λ-return.
+
+        across turns (`turn_gae`):  G_k = A_k + V_{end(k)},  A_k = Σ_j (γλ)^j δ_{k+j},  δ_k = r_k + γ V_{end(k+1)} − V_{end(k)}
+        within turn k (γ_tok = gamma_token, the turn's end token is terminal with reward G_k):
+            δ_t = γ_tok V_{t+1} − V_t,    δ_{end(k)} = G_k − V_{end(k)} = A_k,    A_t = δ_t + γ_tok λ A_{t+1}
+        value targets: A_t + V_t on every policy token
+
+    Turn boundaries come from `turn_end` (the trajectory's own turn ends). RAGEN's code takes them from the tokens with
+    a non-zero reward, which merges a turn that earned 0 into the next one (tests/test_known_bugs.py plants it).
+
+    Identity: with λ = 1 and γ_tok = 1 this equals `gae(..., turn_end=turn_end, gamma_token=1)` for any γ (both are
+    then the discounted return from the token's turn on, minus V_t); for λ < 1 they differ (token-level GAE
+    bootstraps a turn's end from the next turn's first token, bi-level from the next turn's end).
+
+    Args:
+        rewards, values, mask, turn_end: as `turn_gae`.  gamma: discount between turns.  lam: λ at both levels.
+        gamma_token: discount between tokens of one reply (RAGEN: 1.0).
+    Returns:
+        (advantages, returns): (B, T) float32 each, 0 where mask is 0.
+    """
+    turn_adv, turn_ret = turn_gae(rewards, values, mask, turn_end, gamma, lam)
+    mask = mask.float()
+    B, T = rewards.shape
+    adv = torch.zeros_like(rewards, dtype=torch.float32)
+    next_value = torch.zeros(B, dtype=torch.float32, device=rewards.device)
+    next_adv = torch.zeros(B, dtype=torch.float32, device=rewards.device)
+    for t in reversed(range(T)):
+        m = mask[:, t]
+        inner = gamma_token * next_value - values[:, t] + gamma_token * lam * next_adv
+        a = torch.where(turn_end[:, t] > 0, turn_ret[:, t] - values[:, t], inner)
+        adv[:, t] = a * m
+        next_value = torch.where(m > 0, values[:, t].float(), next_value)
+        next_adv = torch.where(m > 0, a, next_adv)
+    return adv, (adv + values.float()) * mask
+
+
+def dr_grpo_advantages(returns: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """Dr. GRPO: A_i = R_i − mean_g R, the group mean as baseline without dividing by the group's std (Liu et al.
+    2025, "Understanding R1-Zero-Like Training: A Critical Perspective", §3.1 eq. 2-3): the std division weights
+    groups with a small spread (nearly all solved or all failed) up, a difficulty bias. A group with one trajectory
+    gets 0 (no baseline; see grpo_advantages).
+
+    Args / Returns: as grpo_advantages.
+    """
+    _, inv = _group_index(group_ids)
+    adv = torch.zeros_like(returns, dtype=torch.float32)
+    for g in inv.unique():
+        idx = (inv == g).nonzero(as_tuple=True)[0]
+        if len(idx) >= 2:
+            r = returns[idx].float()
+            adv[idx] = r - r.mean()
+    return adv
+
+
+def reward_to_go(rewards: torch.Tensor, mask: torch.Tensor, turn_end: torch.Tensor,
+                 gamma: float = 1.0) -> torch.Tensor:
+    """Token-level reward-to-go with the discount between turns: G_t = Σ_{k ≥ turn(t)} γ^{k − turn(t)} r_k.
+
+    Rewards sit on turn-end tokens; the running return passes unchanged through tokens with mask 0 (the observation
+    and template tokens between turns), so an early turn keeps the credit of later turns. verl's
+    compute_reinforce_plus_plus_outcome_advantage multiplied the running return by the response mask ("reset after
+    EOS"), which zeroes it at every observation span of a multi-turn sequence (tests/test_known_bugs.py plants it).
+
+    Args:
+        rewards: (B, T) float32 on turn-end tokens.  mask, turn_end: (B, T) 0/1.  gamma: discount between turns.
+    Returns: (B, T) float32, 0 where mask is 0.
+    """
+    out = torch.zeros_like(rewards, dtype=torch.float32)
+    running = torch.zeros(rewards.shape[0], dtype=torch.float32, device=rewards.device)
+    for t in reversed(range(rewards.shape[1])):
+        g = torch.where(turn_end[:, t] > 0, gamma, 1.0)  # γ once per turn boundary, 1 inside a reply and between
+        running = rewards[:, t] + g * running
+        out[:, t] = running * mask[:, t].float()
+    return out
+
+
+def discounted_turn_returns(turn_rewards: list[float], gamma: float = 1.0) -> list[float]:
+    """[r_0, …, r_{K−1}] → [G_0, …, G_{K−1}], G_k = Σ_{j ≥ k} γ^{j−k} r_j (the return from turn k on)."""
+    out, g = [0.0] * len(turn_rewards), 0.0
+    for k in reversed(range(len(turn_rewards))):
+        g = turn_rewards[k] + gamma * g
+        out[k] = g
+    return out
+
+
+def gigpo_advantages(returns: torch.Tensor, group_ids: torch.Tensor, turn_obs: list[list[str]],
+                     turn_rewards: list[list[float]], gamma: float = 1.0, step_weight: float = 1.0,
+                     eps: float = 1e-6) -> tuple[torch.Tensor, list[list[float]]]:
+    """GiGPO (Feng et al. 2025, "Group-in-Group Policy Optimization for LLM Agent Training", §3, eq. 3-7): an
+    episode-level group advantage plus a step-level one over anchor states.
+
+        episode level:  A^E_i = (R_i − mean_g R) / (std_g R + ε)                      (GRPO within the episode group g)
+        anchor states:  turns of the group's trajectories taken in an identical observation o form a step group
+                        S(g, o) = {(i, k) : group(i) = g, turn_obs[i][k] = o}
+        step level:     G_{i,k} = Σ_{j ≥ k} γ^{j−k} r_{i,j},   A^S_{i,k} = (G_{i,k} − mean_S G) / (std_S G + ε)
+        A_{i,k} = A^E_i + ω · A^S_{i,k}                       (ω = step_weight; the paper and verl-agent use 1)
+
+    Normalisation by the std at both levels (verl-agent's mode "mean_std_norm"; its "mean_norm" drops the std as
+    Dr. GRPO does). A step group of one turn (a state no other trajectory of the group met) gets A^S = 0, as does an
+    episode group of one trajectory (no baseline).
+
+    Args:
+        returns: (N,) float32 episode returns.  group_ids: (N,) int64.
+        turn_obs: per trajectory, per turn, the observation the turn's action answered (Trajectory.observations[k]).
+        turn_rewards: per trajectory, per turn, the turn's reward.
+        gamma: discount between turns (the paper uses 0.95).  step_weight: ω.  eps: ε of both normalisations.
+    Returns:
+        (episode advantages (N,) float32, per-trajectory per-turn A_{i,k} as lists of floats).
+    Raises: ValueError if turn_obs and turn_rewards do not have one entry per turn of each trajectory.
+    """
+    if len(turn_obs) != len(returns) or any(len(o) != len(r) for o, r in zip(turn_obs, turn_rewards)):
+        raise ValueError("gigpo needs one observation and one reward per turn of each trajectory (turn_obs, "
+                         "turn_rewards); the trainer fills them from Trajectory.observations and the turn rewards")
+    ep_adv = grpo_advantages(returns, group_ids, eps)
+    keys: dict[tuple[int, str], int] = {}
+    step_ids, step_ret, where = [], [], []
+    for i, (obs, rew) in enumerate(zip(turn_obs, turn_rewards)):
+        for k, (o, g) in enumerate(zip(obs, discounted_turn_returns(rew, gamma))):
+            step_ids.append(keys.setdefault((int(group_ids[i]), o), len(keys)))
+            step_ret.append(g)
+            where.append((i, k))
+    step_adv = grpo_advantages(torch.tensor(step_ret, dtype=torch.float32), torch.tensor(step_ids), eps) \
+        if step_ret else torch.zeros(0)
+    per_turn = [[float(ep_adv[i])] * len(r) for i, r in enumerate(turn_rewards)]
+    for (i, k), a in zip(where, step_adv.tolist()):
+        per_turn[i][k] += step_weight * a
+    return ep_adv, per_turn
+
+
+def turns_to_tokens(per_turn: list[list[float]], mask: torch.Tensor, turn_end: torch.Tensor) -> torch.Tensor:
+    """Per-turn values → (B, T) float32: turn k's value on every policy token of turn k (see `_turn_slices`), 0 on
+    other tokens. Raises ValueError if a row has a different number of turns than per_turn[b]."""
+    out = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    for b, turns in enumerate(_turn_slices(mask, turn_end)):
+        if len(turns) != len(per_turn[b]):
+            raise ValueError(f"trajectory {b} has {len(turns)} turn ends in the batch but {len(per_turn[b])} values")
+        for (_, toks), v in zip(turns, per_turn[b]):
+            out[b, toks] = v
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- the registry
 @dataclass
 class AdvantageInputs:
@@ -170,6 +365,9 @@ class AdvantageInputs:
     group_ids: (B,) int64, the group (game) of each trajectory (on the CPU).
     turn_end: (B, T) float32, 1 on each turn's last policy token.
     values: (B, T) float32 V_old(s_t) of the critic on policy tokens, or None when the estimator needs no critic.
+    turn_obs: per trajectory, per turn, the observation the turn's action answered (Trajectory.observations[k]), or
+        None (only GiGPO needs it).
+    turn_rewards: per trajectory, per turn, the turn's reward (the token_rewards before placement), or None.
     """
 
     token_rewards: torch.Tensor
@@ -178,6 +376,8 @@ class AdvantageInputs:
     group_ids: torch.Tensor
     turn_end: torch.Tensor
     values: torch.Tensor | None = None
+    turn_obs: list[list[str]] | None = None
+    turn_rewards: list[list[float]] | None = None
 
 
 class Estimator(Protocol):
@@ -235,6 +435,87 @@ class RLOOEstimator:
         return broadcast_to_tokens(traj_adv.to(inputs.mask.device), inputs.mask), None
 
 
+@dataclass
+class TurnGAEEstimator:
+    """Turn-level PPO: `turn_gae` with the critic (γ = algo.gamma between turns, λ = algo.lam), whitened over the
+    batch's policy tokens when algo.normalize_advantages. Value targets: each turn's λ-return on all its tokens."""
+
+    name: str = "turn_gae"
+    needs_critic: bool = True
+    min_group_size: int = 1
+
+    def __call__(self, inputs: AdvantageInputs, algo: "AlgoConfig") -> tuple[torch.Tensor, torch.Tensor]:
+        adv, ret = turn_gae(inputs.token_rewards, inputs.values, inputs.mask, inputs.turn_end, algo.gamma, algo.lam)
+        return (whiten(adv, inputs.mask) if algo.normalize_advantages else adv), ret
+
+
+@dataclass
+class BilevelGAEEstimator:
+    """Bi-level PPO (RAGEN): `bilevel_gae` with the critic (γ = algo.gamma across turns, algo.gamma_token within a
+    reply, λ = algo.lam at both levels), whitened when algo.normalize_advantages. Value targets: A_t + V_t."""
+
+    name: str = "bilevel_gae"
+    needs_critic: bool = True
+    min_group_size: int = 1
+
+    def __call__(self, inputs: AdvantageInputs, algo: "AlgoConfig") -> tuple[torch.Tensor, torch.Tensor]:
+        adv, ret = bilevel_gae(inputs.token_rewards, inputs.values, inputs.mask, inputs.turn_end, algo.gamma,
+                               algo.lam, algo.gamma_token)
+        return (whiten(adv, inputs.mask) if algo.normalize_advantages else adv), ret
+
+
+@dataclass
+class DrGRPOEstimator:
+    """Dr. GRPO: `dr_grpo_advantages` (R − group mean, no std) of the trajectory returns on every policy token; no
+    critic. Its other half, no 1/|o_i| length normalisation, is the loss's aggregation (algo.loss_agg)."""
+
+    name: str = "dr_grpo"
+    needs_critic: bool = False
+    min_group_size: int = 2
+
+    def __call__(self, inputs: AdvantageInputs, algo: "AlgoConfig") -> tuple[torch.Tensor, None]:
+        traj_adv = dr_grpo_advantages(inputs.returns, inputs.group_ids)
+        return broadcast_to_tokens(traj_adv.to(inputs.mask.device), inputs.mask), None
+
+
+@dataclass
+class ReinforcePPEstimator:
+    """REINFORCE++ (Hu 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models", §3):
+    the token-level reward-to-go (`reward_to_go`, γ = algo.gamma between turns) whitened over all policy tokens of
+    the batch (global batch normalisation, no group baseline, no critic):
+
+        A_t = (G_t − mean_batch G) / std_batch G
+
+    REINFORCE++ puts its KL penalty into the per-token reward; here the KL to the reference is the loss's k3 term
+    (algo.kl_coef), as for every estimator."""
+
+    name: str = "reinforce_pp"
+    needs_critic: bool = False
+    min_group_size: int = 1
+
+    def __call__(self, inputs: AdvantageInputs, algo: "AlgoConfig") -> tuple[torch.Tensor, None]:
+        g = reward_to_go(inputs.token_rewards, inputs.mask, inputs.turn_end, algo.gamma)
+        return whiten(g, inputs.mask), None
+
+
+@dataclass
+class GiGPOEstimator:
+    """GiGPO: `gigpo_advantages` (episode-level group advantage + algo.gigpo_step_weight × step-level advantage over
+    identical observations, γ = algo.gamma, ε = algo.grpo_std_eps), each turn's value on every token of the turn; no
+    critic. Needs inputs.turn_obs and inputs.turn_rewards (the trainer fills them)."""
+
+    name: str = "gigpo"
+    needs_critic: bool = False
+    min_group_size: int = 2
+
+    def __call__(self, inputs: AdvantageInputs, algo: "AlgoConfig") -> tuple[torch.Tensor, None]:
+        if inputs.turn_obs is None or inputs.turn_rewards is None:
+            raise ValueError("gigpo needs AdvantageInputs.turn_obs and turn_rewards (per-turn observations and rewards)")
+        _, per_turn = gigpo_advantages(inputs.returns, inputs.group_ids, inputs.turn_obs, inputs.turn_rewards,
+                                       algo.gamma, getattr(algo, "gigpo_step_weight", 1.0), algo.grpo_std_eps)
+        return turns_to_tokens(per_turn, inputs.mask, inputs.turn_end), None
+
+
 ESTIMATORS: dict[str, Estimator] = {}
 """Advantage estimators by name: the values algo.advantage accepts."""
 
@@ -253,6 +534,7 @@ def register_estimator(estimator: Estimator, replace: bool = False) -> Estimator
     return estimator
 
 
-for _est in (GAEEstimator(), GRPOEstimator(), RLOOEstimator()):
+for _est in (GAEEstimator(), TurnGAEEstimator(), BilevelGAEEstimator(), GRPOEstimator(), DrGRPOEstimator(),
+             RLOOEstimator(), ReinforcePPEstimator(), GiGPOEstimator()):
     register_estimator(_est)
 del _est

@@ -10,6 +10,7 @@ a critic exists iff that estimator needs one (PPO's 'gae'). Trainer.step, stage 
         3. keep the groups with the largest return spread (StarPO-S; all by default)
         4. π_old, V_old, π_ref = forward passes over the kept trajectories (no grad)
         5. A, V_target = estimator(r, R, groups, V_old)   # GAE [ppo] | group-normalised R [grpo] | R − LOO mean [rloo]
+                                                          # | ... every estimator of advantages.ESTIMATORS
         6. for epoch, minibatch: loss = clipped surrogate (× TIS weight) + c_v·value loss + β·KL(k3) − c_H·entropy;
            generator.sync(policy)
         7. metrics row → metrics.jsonl; checkpoint atomically (Trainer.train)
@@ -285,7 +286,9 @@ class Trainer:
         with torch.no_grad():
             adv, value_targets = self.estimator(AdvantageInputs(
                 token_rewards=batch["token_rewards"], mask=batch["mask"], returns=returns[kept], group_ids=gids[kept],
-                turn_end=batch["turn_end"], values=old.get("values")), cfg.algo)
+                turn_end=batch["turn_end"], values=old.get("values"),
+                turn_obs=[trajs_ok[i].observations[:trajs_ok[i].n_turns] for i in kept],  # the state of each action
+                turn_rewards=[rewards[i] for i in kept]), cfg.algo)
         if self.estimator.needs_critic:
             m["explained_variance"] = explained_variance(old["values"], value_targets, batch["mask"])
 
