@@ -17,10 +17,22 @@ from typing import Any
 
 import yaml
 
-ALGO_PRESETS: dict[str, dict[str, Any]] = {"ppo": {"advantage": "gae"}, "grpo": {"advantage": "grpo"},
-                                           "rloo": {"advantage": "rloo"}}
+ALGO_PRESETS: dict[str, dict[str, Any]] = {
+    "ppo": {"advantage": "gae"},                      # critic, token-level GAE
+    "grpo": {"advantage": "grpo"},
+    "rloo": {"advantage": "rloo"},
+    "turn_ppo": {"advantage": "turn_gae"},            # critic, one value per turn
+    "bilevel_ppo": {"advantage": "bilevel_gae"},      # critic, turn-level across turns, token-level within (RAGEN)
+    "dr_grpo": {"advantage": "dr_grpo"},
+    "reinforce_pp": {"advantage": "reinforce_pp"},
+    "gigpo": {"advantage": "gigpo"},
+    # StarPO-S (RAGEN §4.2, Wang et al. 2025): keep the top 25% of groups by return std, a critic, decoupled clip,
+    # no KL, entropy bonus 0.001
+    "starpo_s": {"advantage": "gae", "keep_top_std": 0.25, "clip_low": 0.2, "clip_high": 0.28, "kl_coef": 0.0,
+                 "entropy_coef": 0.001},
+}
 """Named algorithms as AlgoConfig field values (`--algo ppo`, `AlgoConfig.from_preset("ppo")`); the estimators are
-in advantages.ESTIMATORS."""
+in advantages.ESTIMATORS (its module docstring has the table)."""
 REWARDS = ("sparse", "dense")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 TIS_MODES = ("auto", "on", "off")
@@ -100,11 +112,13 @@ class AlgoConfig:
     clipped-surrogate loss. `AlgoConfig.from_preset("grpo")` builds one of ALGO_PRESETS."""
 
     advantage: str = "gae"
-    """Advantage estimator, a key of advantages.ESTIMATORS: 'gae' (critic + token-level GAE; PPO), 'grpo'
-    (group-normalised return), 'rloo' (leave-one-out baseline), or one you registered."""
+    """Advantage estimator, a key of advantages.ESTIMATORS: 'gae' (critic + token-level GAE; PPO), 'turn_gae' (critic,
+    one value per turn), 'bilevel_gae' (critic, RAGEN's turn + token levels), 'grpo' (group-normalised return),
+    'dr_grpo' (return - group mean), 'rloo' (leave-one-out baseline), 'reinforce_pp' (batch-whitened reward-to-go),
+    'gigpo' (episode + identical-state step groups), or one you registered."""
     group_size: int = 4
-    """Episodes per game in one rollout batch (G), >= 1; group estimators (grpo, rloo) need G >= 2 for a baseline.
-    RAGEN uses 4-16."""
+    """Episodes per game in one rollout batch (G), >= 1; group estimators (grpo, dr_grpo, rloo, gigpo) need G >= 2
+    for a baseline. RAGEN uses 4-16."""
     gamma: float = 1.0
     """Discount between turns for GAE, in [0, 1] (no unit), applied at each turn's last token; 0.95-1.0 (the
     Practitioner's Guide: 1.0; RAGEN's turn-level gamma)."""
@@ -146,6 +160,9 @@ class AlgoConfig:
     keep_top_std: float = 1.0
     """StarPO-S filter: fraction of groups kept, those with the highest within-group return std, in (0, 1]; 1.0
     keeps all (RAGEN: 0.25)."""
+    gigpo_step_weight: float = 1.0
+    """GiGPO's ω: weight of the step-level advantage (over turns taken in identical observations) added to the
+    episode-level one, >= 0; Feng et al. 2025 and verl-agent use 1.0 (0 = GRPO with GiGPO's per-turn plumbing)."""
 
     @classmethod
     def from_preset(cls, preset: str, **overrides: Any) -> "AlgoConfig":
@@ -159,11 +176,11 @@ class AlgoConfig:
 
     @property
     def label(self) -> str:
-        """A name for plots and titles: the first preset whose fields this config has ('ppo'), else the estimator."""
-        for preset, values in ALGO_PRESETS.items():
-            if all(getattr(self, k) == v for k, v in values.items()):
-                return preset
-        return self.advantage
+        """A name for plots and titles: of the presets whose fields this config has, the one setting the most fields
+        ('starpo_s' before 'ppo'; the first listed on a tie), else the estimator's name."""
+        matching = [(len(values), -i, preset) for i, (preset, values) in enumerate(ALGO_PRESETS.items())
+                    if all(getattr(self, k) == v for k, v in values.items())]
+        return max(matching)[2] if matching else self.advantage
 
     def validate(self) -> None:
         from .advantages import ESTIMATORS  # imported here: `import agentrl_lib.config` stays free of torch
@@ -187,6 +204,9 @@ class AlgoConfig:
             raise ConfigError(f"algo.clip_low must be in (0, 1) and clip_high > 0 (got {self.clip_low}, {self.clip_high})")
         if not 0.0 < self.keep_top_std <= 1.0:
             raise ConfigError(f"algo.keep_top_std must be in (0, 1] (got {self.keep_top_std})")
+        if self.keep_top_std < 1.0 and self.group_size < 2:
+            raise ConfigError(f"algo.keep_top_std {self.keep_top_std} ranks groups by their within-group return std, "
+                              "which is 0 for a group of one episode: use --group-size 4 (RAGEN) or keep_top_std 1")
         if self.dual_clip != 0 and not self.dual_clip > 1:
             raise ConfigError(f"algo.dual_clip must be 0 (off) or > 1 (got {self.dual_clip}); Ye et al. 2020 use 3")
         if self.tis not in ("auto", "on", "off"):
@@ -197,7 +217,8 @@ class AlgoConfig:
                           ("entropy_coef", "a negative weight penalises entropy; StarPO-S uses 0.001"),
                           ("vf_coef", "a negative weight trains the critic away from the returns; 0.1 is typical"),
                           ("vf_clip", "0 disables value clipping; 0.2 is typical"),
-                          ("grpo_std_eps", "a negative epsilon can flip the sign of advantages; use 1e-6")]:
+                          ("grpo_std_eps", "a negative epsilon can flip the sign of advantages; use 1e-6"),
+                          ("gigpo_step_weight", "a negative weight reverses the step-level credit; GiGPO uses 1")]:
             if getattr(self, name) < 0:
                 raise ConfigError(f"algo.{name} must be >= 0 (got {getattr(self, name)}); {why}")
 

@@ -1,0 +1,260 @@
+"""The credit-assignment estimators of issue 13 (turn_gae, bilevel_gae, dr_grpo, reinforce_pp, gigpo) against
+brute-force formulas on one hand-made batch: episodes of different lengths, 1-3 turns, prompt and observation tokens
+(mask 0) between the turns, right padding. The brute force reads the turns from the batch's description (never from
+the tensors the estimators see) and writes each equation as an explicit sum, not as the estimators' recursions."""
+from __future__ import annotations
+
+import statistics
+
+import pytest
+import torch
+
+from agentrl_lib.advantages import (ESTIMATORS, AdvantageInputs, bilevel_gae, dr_grpo_advantages, gae,
+                                    gigpo_advantages, reward_to_go, turn_gae, turns_to_tokens)
+from agentrl_lib.config import ALGO_PRESETS, AlgoConfig, ConfigError
+
+# Each episode: a list of segments, ("o", n) = n tokens the policy did not sample (prompt, observation, padding),
+# ("a", n, r) = a turn: n sampled tokens, reward r on the last one.
+EPISODES = [
+    [("o", 2), ("a", 3, 0.5), ("o", 2), ("a", 2, 0.0), ("o", 1), ("a", 1, 1.0), ("o", 2)],  # 3 turns, zero middle
+    [("o", 1), ("a", 2, -0.1), ("o", 3), ("a", 3, 0.0), ("o", 4)],                           # 2 turns, all 0 after
+    [("o", 3), ("a", 4, 1.0), ("o", 6)],                                                     # 1 turn
+    [("o", 1), ("a", 1, 0.0), ("o", 1), ("a", 5, 0.0), ("o", 1), ("a", 2, 0.2), ("o", 2)],  # 3 turns
+]
+GROUPS = [0, 0, 1, 1]
+OBS = [["start", "hall", "kitchen"], ["start", "hall"], ["start"], ["start", "cellar", "hall"]]
+
+
+def build(episodes=EPISODES, seed=0):
+    """→ (rewards, values, mask, turn_end) (B, T) tensors, and per episode its turns as (token positions, reward)."""
+    T = sum(s[1] for s in episodes[0])
+    assert all(sum(s[1] for s in e) == T for e in episodes)
+    B = len(episodes)
+    rewards, mask, turn_end = torch.zeros(B, T), torch.zeros(B, T), torch.zeros(B, T)
+    turns = []
+    for b, ep in enumerate(episodes):
+        t, tb = 0, []
+        for seg in ep:
+            if seg[0] == "a":
+                pos = list(range(t, t + seg[1]))
+                mask[b, pos] = 1
+                turn_end[b, pos[-1]] = 1
+                rewards[b, pos[-1]] = seg[2]
+                tb.append((pos, seg[2]))
+            t += seg[1]
+        turns.append(tb)
+    torch.manual_seed(seed)
+    values = torch.randn(B, T)
+    return rewards, values, mask, turn_end, turns
+
+
+def brute_turn_gae(values, turns, gamma, lam):
+    """Per episode, per turn k: (A_k, G_k) with A_k = Σ_j (γλ)^j δ_{k+j}, δ_k = r_k + γ V_{k+1} − V_k."""
+    out = []
+    for b, tb in enumerate(turns):
+        V = [values[b][pos[-1]] for pos, _ in tb] + [0.0]
+        delta = [r + gamma * V[k + 1] - V[k] for k, (_, r) in enumerate(tb)]
+        A = [sum((gamma * lam) ** j * delta[k + j] for j in range(len(tb) - k)) for k in range(len(tb))]
+        out.append([(A[k], A[k] + V[k]) for k in range(len(tb))])
+    return out
+
+
+def on_tokens(turns, per_turn, T):
+    x = [[0.0] * T for _ in turns]
+    for b, tb in enumerate(turns):
+        for (pos, _), v in zip(tb, per_turn[b]):
+            for t in pos:
+                x[b][t] = v
+    return torch.tensor(x)
+
+
+def whiten_list(x, turns):
+    vals = [x[b][t] for b, tb in enumerate(turns) for pos, _ in tb for t in pos]
+    mu, sd = statistics.fmean(vals), statistics.pstdev(vals)
+    return [[(v - mu) / sd for v in row] for row in x]
+
+
+def inputs(values=True, seed=0):
+    rewards, vals, mask, turn_end, turns = build(seed=seed)
+    returns = torch.tensor([sum(r for _, r in tb) for tb in turns])
+    return AdvantageInputs(token_rewards=rewards, mask=mask, returns=returns, group_ids=torch.tensor(GROUPS),
+                           turn_end=turn_end, values=vals if values else None, turn_obs=OBS,
+                           turn_rewards=[[r for _, r in tb] for tb in turns]), turns
+
+
+# ------------------------------------------------------------------------------------------------ turn-level GAE
+@pytest.mark.parametrize("gamma,lam", [(1.0, 1.0), (0.9, 0.95), (0.5, 0.0)])
+def test_turn_gae_matches_brute_force(gamma, lam):
+    rewards, values, mask, turn_end, turns = build()
+    adv, ret = turn_gae(rewards, values, mask, turn_end, gamma, lam)
+    ref = brute_turn_gae(values.tolist(), turns, gamma, lam)
+    T = rewards.shape[1]
+    assert torch.allclose(adv, on_tokens(turns, [[a for a, _ in r] for r in ref], T), atol=1e-6)
+    assert torch.allclose(ret, on_tokens(turns, [[g for _, g in r] for r in ref], T), atol=1e-6)
+    assert torch.all(adv[mask == 0] == 0) and torch.all(ret[mask == 0] == 0)
+
+
+def test_turn_gae_reads_values_only_at_turn_ends():
+    """Changing V on a turn's inner tokens changes nothing: the turn-level critic is read at the end token."""
+    rewards, values, mask, turn_end, _ = build()
+    noisy = values + 10.0 * torch.randn_like(values) * (1 - turn_end)
+    a1, r1 = turn_gae(rewards, values, mask, turn_end, 0.9, 0.9)
+    a2, r2 = turn_gae(rewards, noisy, mask, turn_end, 0.9, 0.9)
+    assert torch.equal(a1, a2) and torch.equal(r1, r2)
+    # the token-level GAE does read them (the negative control of this property)
+    assert not torch.allclose(gae(rewards, values, mask, 0.9, 0.9, turn_end)[0],
+                              gae(rewards, noisy, mask, 0.9, 0.9, turn_end)[0])
+
+
+# -------------------------------------------------------------------------------------------------- bi-level GAE
+def brute_bilevel(values, turns, gamma, lam, gamma_token):
+    """Turn level as brute_turn_gae; within turn k, tokens p_0..p_n: A_{p_i} = Σ_j (γ_tok λ)^j δ_{p_{i+j}} with
+    δ_{p_n} = G_k − V_{p_n} and δ_{p_i} = γ_tok V_{p_{i+1}} − V_{p_i}."""
+    level = brute_turn_gae(values, turns, gamma, lam)
+    adv = [[0.0] * len(values[0]) for _ in values]
+    for b, tb in enumerate(turns):
+        for k, (pos, _) in enumerate(tb):
+            G = level[b][k][1]
+            n = len(pos) - 1
+            delta = [gamma_token * values[b][pos[i + 1]] - values[b][pos[i]] for i in range(n)]
+            delta.append(G - values[b][pos[n]])
+            for i in range(n + 1):
+                adv[b][pos[i]] = sum((gamma_token * lam) ** j * delta[i + j] for j in range(n + 1 - i))
+    return torch.tensor(adv)
+
+
+@pytest.mark.parametrize("gamma,lam,gamma_token", [(1.0, 1.0, 1.0), (0.9, 0.95, 1.0), (0.8, 0.7, 0.95)])
+def test_bilevel_gae_matches_brute_force(gamma, lam, gamma_token):
+    rewards, values, mask, turn_end, turns = build()
+    adv, ret = bilevel_gae(rewards, values, mask, turn_end, gamma, lam, gamma_token)
+    ref = brute_bilevel(values.tolist(), turns, gamma, lam, gamma_token)
+    assert torch.allclose(adv, ref, atol=1e-5)
+    assert torch.allclose(ret, (ref + values) * mask, atol=1e-5)
+    # the turn-end token of turn k carries the turn-level advantage A_k
+    level = brute_turn_gae(values.tolist(), turns, gamma, lam)
+    for b, tb in enumerate(turns):
+        for k, (pos, _) in enumerate(tb):
+            assert adv[b, pos[-1]].item() == pytest.approx(level[b][k][0], abs=1e-5)
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.9])
+def test_bilevel_gae_equals_token_gae_at_lambda_one_and_token_gamma_one(gamma):
+    """The identity in bilevel_gae's docstring: λ = 1, γ_tok = 1 → the existing gae with turn_end; not for λ < 1."""
+    rewards, values, mask, turn_end, _ = build()
+    bi, _ = bilevel_gae(rewards, values, mask, turn_end, gamma, 1.0, 1.0)
+    tok, _ = gae(rewards, values, mask, gamma, 1.0, turn_end=turn_end, gamma_token=1.0)
+    assert torch.allclose(bi, tok, atol=1e-5)
+    bi, _ = bilevel_gae(rewards, values, mask, turn_end, gamma, 0.8, 1.0)
+    tok, _ = gae(rewards, values, mask, gamma, 0.8, turn_end=turn_end, gamma_token=1.0)
+    assert not torch.allclose(bi, tok, atol=1e-3)
+
+
+# ------------------------------------------------------------------------------------------------------- Dr. GRPO
+def test_dr_grpo_is_return_minus_group_mean_without_std():
+    returns = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.3, 0.3, 2.0])
+    groups = torch.tensor([0, 0, 0, 0, 1, 1, 2])
+    adv = dr_grpo_advantages(returns, groups)
+    assert adv.tolist() == pytest.approx([0.75, -0.25, -0.25, -0.25, 0.0, 0.0, 0.0])  # group 2: one episode, no baseline
+    inp, turns = inputs(values=False)
+    tok = ESTIMATORS["dr_grpo"](inp, AlgoConfig(advantage="dr_grpo"))[0]
+    R = [sum(r for _, r in tb) for tb in turns]
+    means = {g: statistics.fmean(R[i] for i in range(4) if GROUPS[i] == g) for g in set(GROUPS)}
+    assert torch.allclose(tok, on_tokens(turns, [[R[b] - means[GROUPS[b]]] * len(tb) for b, tb in enumerate(turns)],
+                                         tok.shape[1]), atol=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------------- REINFORCE++
+@pytest.mark.parametrize("gamma", [1.0, 0.9])
+def test_reinforce_pp_is_whitened_reward_to_go_over_the_batch(gamma):
+    inp, turns = inputs(values=False)
+    T = inp.mask.shape[1]
+    rtg = [[sum(gamma ** (j - k) * tb[j][1] for j in range(k, len(tb))) for k in range(len(tb))] for tb in turns]
+    assert torch.allclose(reward_to_go(inp.token_rewards, inp.mask, inp.turn_end, gamma), on_tokens(turns, rtg, T),
+                          atol=1e-6)
+    adv, vt = ESTIMATORS["reinforce_pp"](inp, AlgoConfig(advantage="reinforce_pp", gamma=gamma))
+    ref = torch.tensor(whiten_list(on_tokens(turns, rtg, T).tolist(), turns)) * inp.mask
+    assert vt is None and torch.allclose(adv, ref, atol=1e-4)
+
+
+# ------------------------------------------------------------------------------------------------------------ GiGPO
+def brute_gigpo(returns, turn_rewards, turn_obs, groups, gamma, omega, eps=1e-6):
+    def norm(xs, x):
+        if len(xs) < 2 or statistics.stdev(xs) == 0:
+            return 0.0
+        return (x - statistics.fmean(xs)) / (statistics.stdev(xs) + eps)
+
+    out = []
+    for i in range(len(returns)):
+        ep = norm([returns[j] for j in range(len(returns)) if groups[j] == groups[i]], returns[i])
+        G = lambda j, k: sum(gamma ** (m - k) * turn_rewards[j][m] for m in range(k, len(turn_rewards[j])))  # noqa
+        row = []
+        for k, o in enumerate(turn_obs[i]):
+            peers = [G(j, m) for j in range(len(returns)) if groups[j] == groups[i]
+                     for m, o2 in enumerate(turn_obs[j]) if o2 == o]
+            row.append(ep + omega * norm(peers, G(i, k)))
+        out.append(row)
+    return out
+
+
+@pytest.mark.parametrize("gamma,omega", [(1.0, 1.0), (0.95, 0.5)])
+def test_gigpo_matches_brute_force_with_shared_states(gamma, omega):
+    inp, turns = inputs(values=False)
+    R = inp.returns.tolist()
+    ref = brute_gigpo(R, inp.turn_rewards, OBS, GROUPS, gamma, omega)
+    _, per_turn = gigpo_advantages(inp.returns, inp.group_ids, OBS, inp.turn_rewards, gamma, omega)
+    assert [x for r in per_turn for x in r] == pytest.approx([x for r in ref for x in r], abs=1e-5)
+    algo = AlgoConfig(advantage="gigpo", gamma=gamma, gigpo_step_weight=omega)
+    adv, vt = ESTIMATORS["gigpo"](inp, algo)
+    assert vt is None and torch.allclose(adv, on_tokens(turns, ref, adv.shape[1]), atol=1e-5)
+
+
+def test_gigpo_step_groups_by_hand():
+    """Group 0: episodes A (start → hall → kitchen, rewards 0, 0, 1) and B (start → hall, rewards 0, 0) pass through
+    the same two states; 'kitchen' is A's alone. Group 1 also starts in 'start' but is another step group."""
+    returns = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    obs = [["start", "hall", "kitchen"], ["start", "hall"], ["start"], ["start"]]
+    rew = [[0.0, 0.0, 1.0], [0.0, 0.0], [0.0], [0.0]]
+    ep, per_turn = gigpo_advantages(returns, torch.tensor([0, 0, 1, 1]), obs, rew, gamma=1.0, step_weight=1.0, eps=0)
+    s = 2 ** -0.5  # the std (unbiased) of {1, 0} is 1/√2: normalised ±0.5 / (1/√2) = ±1/√2
+    assert ep.tolist() == pytest.approx([s, -s, 0.0, 0.0])
+    # 'start' and 'hall' step groups: G = {1, 0} → ±1/√2; 'kitchen': one member → 0; group 1: all equal → 0
+    assert per_turn == [pytest.approx([2 * s, 2 * s, s]), pytest.approx([-2 * s, -2 * s]), [0.0], [0.0]]
+
+
+def test_gigpo_needs_per_turn_observations():
+    inp, _ = inputs(values=False)
+    inp.turn_obs = None
+    with pytest.raises(ValueError, match="turn_obs"):
+        ESTIMATORS["gigpo"](inp, AlgoConfig(advantage="gigpo"))
+    with pytest.raises(ValueError, match="one observation and one reward per turn"):
+        gigpo_advantages(inp.returns, inp.group_ids, [["a"]] * 4, inp.turn_rewards)
+
+
+def test_turns_to_tokens_refuses_a_turn_count_mismatch():
+    _, _, mask, turn_end, _ = build()
+    with pytest.raises(ValueError, match="trajectory 0 has 3 turn ends"):
+        turns_to_tokens([[1.0], [1.0, 2.0], [1.0], [1.0, 2.0, 3.0]], mask, turn_end)
+
+
+# ------------------------------------------------------------------------------------------ registry and presets
+def test_every_estimator_gives_zero_on_non_policy_tokens_and_finite_values():
+    for name, est in ESTIMATORS.items():
+        inp, _ = inputs(values=est.needs_critic)
+        adv, vt = est(inp, AlgoConfig(advantage=name))
+        assert torch.isfinite(adv).all() and torch.all(adv[inp.mask == 0] == 0), name
+        assert (vt is not None) == est.needs_critic, name
+
+
+def test_presets_reach_every_estimator_and_labels_name_them():
+    assert {ALGO_PRESETS[p]["advantage"] for p in ALGO_PRESETS} == set(ESTIMATORS)
+    assert [AlgoConfig.from_preset(p).label for p in ALGO_PRESETS] == list(ALGO_PRESETS)
+    s = AlgoConfig.from_preset("starpo_s")
+    assert (s.advantage, s.keep_top_std, s.clip_low, s.clip_high, s.kl_coef, s.entropy_coef) == \
+        ("gae", 0.25, 0.2, 0.28, 0.0, 0.001)
+    assert AlgoConfig().label == "ppo" and AlgoConfig(keep_top_std=0.5).label == "ppo"
+    for name, est in ESTIMATORS.items():
+        if est.min_group_size > 1:
+            with pytest.raises(ConfigError, match=f"'{name}' needs algo.group_size >= 2"):
+                AlgoConfig(advantage=name, group_size=1).validate()
+    with pytest.raises(ConfigError, match="keep_top_std 0.25 ranks groups"):
+        AlgoConfig.from_preset("starpo_s", group_size=1).validate()
