@@ -13,6 +13,8 @@ planted by a monkeypatch or a hand-written buggy variant (the check must fail), 
 | a lost dense-reward game out-scoring a won one (meow-tea-taro)            | every win > every non-win                  |
 | a group of one episode silently removing the GRPO/RLOO baseline           | advantage 0, finite, counted               |
 | the loss counting the gaps between turns as response length (OpenRLHF 1243) | loss == brute-force token mean           |
+| REINFORCE++ reward-to-go reset at observation spans (verl, "reset after EOS") | won episode's early turns keep credit |
+| bi-level GAE turn boundaries inferred from non-zero rewards (RAGEN)       | A_t = G_k − V_t with the real turn ends    |
 """
 from __future__ import annotations
 
@@ -366,3 +368,97 @@ def test_loss_does_not_count_the_gaps_between_turns(monkeypatch):
     monkeypatch.setattr(losses, "masked_mean", span_mean)
     with pytest.raises(AssertionError, match="token mean"):
         check_loss_is_token_mean(losses.policy_loss)
+
+
+# ------------------------------------------------------------------ issue 13: credit assignment across turns
+def sparse_three_turn_batch():
+    """Two 3-turn episodes with observation tokens (mask 0) between the turns; sparse rewards: episode 0 wins on its
+    last turn (reward 1), episode 1 earns nothing; episode 0 also has a zero-reward middle turn between two rewarded
+    ones in the bi-level check (reward 0.5 on turn 1)."""
+    mask = torch.tensor([[0, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0],
+                         [0, 1, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0]], dtype=torch.float32)
+    turn_end = torch.zeros_like(mask)
+    turn_end[0, [2, 7, 11]] = 1
+    turn_end[1, [1, 5, 10]] = 1
+    turns = [[[1, 2], [5, 6, 7], [10, 11]], [[1], [4, 5], [8, 9, 10]]]
+    return mask, turn_end, turns
+
+
+def check_reinforce_pp_keeps_credit_across_observations(estimator) -> None:
+    """REINFORCE++ on two sparse 3-turn episodes (won: rewards 0, 0, 1; lost: 0, 0, 0), γ = 1: every token of the
+    won episode has reward-to-go 1 and every token of the lost one 0, so after whitening each won token is above
+    every lost one. verl's 'reset after EOS' zeroes the running return at the observation tokens: the won episode's
+    first two turns fall to the lost episode's level."""
+    from agentrl_lib.advantages import AdvantageInputs
+    from agentrl_lib.config import AlgoConfig
+
+    mask, turn_end, turns = sparse_three_turn_batch()
+    rewards = torch.zeros_like(mask)
+    rewards[0, 11] = 1.0
+    inp = AdvantageInputs(token_rewards=rewards, mask=mask, returns=torch.tensor([1.0, 0.0]),
+                          group_ids=torch.tensor([0, 0]), turn_end=turn_end)
+    adv, _ = estimator(inp, AlgoConfig(advantage="reinforce_pp", gamma=1.0))
+    won = adv[0][mask[0] > 0]
+    lost = adv[1][mask[1] > 0]
+    assert torch.allclose(won, won[0]) and torch.allclose(lost, lost[0]) and won[0] > 0 > lost[0], \
+        f"an earlier turn of the won episode lost its credit: {won.tolist()}"
+
+
+def test_reinforce_pp_reward_to_go_does_not_reset_at_observation_spans(monkeypatch):
+    from agentrl_lib import advantages
+
+    check_reinforce_pp_keeps_credit_across_observations(advantages.ESTIMATORS["reinforce_pp"])
+
+    # negative control: verl's compute_reinforce_plus_plus_outcome_advantage, running return × response mask
+    def verl_reward_to_go(rewards, mask, turn_end, gamma=1.0):
+        out = torch.zeros_like(rewards)
+        running = torch.zeros(rewards.shape[0])
+        for t in reversed(range(rewards.shape[1])):
+            running = rewards[:, t] + gamma * running
+            out[:, t] = running
+            running = running * mask[:, t]  # "reset after EOS"
+        return out * mask
+
+    monkeypatch.setattr(advantages, "reward_to_go", verl_reward_to_go)
+    with pytest.raises(AssertionError, match="lost its credit"):
+        check_reinforce_pp_keeps_credit_across_observations(advantages.ESTIMATORS["reinforce_pp"])
+
+
+def check_bilevel_turn_boundaries(estimator) -> None:
+    """Bi-level GAE on a 3-turn episode whose middle turn earns 0 (rewards 0.5, 0, 1), λ = 1, γ = 0.5, γ_tok = 1:
+    the turn-end token of turn k must carry A_k = G_k − V(end of turn k), with G = (1, 0.5, 1) read from the
+    trajectory's turn ends. Inferring the boundaries from non-zero rewards (RAGEN's code) merges turn 2 into turn 3:
+    turn 2's end is no longer terminal within its turn and bootstraps from turn 3's tokens with γ_tok."""
+    from agentrl_lib.advantages import AdvantageInputs
+    from agentrl_lib.config import AlgoConfig
+
+    mask, turn_end, turns = sparse_three_turn_batch()
+    rewards = torch.zeros_like(mask)
+    rewards[0, [2, 7, 11]] = torch.tensor([0.5, 0.0, 1.0])
+    rewards[1, 10] = 1.0
+    values = torch.linspace(-0.3, 0.9, 13).repeat(2, 1)
+    inp = AdvantageInputs(token_rewards=rewards, mask=mask, returns=rewards.sum(1), group_ids=torch.tensor([0, 0]),
+                          turn_end=turn_end, values=values)
+    adv, _ = estimator(inp, AlgoConfig(advantage="bilevel_gae", gamma=0.5, lam=1.0, gamma_token=1.0,
+                                       normalize_advantages=False))
+    G = [0.5 + 0.5 * (0.0 + 0.5 * 1.0), 0.0 + 0.5 * 1.0, 1.0]
+    for k, pos in enumerate(turns[0]):
+        for t in pos:  # λ = γ_tok = 1: every token of turn k has A_t = G_k − V_t
+            assert adv[0, t].item() == pytest.approx(G[k] - values[0, t].item(), abs=1e-5), \
+                f"turn {k + 1} of the episode got the credit of merged turns"
+
+
+def test_bilevel_gae_takes_turn_boundaries_from_turn_ends_not_rewards(monkeypatch):
+    from agentrl_lib import advantages
+
+    check_bilevel_turn_boundaries(advantages.ESTIMATORS["bilevel_gae"])
+
+    # negative control: RAGEN's compute_bi_level_gae_advantage_return, turn ends = tokens with a non-zero reward
+    real = advantages.bilevel_gae
+
+    def ragen_bilevel(rewards, values, mask, turn_end, *args):
+        return real(rewards, values, mask, ((rewards != 0) & (mask > 0)).float(), *args)
+
+    monkeypatch.setattr(advantages, "bilevel_gae", ragen_bilevel)
+    with pytest.raises(AssertionError, match="merged turns"):
+        check_bilevel_turn_boundaries(advantages.ESTIMATORS["bilevel_gae"])
