@@ -4,6 +4,7 @@ brute-force formulas on one hand-made batch: episodes of different lengths, 1-3 
 the tensors the estimators see) and writes each equation as an explicit sum, not as the estimators' recursions."""
 from __future__ import annotations
 
+import math
 import statistics
 
 import pytest
@@ -258,3 +259,58 @@ def test_presets_reach_every_estimator_and_labels_name_them():
                 AlgoConfig(advantage=name, group_size=1).validate()
     with pytest.raises(ConfigError, match="keep_top_std 0.25 ranks groups"):
         AlgoConfig.from_preset("starpo_s", group_size=1).validate()
+
+
+# ------------------------------------------------------------------------- one tiny RL step per preset (run_rl)
+class CoinEnv:
+    """A scripted 2-turn game (as tests/test_correctness.py's): the same observations in every episode (so GiGPO's
+    step groups form), and a win that depends on the reply's length parity (so a random model gets reward spread)."""
+
+    def reset(self, game):
+        from agentrl_lib.envs.base import StepInfo, StepResult
+
+        self.t = 0
+        return StepResult("A room.", 0.0, False, StepInfo(max_score=1, objective="say a word", admissible=["look"]))
+
+    def step(self, action):
+        from agentrl_lib.envs.base import StepInfo, StepResult
+
+        self.t += 1
+        won = self.t == 2 and len(action) % 2 == 0
+        return StepResult("ok " * self.t, 1.0 if won else 0.0, self.t == 2,
+                          StepInfo(won=won, score=float(won), max_score=1, valid=action == "look", admissible=["look"]))
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("preset", ["turn_ppo", "bilevel_ppo", "dr_grpo", "reinforce_pp", "gigpo", "starpo_s"])
+def test_one_rl_step_per_preset_through_run_rl(preset, tiny_model_dir, tmp_path, monkeypatch):
+    import agentrl_lib.trainer as trainer_mod
+    from agentrl_lib.config import EnvConfig, ModelConfig, RewardConfig, RunConfig, TrainConfig
+    from agentrl_lib.envs.base import GameRecord, write_manifest
+    from agentrl_lib.envs.pool import SerialPool
+    from agentrl_lib.run import run_rl
+
+    root = tmp_path / "games"
+    root.mkdir()
+    recs = []
+    for i in range(2):
+        (root / f"g{i}.txt").write_text("scripted")
+        recs.append(GameRecord(path=str(root / f"g{i}.txt"), name=f"g{i}", seed=i, max_score=1, walkthrough=["look"]))
+    write_manifest(root, "textworld", recs, {"scripted": True})
+    monkeypatch.setattr(trainer_mod, "open_pool", lambda env, n, games: SerialPool(n, factory=CoinEnv))
+    seen = []
+    est = ESTIMATORS[ALGO_PRESETS[preset]["advantage"]]
+    monkeypatch.setattr(type(est), "__call__", lambda self, inp, algo, _c=type(est).__call__: seen.append(inp)
+                        or _c(self, inp, algo))
+    cfg = RunConfig(env=EnvConfig(games=str(root), max_turns=2), reward=RewardConfig(kind="dense"),
+                    algo=AlgoConfig.from_preset(preset, group_size=4), model=ModelConfig(device="cpu"),
+                    train=TrainConfig(steps=1, games_per_step=2, minibatch_size=8, max_new_tokens=5, seed=1, lr=1e-3))
+    (row,) = run_rl(cfg, tmp_path / "run", init=str(tiny_model_dir), progress=False)["rows"]
+    assert len(seen) == 1 and seen[0].turn_obs is not None
+    assert all(o == ["A room.", "ok "] for o in seen[0].turn_obs[:1])  # each action's state: reset, then step 1
+    assert row["skipped_update"] == 0.0 and row["grad_norm"] > 0 and row["policy_tokens"] > 0
+    assert all(math.isfinite(v) for k, v in row.items() if isinstance(v, float) and k != "explained_variance")
+    if preset == "starpo_s":
+        assert row["kept_fraction"] == pytest.approx(0.5)  # 25% of 2 groups, rounded half up: 1 group
