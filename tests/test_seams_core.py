@@ -57,13 +57,13 @@ def test_every_registered_estimator_round_trips_through_config_validation(tmp_pa
         if est.min_group_size > 1:  # the registry's min_group_size is what validation enforces
             with pytest.raises(ConfigError, match=f"'{name}' needs algo.group_size >= {est.min_group_size}"):
                 AlgoConfig(advantage=name, group_size=est.min_group_size - 1).validate()
-    with pytest.raises(ConfigError, match=r"algo.advantage must be one of \['gae', 'grpo', 'rloo'"):
+    with pytest.raises(ConfigError, match=r"algo.advantage must be one of \['bilevel_gae', 'dr_grpo', 'gae', 'gigpo'"):
         AlgoConfig(advantage="reinforce").validate()
 
 
 def test_presets_labels_and_a_registered_estimator(registry):
-    assert {p: AlgoConfig.from_preset(p).advantage for p in ALGO_PRESETS} == {"ppo": "gae", "grpo": "grpo",
-                                                                              "rloo": "rloo"}
+    assert {p: AlgoConfig.from_preset(p).advantage for p in ("ppo", "grpo", "rloo")} == {"ppo": "gae", "grpo": "grpo",
+                                                                                       "rloo": "rloo"}
     assert [AlgoConfig.from_preset(p).label for p in ALGO_PRESETS] == list(ALGO_PRESETS)
     with pytest.raises(ConfigError, match="unknown algorithm preset 'dpo'"):
         AlgoConfig.from_preset("dpo")
