@@ -1,10 +1,36 @@
 """Advantage estimators: pure tensor functions, and the ESTIMATORS registry the trainer picks from by name.
 
-- `gae`: token-level GAE over policy tokens only (PPO with a critic; Practitioner's Guide §4.3, γ = λ = 1).
-- `grpo_advantages`: group-normalised trajectory returns (Shao et al. 2024, DeepSeekMath, eq. 3 outcome supervision).
-- `rloo_advantages`: leave-one-out baseline (Ahmadian et al. 2024, "Back to Basics", eq. 5).
-- `broadcast_to_tokens`: a trajectory-level advantage on every policy token.
-- `top_std_groups`: StarPO-S rollout filtering by within-group reward std (RAGEN §4, Wang et al. 2025).
+| estimator      | preset       | critic | granularity of A                   | baseline                            | source                                   |
+|----------------|--------------|--------|------------------------------------|-------------------------------------|------------------------------------------|
+| `gae`          | ppo          | yes    | token (γ between turns, γ_tok in)  | V(s_t) per token                    | Schulman et al. 2016; Practitioner's §4.3 |
+| `turn_gae`     | turn_ppo     | yes    | turn (every token of turn k: A_k)  | V at the turn's end token           | ArCHer (Zhou et al. 2024); RAGEN         |
+| `bilevel_gae`  | bilevel_ppo  | yes    | turn across turns, token within    | V at turn ends, then per token      | RAGEN (Wang et al. 2025) bi-level GAE    |
+| `grpo`         | grpo         | no     | episode                            | group mean, ÷ group std             | Shao et al. 2024, eq. 3                  |
+| `dr_grpo`      | dr_grpo      | no     | episode                            | group mean (no std)                 | Liu et al. 2025, §3.1                    |
+| `rloo`         | rloo         | no     | episode                            | mean of the group's other episodes  | Ahmadian et al. 2024, eq. 5              |
+| `reinforce_pp` | reinforce_pp | no     | token (reward-to-go, γ per turn)   | batch mean, ÷ batch std (global)    | Hu 2025, REINFORCE++ §3                  |
+| `gigpo`        | gigpo        | no     | episode + turn (identical states)  | group mean; step-group mean (÷ std) | Feng et al. 2025, GiGPO eq. 3-7          |
+
+StarPO-S (preset `starpo_s`, RAGEN §4.2) is `gae` plus the group filter `top_std_groups` (keep_top_std 0.25),
+decoupled clip 0.2 / 0.28, no KL, entropy bonus 0.001. Dr. GRPO's second half (no per-response 1/|o_i|) is a loss
+matter: losses.policy_loss averages over the policy tokens of the whole minibatch (token mean, as DAPO), which never
+divides by a single response's length; algo.loss_agg = "seq_mean_token_sum_norm" divides the token sum by a constant
+instead, as the Dr. GRPO paper does (see losses.policy_loss).
+
+Per-turn-index baselines and episode length. A baseline indexed by turn number, b_k = the mean return-to-go at turn
+k over the group's episodes that reached turn k, compares turn k of one episode with turn k of the others, whatever
+state each is in. Estimated from the group with the episode itself in it, turn k's advantage is
+(1 − 1/n_k)·(G_{i,k} − mean of the others' G_{j,k}), where n_k, the number of episodes that lasted to turn k, is set
+by the policy: the expected update of a turn few episodes reach is shrunk (to 0 where an episode is alone) while
+turn 1 keeps (1 − 1/G). That changes the direction of the update, not only its size, and the distortion moves as the
+policy makes episodes shorter or longer (a policy that mostly ends at turn 1 hardly learns its turn-2 decisions).
+No estimator here uses such a baseline. Episode-level baselines avoid it (`grpo`, `dr_grpo`, `rloo`: whole episodes
+from the same start state, one factor for every turn: exactly (1 − 1/G) for dr_grpo, 1 for rloo; `reinforce_pp`: one
+batch-wide constant), and so does a critic, which conditions on the state and never contains the episode's own return
+(`gae`, `turn_gae`, `bilevel_gae`). GiGPO's step groups condition on the state (actions compared in the same
+observation, whatever their turn index), but a state few episodes visit has the same self-inclusion shrink on its
+step term; its episode-level term keeps the full credit. tests/test_estimators.py computes the exact expected update
+of each by enumerating every group of G episodes on a two-turn game.
 
 The registry: `ESTIMATORS[name]` is an object with `name`, `needs_critic` (the trainer builds a value head and logs
 explained variance iff True), `min_group_size` (config validation refuses a smaller algo.group_size) and

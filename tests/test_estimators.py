@@ -314,3 +314,62 @@ def test_one_rl_step_per_preset_through_run_rl(preset, tiny_model_dir, tmp_path,
     assert all(math.isfinite(v) for k, v in row.items() if isinstance(v, float) and k != "explained_variance")
     if preset == "starpo_s":
         assert row["kept_fraction"] == pytest.approx(0.5)  # 25% of 2 groups, rounded half up: 1 group
+
+
+# ------------------------------------------------ the bias of a per-turn-index baseline (advantages.py's docstring)
+def expected_update(p_stop, q_good, G, advantage_fn):
+    """Exact expected policy-gradient estimate (per episode) on a two-turn game, by enumerating every group of G
+    episodes. Turn 1: 'stop' (prob p = σ(θ1), reward 0.3, the episode ends) or 'go' (reward 0). Turn 2 after 'go':
+    'good' (prob q = σ(θ2), reward 1) or 'bad' (0). advantage_fn(group) → per episode, per turn, the advantage.
+    Returns (E ĝ_θ1, E ĝ_θ2) and the true gradient (∂J/∂θ1, ∂J/∂θ2) of J = 0.3 p + (1 − p) q."""
+    import itertools
+
+    kinds = {"S": (p_stop, [0.3]), "GG": ((1 - p_stop) * q_good, [0.0, 1.0]),
+             "GB": ((1 - p_stop) * (1 - q_good), [0.0, 0.0])}
+    score1 = {"S": 1 - p_stop, "GG": -p_stop, "GB": -p_stop}  # ∂ log π(a_1) / ∂θ1
+    score2 = {"GG": 1 - q_good, "GB": -q_good}                 # ∂ log π(a_2) / ∂θ2
+    g1 = g2 = 0.0
+    for group in itertools.product(kinds, repeat=G):
+        prob = math.prod(kinds[k][0] for k in group)
+        adv = advantage_fn([kinds[k][1] for k in group])
+        for k, a in zip(group, adv):
+            g1 += prob * score1[k] * a[0] / G
+            if k != "S":
+                g2 += prob * score2[k] * a[1] / G
+    true = (p_stop * (1 - p_stop) * (0.3 - q_good), (1 - p_stop) * q_good * (1 - q_good))
+    return (g1, g2), true
+
+
+def per_turn_index_baseline(turn_rewards):
+    """A_{i,k} = G_{i,k} − mean of G_{j,k} over the group's episodes j that reached turn k (the episode included)."""
+    from agentrl_lib.advantages import discounted_turn_returns
+
+    rtg = [discounted_turn_returns(r) for r in turn_rewards]
+    out = []
+    for g in rtg:
+        out.append([x - statistics.fmean(h[k] for h in rtg if len(h) > k) for k, x in enumerate(g)])
+    return out
+
+
+def episode_level(fn):
+    def adv(turn_rewards):
+        a = fn(torch.tensor([sum(r) for r in turn_rewards]), torch.zeros(len(turn_rewards), dtype=torch.long))
+        return [[x] * len(r) for x, r in zip(a.tolist(), turn_rewards)]
+    return adv
+
+
+@pytest.mark.parametrize("p_stop", [0.8, 0.2])
+def test_per_turn_index_baseline_bends_the_update_and_episode_level_ones_do_not(p_stop):
+    from agentrl_lib.advantages import rloo_advantages
+
+    G, q = 4, 0.6
+    (d1, d2), (t1, t2) = expected_update(p_stop, q, G, episode_level(dr_grpo_advantages))
+    assert d1 / t1 == pytest.approx(1 - 1 / G) and d2 / t2 == pytest.approx(1 - 1 / G)  # same factor: same direction
+    (r1, r2), _ = expected_update(p_stop, q, G, episode_level(rloo_advantages))
+    assert r1 / t1 == pytest.approx(1.0) and r2 / t2 == pytest.approx(1.0)
+    # the per-turn-index baseline: turn 1 keeps 1 − 1/G, turn 2 gets E[1 − 1/n_2], n_2 = 1 + Binomial(G − 1, 1 − p)
+    (b1, b2), _ = expected_update(p_stop, q, G, per_turn_index_baseline)
+    shrink = sum(math.comb(G - 1, m) * (1 - p_stop) ** m * p_stop ** (G - 1 - m) * (1 - 1 / (m + 1))
+                 for m in range(G))
+    assert b1 / t1 == pytest.approx(1 - 1 / G) and b2 / t2 == pytest.approx(shrink)
+    assert shrink < 1 - 1 / G - 0.05  # p = 0.8: 0.262 vs 0.75; p = 0.2: 0.688 vs 0.75
