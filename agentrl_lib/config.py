@@ -23,7 +23,7 @@ ALGO_PRESETS: dict[str, dict[str, Any]] = {
     "rloo": {"advantage": "rloo"},
     "turn_ppo": {"advantage": "turn_gae"},            # critic, one value per turn
     "bilevel_ppo": {"advantage": "bilevel_gae"},      # critic, turn-level across turns, token-level within (RAGEN)
-    "dr_grpo": {"advantage": "dr_grpo"},
+    "dr_grpo": {"advantage": "dr_grpo", "loss_agg": "seq_mean_token_sum_norm"},  # both halves of Dr. GRPO
     "reinforce_pp": {"advantage": "reinforce_pp"},
     "gigpo": {"advantage": "gigpo"},
     # StarPO-S (RAGEN §4.2, Wang et al. 2025): keep the top 25% of groups by return std, a critic, decoupled clip,
@@ -36,7 +36,9 @@ in advantages.ESTIMATORS (its module docstring has the table)."""
 REWARDS = ("sparse", "dense")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 TIS_MODES = ("auto", "on", "off")
-CHOICES = {"reward.kind": REWARDS, "algo.tis": TIS_MODES, "model.dtype": DTYPES}
+LOSS_AGGS = ("token_mean", "seq_mean_token_sum_norm")
+"""algo.loss_agg's values (losses.LOSS_AGGS, repeated here so that `import agentrl_lib.config` stays free of torch)."""
+CHOICES = {"reward.kind": REWARDS, "algo.tis": TIS_MODES, "model.dtype": DTYPES, "algo.loss_agg": LOSS_AGGS}
 """Fields that take one of a closed set of values (`section.field` → values): the CLI offers them as choices.
 algo.advantage's and model.generator's sets are registries: see `choices_for`."""
 DEVICE_PATTERN = r"auto|(cpu|cuda|mps)(:\d+)?"
@@ -160,6 +162,11 @@ class AlgoConfig:
     keep_top_std: float = 1.0
     """StarPO-S filter: fraction of groups kept, those with the highest within-group return std, in (0, 1]; 1.0
     keeps all (RAGEN: 0.25)."""
+    loss_agg: str = "token_mean"
+    """How the clipped surrogate averages over tokens: 'token_mean' (over the minibatch's policy tokens; DAPO, TRL) or
+    'seq_mean_token_sum_norm' (token sum / (episodes × max_turns × max_new_tokens), a constant; Dr. GRPO, Liu et al.
+    2025). The latter's steps are smaller by about mean episode tokens / (max_turns × max_new_tokens) at the same lr;
+    see losses.LOSS_AGGS."""
     gigpo_step_weight: float = 1.0
     """GiGPO's ω: weight of the step-level advantage (over turns taken in identical observations) added to the
     episode-level one, >= 0; Feng et al. 2025 and verl-agent use 1.0 (0 = GRPO with GiGPO's per-turn plumbing)."""
@@ -209,6 +216,8 @@ class AlgoConfig:
                               "which is 0 for a group of one episode: use --group-size 4 (RAGEN) or keep_top_std 1")
         if self.dual_clip != 0 and not self.dual_clip > 1:
             raise ConfigError(f"algo.dual_clip must be 0 (off) or > 1 (got {self.dual_clip}); Ye et al. 2020 use 3")
+        if self.loss_agg not in LOSS_AGGS:
+            raise ConfigError(f"algo.loss_agg must be one of {LOSS_AGGS} (got {self.loss_agg!r})")
         if self.tis not in ("auto", "on", "off"):
             raise ConfigError(f"algo.tis must be 'auto', 'on' or 'off' (got {self.tis!r})")
         if not self.tis_cap > 0:

@@ -3,7 +3,7 @@ a reference policy, entropy. Each returns (loss, metrics) so every update logs i
 
 All token tensors are (B, T) float32 with a (B, T) mask that is 1 on policy tokens; losses average over masked
 tokens of the whole minibatch ("token-mean", as DAPO and TRL's default), so long and short trajectories weigh
-each token equally.
+each token equally; the surrogate can instead divide by a constant, as Dr. GRPO does (LOSS_AGGS, algo.loss_agg).
 
 Introduced in notebooks/00_quickstart.md §4.
 """
@@ -18,9 +18,24 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * m).sum() / m.sum().clamp(min=1.0)
 
 
+LOSS_AGGS = ("token_mean", "seq_mean_token_sum_norm")
+"""How policy_loss aggregates the per-token objective J_t (algo.loss_agg):
+
+    token_mean:               L = −Σ_{i,t} m_{i,t} J_{i,t} / Σ_{i,t} m_{i,t}     (DAPO, Yu et al. 2025; TRL's default)
+    seq_mean_token_sum_norm:  L = −Σ_{i,t} m_{i,t} J_{i,t} / (B · L_max)        (Dr. GRPO, Liu et al. 2025, §3.1)
+
+Neither divides a response by its own length, the 1/|o_i| of the original GRPO objective that Dr. GRPO removes (with
+it, a long wrong answer is penalised less per token than a short one). token_mean weighs every token of a minibatch
+alike, but its denominator is the minibatch's token count, so a token's weight still depends on how long the other
+episodes of the minibatch were; seq_mean_token_sum_norm divides by a constant: B (the minibatch's episodes) times
+L_max, the most policy tokens an episode can have (the trainer passes max_turns × max_new_tokens). Its updates are
+smaller by about mean episode tokens / L_max at the same learning rate."""
+
+
 def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
                 clip_low: float = 0.2, clip_high: float = 0.2, dual_clip: float = 0.0,
-                is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+                is_weights: torch.Tensor | None = None, loss_agg: str = "token_mean",
+                max_tokens: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped surrogate (Schulman et al. 2017, eq. 7) with decoupled clip range (DAPO, Yu et al. 2025; StarPO-S),
     optional dual clip (Ye et al. 2020, eq. 5) and optional truncated importance-sampling weights (Yao et al. 2025):
 
@@ -28,19 +43,23 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         J_t = min(ρ_t A_t, clip(ρ_t, 1 − ε_low, 1 + ε_high) A_t)
         dual clip (c > 1):  J_t = max(J_t, c · A_t) where A_t < 0     (a bounded step for very large ρ_t)
         TIS:                J_t = w_t · J_t,  w_t = min(π_old(a_t) / π_behaviour(a_t), C)  (given as is_weights)
-        L = −mean_t J_t   (token mean over the mask)
+        L = −mean_t J_t   (token mean over the mask; or Dr. GRPO's constant normaliser, see LOSS_AGGS)
 
     Args:
         logprobs, old_logprobs, advantages: (B, T) float32.  mask: (B, T) 0/1, the policy tokens that train.
         dual_clip: c of the dual clip (0 = off; Ye et al. use 3).
         is_weights: (B, T) float32 truncated importance weights (no gradient flows through them), or None.
+        loss_agg: one of LOSS_AGGS.  max_tokens: L_max of 'seq_mean_token_sum_norm' (policy tokens; default T, the
+            padded width).
     Returns: loss (scalar), metrics {clip_frac, dual_clip_frac, approx_kl, ratio_mean, policy_loss}. approx_kl is
         the k3 estimate of KL(π_old ‖ π_θ) from the sampled tokens, (ρ − 1) − log ρ (Schulman 2020, "Approximating
         KL divergence"); policy_loss is the surrogate alone (before entropy, value and KL terms).
-    Raises: ValueError if 0 < dual_clip <= 1.
+    Raises: ValueError if 0 < dual_clip <= 1 or loss_agg is not one of LOSS_AGGS.
     """
     if 0 < dual_clip <= 1:
         raise ValueError(f"dual_clip must be 0 (off) or > 1 (got {dual_clip}); Ye et al. 2020 use 3")
+    if loss_agg not in LOSS_AGGS:
+        raise ValueError(f"loss_agg must be one of {LOSS_AGGS} (got {loss_agg!r})")
     log_ratio = logprobs - old_logprobs
     ratio = torch.exp(log_ratio)
     unclipped = ratio * advantages
@@ -53,7 +72,10 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         objective = torch.where(advantages < 0, torch.max(objective, floor), objective)
     if is_weights is not None:
         objective = objective * is_weights.detach()
-    loss = -masked_mean(objective, mask)
+    if loss_agg == "token_mean":
+        loss = -masked_mean(objective, mask)
+    else:
+        loss = -(objective * mask.float()).sum() / (mask.shape[0] * (max_tokens or mask.shape[1]))
     with torch.no_grad():
         clip_frac = masked_mean((clipped < unclipped).float(), mask).item()
         approx_kl = masked_mean((ratio - 1) - log_ratio, mask).item()

@@ -59,8 +59,8 @@ class DivergenceError(ValueError):
 def minibatch_loss(policy, value_head: ValueHead | None, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                    mask: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, algo: AlgoConfig,
                    temperature: float, returns: torch.Tensor | None = None, old_values: torch.Tensor | None = None,
-                   ref_logprobs: torch.Tensor | None = None,
-                   is_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+                   ref_logprobs: torch.Tensor | None = None, is_weights: torch.Tensor | None = None,
+                   max_tokens: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss of one minibatch, shared by every estimator:
 
         L = clipped surrogate (dual clip, TIS weights) − c_H · entropy  [+ c_v · clipped value loss, with a critic]
@@ -74,12 +74,14 @@ def minibatch_loss(policy, value_head: ValueHead | None, input_ids: torch.Tensor
         ref_logprobs: (B, T) float32 log-probs of the reference policy, or None (no KL term).
         is_weights: (B, T) float32 truncated importance weights π_old / π_behaviour (losses.truncated_is_weights), or
             None.
+        max_tokens: the most policy tokens an episode can have (max_turns × max_new_tokens), the constant of
+            algo.loss_agg 'seq_mean_token_sum_norm' (losses.LOSS_AGGS).
     Returns: (loss, metrics: policy_loss (the surrogate alone), clip_frac, dual_clip_frac, approx_kl, ratio_mean,
         entropy [, value_loss, value_clip_frac] [, kl_ref]).
     """
     out = token_forward(policy, input_ids, attention_mask, mask, temperature, value_head, with_entropy=True)
     loss, pm = policy_loss(out["logprobs"], old_logprobs, advantages, mask, algo.clip_low, algo.clip_high,
-                           algo.dual_clip, is_weights)
+                           algo.dual_clip, is_weights, algo.loss_agg, max_tokens)
     ent = masked_mean(out["entropy"], mask)
     loss = loss - algo.entropy_coef * ent
     pm["entropy"] = ent.item()
@@ -421,7 +423,8 @@ class Trainer:
                                           cfg.algo, cfg.train.temperature, None if ret is None else ret[idx],
                                           None if old_values is None else old_values[idx],
                                           None if ref_logp is None else ref_logp[idx],
-                                          None if is_w is None else is_w[idx])
+                                          None if is_w is None else is_w[idx],
+                                          cfg.env.max_turns * cfg.train.max_new_tokens)
                 self.opt.zero_grad(set_to_none=True)
                 loss.backward()
                 gn = torch.nn.utils.clip_grad_norm_(policy_params, cfg.train.max_grad_norm)

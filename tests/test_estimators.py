@@ -300,7 +300,9 @@ def test_one_rl_step_per_preset_through_run_rl(preset, tiny_model_dir, tmp_path,
         recs.append(GameRecord(path=str(root / f"g{i}.txt"), name=f"g{i}", seed=i, max_score=1, walkthrough=["look"]))
     write_manifest(root, "textworld", recs, {"scripted": True})
     monkeypatch.setattr(trainer_mod, "open_pool", lambda env, n, games: SerialPool(n, factory=CoinEnv))
-    seen = []
+    seen, agg = [], []
+    real_loss = trainer_mod.policy_loss
+    monkeypatch.setattr(trainer_mod, "policy_loss", lambda *a: agg.append(a[-2:]) or real_loss(*a))
     est = ESTIMATORS[ALGO_PRESETS[preset]["advantage"]]
     monkeypatch.setattr(type(est), "__call__", lambda self, inp, algo, _c=type(est).__call__: seen.append(inp)
                         or _c(self, inp, algo))
@@ -312,6 +314,7 @@ def test_one_rl_step_per_preset_through_run_rl(preset, tiny_model_dir, tmp_path,
     assert all(o == ["A room.", "ok "] for o in seen[0].turn_obs[:1])  # each action's state: reset, then step 1
     assert row["skipped_update"] == 0.0 and row["grad_norm"] > 0 and row["policy_tokens"] > 0
     assert all(math.isfinite(v) for k, v in row.items() if isinstance(v, float) and k != "explained_variance")
+    assert agg and all(x == (cfg.algo.loss_agg, 2 * 5) for x in agg)  # L_max = max_turns × max_new_tokens
     if preset == "starpo_s":
         assert row["kept_fraction"] == pytest.approx(0.5)  # 25% of 2 groups, rounded half up: 1 group
 
@@ -373,3 +376,38 @@ def test_per_turn_index_baseline_bends_the_update_and_episode_level_ones_do_not(
                  for m in range(G))
     assert b1 / t1 == pytest.approx(1 - 1 / G) and b2 / t2 == pytest.approx(shrink)
     assert shrink < 1 - 1 / G - 0.05  # p = 0.8: 0.262 vs 0.75; p = 0.2: 0.688 vs 0.75
+
+
+# ------------------------------------------------------------------------ Dr. GRPO's loss aggregation (losses.py)
+def test_loss_aggregation_token_mean_and_dr_grpo_constant():
+    """At ratio 1 the gradient of the surrogate w.r.t. log π_θ(a_t) is −A_t · w. token_mean: w = 1 / (policy tokens
+    of the minibatch), which changes when another episode of the minibatch gets longer; seq_mean_token_sum_norm:
+    w = 1 / (B · L_max), the same constant whatever the lengths (Dr. GRPO). Neither is GRPO's 1/|o_i|."""
+    from agentrl_lib.losses import policy_loss
+
+    def weights(mask, agg):
+        logp = torch.zeros(mask.shape, requires_grad=True)
+        adv = torch.ones(mask.shape)
+        loss, _ = policy_loss(logp, torch.zeros(mask.shape), adv, mask, 0.2, 0.28, loss_agg=agg, max_tokens=20)
+        loss.backward()
+        return -logp.grad
+
+    short = torch.tensor([[0, 1, 1, 0, 0, 1, 0, 0], [0, 1, 0, 0, 0, 0, 0, 0]], dtype=torch.float32)
+    longer = short.clone()
+    longer[1, 3:7] = 1  # the second episode gets longer; the first is unchanged
+    for mask in (short, longer):
+        w = weights(mask, "seq_mean_token_sum_norm")
+        assert torch.allclose(w, mask / (2 * 20))
+        assert torch.allclose(weights(mask, "token_mean"), mask / mask.sum())
+    assert weights(short, "token_mean")[0, 1] != weights(longer, "token_mean")[0, 1]
+    # the loss itself: −Σ J / (B · L_max)
+    torch.manual_seed(0)
+    logp, old, adv = torch.randn(2, 8) * 0.1, torch.randn(2, 8) * 0.1, torch.randn(2, 8)
+    loss, _ = policy_loss(logp, old, adv, longer, 0.2, 0.28, loss_agg="seq_mean_token_sum_norm", max_tokens=20)
+    r = torch.exp(logp - old)
+    J = torch.minimum(r * adv, torch.clamp(r, 0.8, 1.28) * adv)
+    assert loss.item() == pytest.approx(-(J * longer).sum().item() / 40, abs=1e-6)
+    with pytest.raises(ValueError, match="loss_agg must be one of"):
+        policy_loss(logp, old, adv, longer, loss_agg="seq_mean")
+    with pytest.raises(ConfigError, match="algo.loss_agg must be one of"):
+        AlgoConfig(loss_agg="sum").validate()
