@@ -173,7 +173,7 @@ class AlgoConfig:
 
     @classmethod
     def from_preset(cls, preset: str, **overrides: Any) -> "AlgoConfig":
-        """The AlgoConfig of ALGO_PRESETS[preset] ('ppo', 'grpo', 'rloo') with `overrides` applied.
+        """The AlgoConfig of ALGO_PRESETS[preset] ('ppo', 'grpo', 'starpo_s', ...) with `overrides` applied.
 
         Raises: ConfigError for an unknown preset.
         """
