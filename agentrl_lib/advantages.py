@@ -1,15 +1,21 @@
 """Advantage estimators: pure tensor functions, and the ESTIMATORS registry the trainer picks from by name.
 
-| estimator      | preset       | critic | granularity of A                   | baseline                            | source                                   |
-|----------------|--------------|--------|------------------------------------|-------------------------------------|------------------------------------------|
-| `gae`          | ppo          | yes    | token (γ between turns, γ_tok in)  | V(s_t) per token                    | Schulman et al. 2016; Practitioner's §4.3 |
-| `turn_gae`     | turn_ppo     | yes    | turn (every token of turn k: A_k)  | V at the turn's end token           | ArCHer (Zhou et al. 2024); RAGEN         |
-| `bilevel_gae`  | bilevel_ppo  | yes    | turn across turns, token within    | V at turn ends, then per token      | RAGEN (Wang et al. 2025) bi-level GAE    |
-| `grpo`         | grpo         | no     | episode                            | group mean, ÷ group std             | Shao et al. 2024, eq. 3                  |
-| `dr_grpo`      | dr_grpo      | no     | episode                            | group mean (no std)                 | Liu et al. 2025, §3.1                    |
-| `rloo`         | rloo         | no     | episode                            | mean of the group's other episodes  | Ahmadian et al. 2024, eq. 5              |
-| `reinforce_pp` | reinforce_pp | no     | token (reward-to-go, γ per turn)   | batch mean, ÷ batch std (global)    | Hu 2025, REINFORCE++ §3                  |
-| `gigpo`        | gigpo        | no     | episode + turn (identical states)  | group mean; step-group mean (÷ std) | Feng et al. 2025, GiGPO eq. 3-7          |
+| estimator      | preset       | advantage per                | baseline                        | source             |
+|----------------|--------------|------------------------------|---------------------------------|--------------------|
+| `gae`          | ppo          | token (γ per turn, γ_tok in) | critic V(s_t) at every token    | GAE; Practitioner  |
+| `turn_gae`     | turn_ppo     | turn (A_k on all its tokens) | critic V at each turn's end     | ArCHer; RAGEN      |
+| `bilevel_gae`  | bilevel_ppo  | turn across, token within    | critic V at turn ends, tokens   | RAGEN bi-level GAE |
+| `grpo`         | grpo         | episode                      | group mean, ÷ group std         | DeepSeekMath eq. 3 |
+| `dr_grpo`      | dr_grpo      | episode                      | group mean (no std)             | Dr. GRPO §3.1      |
+| `rloo`         | rloo         | episode                      | mean of the others in the group | RLOO eq. 5         |
+| `reinforce_pp` | reinforce_pp | token (reward-to-go)         | batch mean, ÷ batch std         | REINFORCE++ §3     |
+| `gigpo`        | gigpo        | episode + turn               | group mean + same-state mean    | GiGPO eq. 3-7      |
+
+A critic (needs_critic) exists for the three GAE estimators only. Sources: Schulman et al. 2016 (GAE); "A
+Practitioner's Guide to Multi-turn Agentic RL" §4.3; Zhou et al. 2024 (ArCHer); Wang et al. 2025 (RAGEN); Shao et al.
+2024 (DeepSeekMath); Liu et al. 2025 ("Understanding R1-Zero-Like Training", Dr. GRPO); Ahmadian et al. 2024 ("Back
+to Basics", RLOO); Hu 2025 (REINFORCE++); Feng et al. 2025 ("Group-in-Group Policy Optimization for LLM Agent
+Training", GiGPO).
 
 StarPO-S (preset `starpo_s`, RAGEN §4.2) is `gae` plus the group filter `top_std_groups` (keep_top_std 0.25),
 decoupled clip 0.2 / 0.28, no KL, entropy bonus 0.001. Dr. GRPO's second half (no per-response 1/|o_i|) is a loss
@@ -241,7 +247,8 @@ def bilevel_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
     """Bi-level GAE (RAGEN's option, Wang et al. 2025; the hierarchical scheme of ArCHer, Zhou et al. 2024):
     turn-level GAE across turns, then token-level GAE within each turn towards the turn's λ-return.
 
-        across turns (`turn_gae`):  G_k = A_k + V_{end(k)},  A_k = Σ_j (γλ)^j δ_{k+j},  δ_k = r_k + γ V_{end(k+1)} − V_{end(k)}
+        across turns (`turn_gae`):  G_k = A_k + V_{end(k)},  A_k = Σ_j (γλ)^j δ_{k+j},
+                                    δ_k = r_k + γ V_{end(k+1)} − V_{end(k)}
         within turn k (γ_tok = gamma_token, the turn's end token is terminal with reward G_k):
             δ_t = γ_tok V_{t+1} − V_t,    δ_{end(k)} = G_k − V_{end(k)} = A_k,    A_t = δ_t + γ_tok λ A_{t+1}
         value targets: A_t + V_t on every policy token
@@ -337,8 +344,11 @@ def gigpo_advantages(returns: torch.Tensor, group_ids: torch.Tensor, turn_obs: l
         A_{i,k} = A^E_i + ω · A^S_{i,k}                       (ω = step_weight; the paper and verl-agent use 1)
 
     Normalisation by the std at both levels (verl-agent's mode "mean_std_norm"; its "mean_norm" drops the std as
-    Dr. GRPO does). A step group of one turn (a state no other trajectory of the group met) gets A^S = 0, as does an
-    episode group of one trajectory (no baseline).
+    Dr. GRPO does). Identical observation text stands for identical state: exact for the rendered grids of RAGEN's
+    environments; in TextWorld a reply such as "You can't go that way." recurs in different rooms and pools their
+    turns (verl-agent offers similarity grouping for the opposite problem, near-identical states; not done here).
+    A step group of one turn (a state no other trajectory of the group met) gets A^S = 0, as does an episode group of
+    one trajectory (no baseline).
 
     Args:
         returns: (N,) float32 episode returns.  group_ids: (N,) int64.
@@ -536,7 +546,8 @@ class GiGPOEstimator:
 
     def __call__(self, inputs: AdvantageInputs, algo: "AlgoConfig") -> tuple[torch.Tensor, None]:
         if inputs.turn_obs is None or inputs.turn_rewards is None:
-            raise ValueError("gigpo needs AdvantageInputs.turn_obs and turn_rewards (per-turn observations and rewards)")
+            raise ValueError("gigpo needs AdvantageInputs.turn_obs and turn_rewards (per-turn observations and "
+                             "rewards)")
         _, per_turn = gigpo_advantages(inputs.returns, inputs.group_ids, inputs.turn_obs, inputs.turn_rewards,
                                        algo.gamma, getattr(algo, "gigpo_step_weight", 1.0), algo.grpo_std_eps)
         return turns_to_tokens(per_turn, inputs.mask, inputs.turn_end), None

@@ -155,7 +155,7 @@ def test_dr_grpo_is_return_minus_group_mean_without_std():
     returns = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.3, 0.3, 2.0])
     groups = torch.tensor([0, 0, 0, 0, 1, 1, 2])
     adv = dr_grpo_advantages(returns, groups)
-    assert adv.tolist() == pytest.approx([0.75, -0.25, -0.25, -0.25, 0.0, 0.0, 0.0])  # group 2: one episode, no baseline
+    assert adv.tolist() == pytest.approx([0.75, -0.25, -0.25, -0.25, 0.0, 0.0, 0.0])  # group 2: one episode
     inp, turns = inputs(values=False)
     tok = ESTIMATORS["dr_grpo"](inp, AlgoConfig(advantage="dr_grpo"))[0]
     R = [sum(r for _, r in tb) for tb in turns]
