@@ -22,9 +22,12 @@ ALGO_PRESETS: dict[str, dict[str, Any]] = {"ppo": {"advantage": "gae"}, "grpo": 
 """Named algorithms as AlgoConfig field values (`--algo ppo`, `AlgoConfig.from_preset("ppo")`); the estimators are
 in advantages.ESTIMATORS."""
 REWARDS = ("sparse", "dense")
+ACTION_FORMATS = ("plain", "ragen")
+"""EnvConfig.action_format values (prompts.ACTION_FORMATS, kept here so config imports no env module)."""
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 TIS_MODES = ("auto", "on", "off")
-CHOICES = {"reward.kind": REWARDS, "algo.tis": TIS_MODES, "model.dtype": DTYPES}
+CHOICES = {"reward.kind": REWARDS, "env.action_format": ACTION_FORMATS, "algo.tis": TIS_MODES,
+           "model.dtype": DTYPES}
 """Fields that take one of a closed set of values (`section.field` → values): the CLI offers them as choices.
 algo.advantage's and model.generator's sets are registries: see `choices_for`."""
 DEVICE_PATTERN = r"auto|(cpu|cuda|mps)(:\d+)?"
@@ -65,8 +68,22 @@ class EnvConfig:
     check_games: bool = True
     """Check every game before a run uses it: reset it and replay its walkthrough to a win, through the run's envs
     (~2-5 s for 16 TextWorld games; cached next to manifest.json, so a second run over an unchanged set is instant)."""
+    action_format: str = "plain"
+    """How a reply becomes an action (prompts.ACTION_FORMATS): 'plain', the reply's first non-empty line; 'ragen',
+    RAGEN's `<think>...</think><answer>a1 || a2</answer>` (a reply without an <answer> is an invalid turn: format
+    penalty). The system prompt states the format in use; use the same setting for SFT, RL and evaluation."""
+    max_actions_per_turn: int = 1
+    """Actions one 'ragen' answer may carry, >= 1 (RAGEN: 5 with 5 turns, 1 for bandit); the frozenlake and sokoban
+    envs make them in order, stopping when the episode ends, and the turn's reward is their sum. Actions past this
+    many are dropped (RAGEN's rule). Ignored by the 'plain' format."""
 
     def validate(self) -> None:
+        if self.action_format not in ACTION_FORMATS:
+            raise ConfigError(f"env.action_format must be one of {ACTION_FORMATS} (got {self.action_format!r}); "
+                              "'ragen' is <think>...</think><answer>a1 || a2</answer>")
+        if not (isinstance(self.max_actions_per_turn, int) and self.max_actions_per_turn >= 1):
+            raise ConfigError(f"env.max_actions_per_turn must be an integer >= 1 (got {self.max_actions_per_turn!r});"
+                              " RAGEN uses 5 for Sokoban and FrozenLake, 1 for Bandit")
         if self.max_turns <= 0:
             raise ConfigError(f"env.max_turns must be >= 1 (got {self.max_turns}); the paper uses 8-12 for small TextWorld games")
         if not self.step_timeout_s > 0:
