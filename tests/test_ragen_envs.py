@@ -340,3 +340,18 @@ def test_one_rl_step_on_frozenlake_in_ragen_format(tiny_model_dir, tmp_path):
     assert row["episodes"] == 4 and row["env_errors"] == 0 and row["policy_tokens"] > 0
     # a random tiny model writes no <answer>: every turn is invalid (the format penalty's case)
     assert row["invalid_rate"] == 1.0, row
+
+
+def test_registering_the_families_imports_no_engine():
+    """get_family imports the family modules only; gymnasium comes when an env is built (negative control: after
+    reset it is imported)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; from agentrl_lib.envs import get_family; fams = [get_family(f) for f in "
+            "('bandit', 'bandit-reversed', 'frozenlake', 'sokoban')]; print('gymnasium' in sys.modules); "
+            "fams[2].make_env().reset('0'); print('gymnasium' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parents[1]).stdout.split()
+    assert out == ["False", "True"], out
