@@ -12,6 +12,7 @@ from agentrl_lib.config import ConfigError, EnvConfig
 from agentrl_lib.envs import get_family
 from agentrl_lib.envs.bandit import HI_ARM_PROB, LO_ARM_SCORE, BanditEnv, payout
 from agentrl_lib.envs.base import check_game_set, load_game_set
+from agentrl_lib.envs.pool import SerialPool, open_pool
 from agentrl_lib.envs.frozenlake import ACTIONS as FL_ACTIONS
 from agentrl_lib.envs.frozenlake import FrozenLakeEnv, generate_map, shortest_path
 from agentrl_lib.envs.sokoban import ACTIONS as SK_ACTIONS
@@ -45,21 +46,21 @@ def test_game_set_walkthroughs_win_and_pass_the_game_check(family, tmp_path):
         res, total = play(env, g.path, g.walkthrough)
         assert res.done and res.info.won and res.info.valid, (g.name, res.obs)
         assert math.isclose(res.info.score, total, abs_tol=1e-6)
-    report = check_game_set(gs, _SerialPool(fam, 4), cache=False)
+    report = check_game_set(gs, SerialPool(4, family), cache=False)
     assert report["played"] == 24
 
 
-class _SerialPool:
-    """The pool interface check_game_set needs, over envs of one family (no processes)."""
-
-    def __init__(self, fam, size):
-        self.size, self.envs = size, [fam.make_env() for _ in range(size)]
-
-    def reset(self, slots, games):
-        return [self.envs[i].reset(g) for i, g in zip(slots, games)]
-
-    def step(self, slots, actions):
-        return [self.envs[i].step(a) for i, a in zip(slots, actions)]
+def test_ragen_families_run_in_the_process_pool(tmp_path):
+    """The runs' default pool (one worker process per slot, the family's env built in the worker) plays them."""
+    gs = get_family("frozenlake").make_games(tmp_path / "fl", 3, seed=0)
+    pool = open_pool(EnvConfig(games=str(tmp_path / "fl")), 3, gs)  # checks every game through the workers
+    try:
+        first = pool.reset([0, 1, 2], [g.path for g in gs.games])
+        assert all(r.obs.count("\n") == 3 and "P" in r.obs for r in first)
+        res = pool.step([0, 1, 2], [" || ".join(g.walkthrough) for g in gs.games])  # whole walkthrough in one turn
+        assert all(r.info.won and r.done for r in res)
+    finally:
+        pool.close()
 
 
 @pytest.mark.parametrize("family", FAMILIES)
