@@ -75,7 +75,8 @@ class EnvConfig:
     max_actions_per_turn: int = 1
     """Actions one 'ragen' answer may carry, >= 1 (RAGEN: 5 with 5 turns, 1 for bandit); the frozenlake and sokoban
     envs make them in order, stopping when the episode ends, and the turn's reward is their sum. Actions past this
-    many are dropped (RAGEN's rule). Ignored by the 'plain' format."""
+    many are dropped (RAGEN's rule). Not applied in the 'plain' format, whose first line goes to the env as is (so
+    a plain 'Left || Up' is two moves for those envs)."""
 
     def validate(self) -> None:
         if self.action_format not in ACTION_FORMATS:
