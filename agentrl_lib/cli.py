@@ -154,7 +154,8 @@ def _sft(a) -> None:
     games = games.first(a.demos) if a.demos else games
     s = sft(a.model, games, a.out, epochs=a.epochs, lr=a.lr, batch_size=a.batch_size,
             max_turns=a.max_turns, seed=a.seed, device=a.device, dtype=a.dtype, lora_rank=a.lora_rank,
-            show_admissible=env["show_admissible"], show_inventory=env["show_inventory"])
+            show_admissible=env["show_admissible"], show_inventory=env["show_inventory"],
+            action_format=env["action_format"], max_actions_per_turn=env["max_actions_per_turn"])
     print(f"SFT on {s['examples']} walkthroughs ({s['assistant_tokens']} action tokens): loss "
           f"{s['train_loss'][0]:.3f} → {s['train_loss'][-1]:.3f} in {s['seconds']:.0f}s; model in {a.out}/policy")
 
@@ -406,7 +407,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--demos", type=int, default=None,
                    help="use the walkthroughs of the first N games only (default: every game of --games)")
     s.add_argument("--lora-rank", type=int, default=0, help=model_docs["lora_rank"].replace("%", "%%"))
-    add_config_flags(s, "env", only=("games", "show_admissible", "show_inventory"), defaults=True,
+    add_config_flags(s, "env", only=("games", "show_admissible", "show_inventory", "action_format",
+                                     "max_actions_per_turn"), defaults=True,
                      required=("games",))
     s.set_defaults(func=_sft)
 

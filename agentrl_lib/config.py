@@ -34,11 +34,14 @@ ALGO_PRESETS: dict[str, dict[str, Any]] = {
 """Named algorithms as AlgoConfig field values (`--algo ppo`, `AlgoConfig.from_preset("ppo")`); the estimators are
 in advantages.ESTIMATORS (its module docstring has the table)."""
 REWARDS = ("sparse", "dense")
+ACTION_FORMATS = ("plain", "ragen")
+"""EnvConfig.action_format values (prompts.ACTION_FORMATS, kept here so config imports no env module)."""
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 TIS_MODES = ("auto", "on", "off")
 LOSS_AGGS = ("token_mean", "seq_mean_token_sum_norm")
 """algo.loss_agg's values (losses.LOSS_AGGS, repeated here so that `import agentrl_lib.config` stays free of torch)."""
-CHOICES = {"reward.kind": REWARDS, "algo.tis": TIS_MODES, "model.dtype": DTYPES, "algo.loss_agg": LOSS_AGGS}
+CHOICES = {"reward.kind": REWARDS, "env.action_format": ACTION_FORMATS, "algo.tis": TIS_MODES,
+           "model.dtype": DTYPES, "algo.loss_agg": LOSS_AGGS}
 """Fields that take one of a closed set of values (`section.field` → values): the CLI offers them as choices.
 algo.advantage's and model.generator's sets are registries: see `choices_for`."""
 DEVICE_PATTERN = r"auto|(cpu|cuda|mps)(:\d+)?"
@@ -79,8 +82,23 @@ class EnvConfig:
     check_games: bool = True
     """Check every game before a run uses it: reset it and replay its walkthrough to a win, through the run's envs
     (~2-5 s for 16 TextWorld games; cached next to manifest.json, so a second run over an unchanged set is instant)."""
+    action_format: str = "plain"
+    """How a reply becomes an action (prompts.ACTION_FORMATS): 'plain', the reply's first non-empty line; 'ragen',
+    RAGEN's `<think>...</think><answer>a1 || a2</answer>` (a reply without an <answer> is an invalid turn: format
+    penalty). The system prompt states the format in use; use the same setting for SFT, RL and evaluation."""
+    max_actions_per_turn: int = 1
+    """Actions one 'ragen' answer may carry, >= 1 (RAGEN: 5 with 5 turns, 1 for bandit); the frozenlake and sokoban
+    envs make them in order, stopping when the episode ends, and the turn's reward is their sum. Actions past this
+    many are dropped (RAGEN's rule). Not applied in the 'plain' format, whose first line goes to the env as is (so
+    a plain 'Left || Up' is two moves for those envs)."""
 
     def validate(self) -> None:
+        if self.action_format not in ACTION_FORMATS:
+            raise ConfigError(f"env.action_format must be one of {ACTION_FORMATS} (got {self.action_format!r}); "
+                              "'ragen' is <think>...</think><answer>a1 || a2</answer>")
+        if not (isinstance(self.max_actions_per_turn, int) and self.max_actions_per_turn >= 1):
+            raise ConfigError(f"env.max_actions_per_turn must be an integer >= 1 (got {self.max_actions_per_turn!r});"
+                              " RAGEN uses 5 for Sokoban and FrozenLake, 1 for Bandit")
         if self.max_turns <= 0:
             raise ConfigError(f"env.max_turns must be >= 1 (got {self.max_turns}); the paper uses 8-12 for small TextWorld games")
         if not self.step_timeout_s > 0:

@@ -52,7 +52,9 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
                                 max_turns=max_turns,
                                 max_new_tokens=max_new_tokens, temperature=temperature,
                                 show_admissible=env.show_admissible, show_inventory=env.show_inventory, chat=chat,
-                                system_prompt=system_prompt_for(games.family))
+                                system_prompt=system_prompt_for(games.family, env.action_format,
+                                                                env.max_actions_per_turn),
+                                action_format=env.action_format, max_actions_per_turn=env.max_actions_per_turn)
             tokens, gen_s = tokens + st.generated_tokens, gen_s + st.generate_seconds
             for g, t in zip(chunk, trajs):
                 rows.append({"game": g.name, "won": t.won, "turns": t.n_turns, "score": t.score,

@@ -10,15 +10,42 @@ Introduced in notebooks/00_quickstart.md §2.
 """
 from __future__ import annotations
 
+import re
+
+from .config import ACTION_FORMATS  # noqa: F401 - "plain" | "ragen" (EnvConfig.action_format)
 from .envs import get_family
 from .envs.textworld import SYSTEM_PROMPT  # noqa: F401 - re-exported: the notebook shows it; rollout's default
 
 
-def system_prompt_for(family: str) -> str:
+ACTION_SEP = "||"
+"""Separator of the actions of one answer (RAGEN's agent_proxy.action_sep); the env families that take several moves
+per turn (frozenlake, sokoban) split the action they receive on it."""
+
+
+def ragen_format_instructions(max_actions_per_turn: int = 1) -> str:
+    """The sentence the system prompt adds in RAGEN's format (RAGEN's env_instruction / format prompt)."""
+    if max_actions_per_turn == 1:
+        return ("Answer format: instead of the action alone, think briefly inside <think>...</think>, then give "
+                "your action inside "
+                "<answer>...</answer>, e.g. <think>...</think><answer>Up</answer>. Only the answer is acted on.")
+    return (f"Answer format: instead of the action alone, think briefly inside <think>...</think>, then give up to "
+            f"{max_actions_per_turn} actions "
+            f"inside <answer>...</answer>, separated by {ACTION_SEP}, e.g. <think>...</think><answer>Right "
+            f"{ACTION_SEP} Up</answer>. They are taken in order; actions past the first {max_actions_per_turn} are "
+            "dropped.")
+
+
+def system_prompt_for(family: str, action_format: str = "plain", max_actions_per_turn: int = 1) -> str:
     """The system prompt of a game family ('textworld', 'alfworld', ...: EnvFamily.system_prompt, kept next to the
-    verbs it cites in the family's module). SFT, rollouts and evaluation all use it, so a model is trained and
-    evaluated with the same prompt. Raises UnknownFamilyError (a ValueError) naming the known families."""
-    return get_family(family).system_prompt
+    verbs it cites in the family's module), plus the answer format when it is RAGEN's (`ragen_format_instructions`).
+    SFT, rollouts and evaluation all use it, so a model is trained and evaluated with the same prompt.
+    Raises UnknownFamilyError (a ValueError) naming the known families; ValueError for an unknown action_format."""
+    prompt = get_family(family).system_prompt
+    if action_format == "ragen":
+        return f"{prompt}\n{ragen_format_instructions(max_actions_per_turn)}"
+    if action_format != "plain":
+        raise ValueError(f"unknown action_format {action_format!r}; use one of {ACTION_FORMATS}")
+    return prompt
 
 
 def first_user_message(objective: str, obs: str, admissible: list[str] | None = None, inventory: str = "") -> str:
@@ -53,6 +80,56 @@ def parse_action(reply: str) -> str:
         if line:
             return line
     return ""
+
+
+_THINK_END = re.compile(r"</think>", re.I)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.I | re.S)
+
+
+def parse_ragen_answer(reply: str, max_actions: int = 1) -> list[str] | None:
+    """The actions of a reply in RAGEN's format, `<think>…</think><answer>a1 || a2</answer>`.
+
+    The answer is the first `<answer>…</answer>` after the last `</think>` (the whole reply when there is no think
+    block), so text inside the think block, "||" or a quoted `<answer>` included, is never acted on. Its content is
+    split on ACTION_SEP; empty pieces are dropped; only the first `max_actions` are kept (RAGEN's ctx_manager
+    `_parse_response` truncates the same way: the rest are dropped, not an error). The `<think>` block is optional.
+
+    Source: RAGEN (Wang et al. 2025) ragen/llm_agent/ctx_manager.py `_parse_response`.
+    Returns: the list of actions (stripped), or None when the reply has no complete <answer>…</answer> (an invalid
+    turn: the env receives "" and flags it invalid, so reward.format_penalty applies). An empty answer gives [].
+    Raises: ValueError when max_actions < 1.
+    """
+    if max_actions < 1:
+        raise ValueError(f"max_actions must be >= 1 (got {max_actions})")
+    ends = list(_THINK_END.finditer(reply))
+    match = _ANSWER.search(reply, ends[-1].end() if ends else 0)
+    if match is None:
+        return None
+    actions = [a.strip() for a in match.group(1).split(ACTION_SEP) if a.strip()]
+    return actions[:max_actions]
+
+
+def parse_reply(reply: str, action_format: str = "plain", max_actions_per_turn: int = 1) -> str:
+    """The action string sent to the env for a reply: "plain" → `parse_action(reply)` (unchanged behaviour);
+    "ragen" → the answer's actions (`parse_ragen_answer`) joined by " || ", or "" when the reply has no answer or an
+    empty one (the env then flags the turn invalid). Raises ValueError for an unknown action_format."""
+    if action_format == "plain":
+        return parse_action(reply)
+    if action_format != "ragen":
+        raise ValueError(f"unknown action_format {action_format!r}; use one of {ACTION_FORMATS}")
+    actions = parse_ragen_answer(reply, max_actions_per_turn)
+    return f" {ACTION_SEP} ".join(actions or [])
+
+
+def format_reply(action: str, action_format: str = "plain") -> str:
+    """The assistant text of an expert action (SFT demonstrations): the action itself in the plain format;
+    `<answer>action</answer>` in RAGEN's (no think text: the demonstrations teach the format and the move, and
+    `parse_ragen_answer` does not require a think block)."""
+    if action_format == "ragen":
+        return f"<answer>{action}</answer>"
+    if action_format != "plain":
+        raise ValueError(f"unknown action_format {action_format!r}; use one of {ACTION_FORMATS}")
+    return action
 
 
 class ChatFormat:

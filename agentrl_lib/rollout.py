@@ -23,7 +23,7 @@ import torch
 
 from .envs.pool import EnvFailure, EnvPool
 from .generation import Generator
-from .prompts import SYSTEM_PROMPT, ChatFormat, feedback_message, first_user_message, parse_action
+from .prompts import SYSTEM_PROMPT, ChatFormat, feedback_message, first_user_message, parse_reply
 
 
 @dataclass
@@ -111,7 +111,8 @@ def collate(trajs: list[Trajectory], pad_id: int, device) -> dict[str, torch.Ten
 def rollout(generator: Generator, tokenizer, pool: EnvPool, games: list[str], *, groups: list[int] | None = None,
             max_turns: int = 8, max_new_tokens: int = 24, temperature: float = 0.7, show_admissible: bool = False,
             show_inventory: bool = False, system_prompt: str = SYSTEM_PROMPT, chat: ChatFormat | None = None,
-            progress: bool = False) -> tuple[list[Trajectory], RolloutStats]:
+            progress: bool = False, action_format: str = "plain",
+            max_actions_per_turn: int = 1) -> tuple[list[Trajectory], RolloutStats]:
     """Play one episode of each game in `games` (repeat a game G times for a group), all episodes batched.
 
     Each turn: one `generator.generate` call over the live episodes → parse each reply into an action → step every
@@ -123,6 +124,8 @@ def rollout(generator: Generator, tokenizer, pool: EnvPool, games: list[str], *,
         pool: needs pool.size >= len(games); episode i runs in slot i.
         groups: group id of each episode (default: index of its game among the distinct games).
         system_prompt: the game family's prompt (`prompts.system_prompt_for`); the default is TextWorld's.
+        action_format, max_actions_per_turn: how a reply becomes the env's action (`prompts.parse_reply`; EnvConfig):
+            "plain" (first line, the default) or "ragen" (<answer>a1 || a2</answer>, at most max_actions_per_turn).
     Returns:
         (trajectories in the order of `games`, RolloutStats).
     Raises:
@@ -195,7 +198,7 @@ def rollout(generator: Generator, tokenizer, pool: EnvPool, games: list[str], *,
             reply = tokenizer.decode([x for x in seq if x != chat.eos_id], skip_special_tokens=False)
             tr.replies.append(reply)
             tr.truncated.append(trunc)
-            actions.append(parse_action(reply))
+            actions.append(parse_reply(reply, action_format, max_actions_per_turn))
             tr.actions.append(actions[-1])
         # plumbing: every env takes its action; a failed env ends only its own episode.
         t = time.perf_counter()

@@ -22,23 +22,27 @@ import torch
 from .envs import get_family
 from .envs.base import GameSet
 from .models import load_policy, pick_device, save_policy
-from .prompts import ChatFormat, feedback_message, first_user_message, system_prompt_for
+from .prompts import ChatFormat, feedback_message, first_user_message, format_reply, system_prompt_for
 
 log = logging.getLogger(__name__)
 
 
 def expert_examples(games: GameSet, chat: ChatFormat, system_prompt: str | None = None, max_turns: int | None = None,
-                    show_admissible: bool = False, show_inventory: bool = False) -> list[dict]:
+                    show_admissible: bool = False, show_inventory: bool = False, action_format: str = "plain",
+                    max_actions_per_turn: int = 1) -> list[dict]:
     """Replay each game's walkthrough and return tokenised examples.
 
     Args:
-        system_prompt: default `system_prompt_for(games.family)`, the prompt rollouts and evaluation use.
+        system_prompt: default `system_prompt_for(games.family, action_format, max_actions_per_turn)`, the prompt
+            rollouts and evaluation use.
+        action_format: each expert turn is `prompts.format_reply(action, action_format)`: the action itself
+            ("plain") or `<answer>action</answer>` ("ragen"; one action per turn, no think text).
         show_admissible, show_inventory: show the admissible commands / the inventory in each observation, as the
             RL run and the evaluation will (the observation layout must match between SFT and RL).
     Returns: list of {'input_ids': list[int], 'assistant_masks': list[int] (1 on action tokens + end token),
     'game': name}. Games whose walkthrough does not win, or is longer than max_turns, are skipped (logged).
     """
-    system_prompt = system_prompt or system_prompt_for(games.family)
+    system_prompt = system_prompt or system_prompt_for(games.family, action_format, max_actions_per_turn)
     family = get_family(games.family)
     env = family.make_env(**family.env_kwargs(show_inventory=show_inventory))
     examples = []
@@ -53,7 +57,7 @@ def expert_examples(games: GameSet, chat: ChatFormat, system_prompt: str | None 
             ids = chat.prompt_ids(system_prompt, user)
             mask = [0] * len(ids)
             for k, action in enumerate(g.walkthrough):
-                a = chat.action_ids(action)
+                a = chat.action_ids(format_reply(action, action_format))
                 ids += a
                 mask += [1] * len(a)
                 res = env.step(action)
@@ -75,7 +79,8 @@ def expert_examples(games: GameSet, chat: ChatFormat, system_prompt: str | None 
 
 def sft(model_name: str, games: GameSet, out: str | Path, epochs: float = 1.0, lr: float = 5e-5, batch_size: int = 4,
         max_turns: int | None = None, seed: int = 0, device: str = "auto", dtype: str = "auto",
-        lora_rank: int = 0, show_admissible: bool = False, show_inventory: bool = False) -> dict:
+        lora_rank: int = 0, show_admissible: bool = False, show_inventory: bool = False,
+        action_format: str = "plain", max_actions_per_turn: int = 1) -> dict:
     """Fine-tune `model_name` on the walkthroughs of `games`; save to `out/policy`.
 
     Returns a summary dict (examples, tokens, epochs, train_loss per logging step, seconds), also written to
@@ -90,7 +95,8 @@ def sft(model_name: str, games: GameSet, out: str | Path, epochs: float = 1.0, l
     model, tok = load_policy(model_name, device, dtype, lora_rank=lora_rank)
     tok.padding_side = "right"
     examples = expert_examples(games, ChatFormat(tok), max_turns=max_turns, show_admissible=show_admissible,
-                               show_inventory=show_inventory)
+                               show_inventory=show_inventory, action_format=action_format,
+                               max_actions_per_turn=max_actions_per_turn)
     if not examples:
         raise ValueError(f"no usable walkthroughs in {games.root}: every game was skipped (see the log)")
     ds = Dataset.from_list([{k: e[k] for k in ("input_ids", "assistant_masks")} for e in examples])

@@ -263,7 +263,9 @@ class Trainer:
                                 max_turns=cfg.env.max_turns, max_new_tokens=cfg.train.max_new_tokens,
                                 temperature=cfg.train.temperature, show_admissible=cfg.env.show_admissible,
                                 show_inventory=cfg.env.show_inventory,
-                                system_prompt=system_prompt_for(self.games.family), chat=self.chat)
+                                system_prompt=system_prompt_for(self.games.family, cfg.env.action_format,
+                                                                cfg.env.max_actions_per_turn), chat=self.chat,
+                                action_format=cfg.env.action_format, max_actions_per_turn=cfg.env.max_actions_per_turn)
         # an episode cut by an environment fault is not the policy's doing: it leaves the loss and the group statistics
         trajs_ok = [t for t in trajs if t.n_turns > 0 and not t.termination.startswith("env_error")]
         t_rollout = time.perf_counter() - t0

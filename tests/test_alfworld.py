@@ -256,8 +256,8 @@ def test_sft_examples_use_alfworlds_prompt_and_mask_only_actions(train_set, toke
         assert ex["input_ids"][:20] == chat.prompt_ids(ALFWORLD_SYSTEM_PROMPT, "x")[:20]
         masked = [i for i, m in zip(ex["input_ids"], ex["assistant_masks"]) if m]
         assert masked == [t for a in game.walkthrough for t in chat.action_ids(a)]
-    with pytest.raises(ValueError, match="unknown environment family 'sokoban'; known: textworld, alfworld"):
-        system_prompt_for("sokoban")
+    with pytest.raises(ValueError, match="unknown environment family 'minigrid'; known: textworld, alfworld"):
+        system_prompt_for("minigrid")
 
 
 def test_import_does_not_create_a_mistyped_alfworld_data(tmp_path):

@@ -239,10 +239,10 @@ def test_cli_eval_names_a_broken_game_before_loading_the_model(games_copy, capsy
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and err.startswith("agentrl eval: error: 1 of 3 games"), err
     manifest = json.loads((games_copy / "manifest.json").read_text())
-    manifest["family"] = "sokoban"
+    manifest["family"] = "minigrid"
     (games_copy / "manifest.json").write_text(json.dumps(manifest))
     assert main(["eval", "--games", str(games_copy)]) == 2
-    assert "unknown game family 'sokoban'" in capsys.readouterr().err
+    assert "unknown game family 'minigrid'" in capsys.readouterr().err
 
 
 def test_without_the_check_a_game_missing_its_json_fails_silently(games_copy, tiny_model_dir):

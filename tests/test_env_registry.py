@@ -77,13 +77,13 @@ def test_importing_base_imports_no_env_family():
 
 
 def test_unknown_family_is_one_error_naming_the_known_ones(tmp_path):
-    with pytest.raises(UnknownFamilyError, match="unknown environment family 'sokoban'; known: textworld, alfworld, "
+    with pytest.raises(UnknownFamilyError, match="unknown environment family 'minigrid'; known: textworld, alfworld, "
                                                  ".*guess"):
-        get_family("sokoban")
+        get_family("minigrid")
     with pytest.raises(ValueError, match="known: textworld, alfworld"):
-        make_env("sokoban")
-    (tmp_path / "manifest.json").write_text(json.dumps({"family": "sokoban", "games": [{"path": "1"}]}))
-    with pytest.raises(GameSetError, match="unknown game family 'sokoban' .known: textworld, alfworld"):
+        make_env("minigrid")
+    (tmp_path / "manifest.json").write_text(json.dumps({"family": "minigrid", "games": [{"path": "1"}]}))
+    with pytest.raises(GameSetError, match="unknown game family 'minigrid' .known: textworld, alfworld"):
         load_game_set(tmp_path)
     assert family_names()[:2] == ["textworld", "alfworld"] and "guess" in family_names()
 

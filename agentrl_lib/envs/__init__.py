@@ -9,10 +9,10 @@ procedural games). Adding a family is one module that builds an EnvFamily plus o
     register_family(EnvFamily(name="guess", make_env=GuessEnv, make_games=make_guess_games,
                               system_prompt="Guess the number. Reply with one number.", game_id="seed"))
 
-The built-in families (BUILTIN: textworld, alfworld) register themselves when their module is imported, and
-`get_family` imports that module the first time the family is asked for: importing this package (or
-`agentrl_lib.envs.base`) imports no family, and registering one imports no game engine (textworld, alfworld are
-imported when an env is built or games are made).
+The built-in families (BUILTIN: textworld, alfworld, and RAGEN's bandit, bandit-reversed, frozenlake, sokoban)
+register themselves when their module is imported, and `get_family` imports that module the first time the family is
+asked for: importing this package (or `agentrl_lib.envs.base`) imports no family, and registering one imports no game
+engine (textworld, alfworld, gymnasium are imported when an env is built or games are made).
 
 Introduced in notebooks/00_quickstart.md §1.
 """
@@ -69,7 +69,9 @@ class UnknownFamilyError(ValueError):
     """No environment family of that name is registered; the message lists the known ones."""
 
 
-BUILTIN = {"textworld": "agentrl_lib.envs.textworld", "alfworld": "agentrl_lib.envs.alfworld"}
+BUILTIN = {"textworld": "agentrl_lib.envs.textworld", "alfworld": "agentrl_lib.envs.alfworld",
+           "bandit": "agentrl_lib.envs.bandit", "bandit-reversed": "agentrl_lib.envs.bandit",
+           "frozenlake": "agentrl_lib.envs.frozenlake", "sokoban": "agentrl_lib.envs.sokoban"}
 """Built-in families → the module that registers each (imported on first `get_family`)."""
 
 FAMILIES: dict[str, EnvFamily] = {}
