@@ -86,7 +86,8 @@ def jaccard(a: frozenset, b: frozenset) -> float:
 def repetition_rate(episodes: Iterable[tuple[list[str], list[str]]]) -> float | None:
     """Share of turns that repeat an earlier action or an earlier reply of the same episode.
 
-        repetition_rate = Σ_episodes #{turns k : action_k ∈ {action_j}_{j<k} or reply_k ∈ {reply_j}_{j<k}} / Σ turns
+        repetition_rate = Σ_episodes #{turns k : action_k ∈ {action_j : j<k} or reply_k ∈ {reply_j : j<k}}
+                          / Σ_episodes turns
 
     Texts are compared after lowercasing and collapsing whitespace; an empty action (unparseable reply) counts as
     a repeat only through its reply. A first turn never repeats, so a run of one-turn episodes logs 0.
@@ -164,9 +165,10 @@ class CollapseDetector:
     Defaults, from results/algo_reward.jsonl (7 real 25-step runs; tests/test_diagnostics.py replays them):
     window 5 = the collapse rule of notebooks/03_policy.md; std_floor 0.05: one episode of a group losing the −0.1
     format penalty gives a within-group std ≤ 0.05 (group of 4: 0.043), the collapsed runs' blips were ≤ 0.043 and
-    the two that took off had at most 4 steps in a row under it; converged_success 0.9: the runs that took off trained
-    at 0.75-1.0; spike_factor 5: the demo run's grad norms had max/median 3.3, RAGEN's spikes are larger; rise_by 0.3,
-    rise_level 0.5: a run that took off wandered by ≤ 0.2 in window means, ppo sparse s2's invalid collapse rose by 0.9.
+    the two that took off had at most 4 steps in a row under it (so window 5 is a thin margin: their groups often
+    tie too); converged_success 0.9: the runs that took off trained at 0.75-1.0; spike_factor 5: the demo run's grad
+    norms had max/median 3.3, RAGEN's spikes are larger; rise_by 0.3, rise_level 0.5: in window means the runs that
+    took off rose ≤ 0.1 above an earlier low, ppo sparse s2's invalid-action collapse rose by 1.0.
 
     Args:
         check_convergence: False drops the convergence test of (a) (the negative control: it then fires on a run
@@ -235,8 +237,8 @@ class CollapseDetector:
         first = self._flat[0][0]
         peak, peak_step = self._peak_std
         return Alert(step, "reward_std_collapse",
-                     f"step {step}: reward-variance collapse (Echo Trap): within-group return std <= {self.std_floor:g} "
-                     f"for {self.window} steps ({first}-{step}; peak {peak:.3g} at step {peak_step}) while training "
+                     f"step {step}: reward-variance collapse (Echo Trap): within-group return std "
+                     f"<= {self.std_floor:g} for {self.window} steps ({first}-{step}; peak {peak:.3g} at step {peak_step}) while training "
                      f"success is {success:.2f} < {self.converged_success:g}: groups tie, so group baselines give no "
                      "signal; try StarPO-S filtering (--keep-top-std 0.5), a higher --temperature or more SFT first",
                      {"first_step": first, "std_max_in_window": max(s for _, s, _ in self._flat),

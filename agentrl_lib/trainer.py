@@ -12,7 +12,8 @@ a critic exists iff that estimator needs one (PPO's 'gae'). Trainer.step, stage 
         5. A, V_target = estimator(r, R, groups, V_old)   # GAE [ppo] | group-normalised R [grpo] | R − LOO mean [rloo]
         6. for epoch, minibatch: loss = clipped surrogate (× TIS weight) + c_v·value loss + β·KL(k3) − c_H·entropy;
            generator.sync(policy)
-        7. metrics row → metrics.jsonl; checkpoint atomically (Trainer.train)
+        7. metrics row → collapse detector (alerts: warning + the row's `alerts`) → metrics.jsonl; checkpoint
+           atomically; with train.stop_on_collapse an alert stops the run after its checkpoint (Trainer.train)
 
 Critic (PPO): a linear value head on the policy's last hidden state — a *shared backbone*, as TRL's
 AutoModelForCausalLMWithValueHead. On a CPU a separate critic would double the cost of every update; the price is
