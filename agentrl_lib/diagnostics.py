@@ -192,6 +192,7 @@ class CollapseDetector:
         self._peak_std: tuple[float, int] = (0.0, 0)
         self._grads: deque[float] = deque(maxlen=spike_history)
         self._rates: dict[str, list[float]] = {"invalid_rate": [], "repetition_rate": []}
+        self._base: dict[str, float] = {}
         self._active: dict[str, bool] = {k: False for k in KINDS}
         self.alerts: list[Alert] = []
 
@@ -271,11 +272,14 @@ class CollapseDetector:
             return None
         vals, w = self._rates[key], self.window
         vals.append(v)
+        if len(vals) > 2 * w:  # only the last 2 windows are needed; the running min keeps the older spans
+            del vals[0]
         if len(vals) < 2 * w:
             return None
         recent = sum(vals[-w:]) / w
-        earlier = [sum(vals[i:i + w]) / w for i in range(len(vals) - 2 * w + 1)]  # spans ending before the recent
-        base = min(earlier)
+        # the lowest mean of the spans that end before the recent one starts (running min: O(window) per step)
+        self._base[key] = min(self._base.get(key, math.inf), sum(vals[-2 * w:-w]) / w)
+        base = self._base[key]
         on = recent - base >= self.rise_by and recent >= self.rise_level
         if not self._edge(kind, on):
             return None

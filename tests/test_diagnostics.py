@@ -144,6 +144,24 @@ def test_rising_invalid_or_repetition_rate_fires_noise_does_not(key, kind):
     assert detect(falling) == []
 
 
+def test_rising_rule_matches_its_definition_on_random_streams():
+    """Brute force: fire at t when mean(v[t-w:t]) - min over earlier non-overlapping w-spans >= rise_by and the mean
+    >= rise_level, and the condition was off at t-1 (once per episode)."""
+    w, rise_by, level = 3, 0.2, 0.4
+    rng = random.Random(5)
+    for _ in range(30):
+        v = [rng.random() * rng.choice([0.3, 1.0]) for _ in range(40)]
+        on = [False] * (len(v) + 1)
+        for t in range(2 * w, len(v) + 1):
+            recent = sum(v[t - w:t]) / w
+            base = min(sum(v[i:i + w]) / w for i in range(t - 2 * w + 1))
+            on[t] = recent - base >= rise_by - 1e-12 and recent >= level
+        want = [t for t in range(1, len(v) + 1) if on[t] and not on[t - 1]]
+        rows = _stream(len(v), invalid_rate=lambda i: v[i])
+        got = [a.step for a in detect(rows, window=w, rise_by=rise_by, rise_level=level)]
+        assert got == want
+
+
 def test_detector_tolerates_rows_with_nulls_and_refuses_bad_parameters():
     rows = [{"step": 1, "success_rate": 0.0, "entropy": None, "grad_norm": None, "group_return_std": None}] * 10
     assert detect(rows) == []
