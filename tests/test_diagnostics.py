@@ -277,6 +277,7 @@ def test_trainer_logs_alerts_and_stop_on_collapse_stops_resumably(tiny_model_dir
     assert any("reward-variance collapse" in m for m in caplog.messages)
     assert "reward_std_collapse" in alerts_markdown(tmp_path / "free")
     assert all(isinstance(r["repetition_rate"], float) and r["response_length"] >= 1 for r in logged)
+    assert all(-1 <= r["input_dependence"] <= 1 for r in logged)  # 2 games x 4 episodes: both kinds of pairs
     # with the flag: stops after step 2's checkpoint, one clear line; resume runs on to the end without a new alert
     run = tmp_path / "stop"
     t = _trainer(_config(games, 3, stop=True), run, tiny_model_dir)
