@@ -112,34 +112,41 @@ def repetition_rate(episodes: Iterable[tuple[list[str], list[str]]]) -> float | 
     return repeats / turns if turns else None
 
 
-def input_dependence(first_replies: list[str], games: list) -> float | None:
-    """How much the first replies depend on the game: mean token-set Jaccard similarity of first-turn replies of the
-    same game minus that of different games,
+def input_dependence(replies: list, games: list) -> float | None:
+    """How much the replies depend on the game: the mean token-set Jaccard similarity of replies at the same turn of
+    episodes of the same game minus that of episodes of different games,
 
-        input_dependence = mean_{i<j, g_i = g_j} J(y_i, y_j) − mean_{i<j, g_i ≠ g_j} J(y_i, y_j) ∈ [−1, 1],
+        input_dependence = mean_{(i<j, k): g_i = g_j} J(y_ik, y_jk) − mean_{(i<j, k): g_i ≠ g_j} J(y_ik, y_jk) ∈ [−1, 1],
 
-    where y_i is episode i's first reply and J the Jaccard similarity of the token sets (`token_set`). Replies that
-    ignore the game score ≈ 0 whether they are all alike (the Echo Trap's template: both means ≈ 1) or all random
-    (both ≈ 0); replies that are consistent within a game and differ across games score up to 1. It is a cheap
-    stand-in for the mutual information I(game; reply) that RAGEN-2 tracks (input dependence of the reasoning): a
-    similarity excess within games instead of an entropy gap. The first turn is used because every episode of a game
-    sees the same first observation.
+    over every pair of episodes i < j and every turn k both reached; y_ik is episode i's reply at turn k and J the
+    Jaccard similarity of the token sets (`token_set`). Replies that ignore the game score ≈ 0 whether they are all
+    alike (the Echo Trap's template: both means ≈ 1) or all random (both ≈ 0); replies consistent within a game and
+    different across games score up to 1. A cheap stand-in for the mutual information I(game; reply) that RAGEN-2
+    tracks: a similarity excess within games instead of an entropy gap. All turns are used, not only the first:
+    in some families the right first move is the same in every game (every cooking game's walkthrough starts with
+    `inventory`), so first replies alone read 0 for a policy that plays each game well.
 
     Args:
-        first_replies: one reply text per episode.  games: the episode's game (any hashable), same length.
-    Returns: the difference above, or None when there is no pair of the same game or no pair of different games
+        replies: per episode, its list of reply texts (Trajectory.replies); a plain string is a one-turn episode.
+        games: the episode's game (any hashable), same length.
+    Returns: the difference above, or None when there is no pair of the same game or none of different games
         (one game per step, or one episode per game).
     Raises: ValueError when the lengths differ.
+    Cost: O(episodes² × turns) Jaccard similarities (64 episodes × 8 turns: tens of ms).
     """
-    if len(first_replies) != len(games):
-        raise ValueError(f"input_dependence: {len(first_replies)} replies but {len(games)} games")
-    sets = [token_set(r) for r in first_replies]
-    same, diff = [], []
+    if len(replies) != len(games):
+        raise ValueError(f"input_dependence: {len(replies)} replies but {len(games)} games")
+    sets = [[token_set(r)] if isinstance(r, str) else [token_set(x) for x in r] for r in replies]
+    same = [0.0, 0]
+    diff = [0.0, 0]
     for i, j in combinations(range(len(sets)), 2):
-        (same if games[i] == games[j] else diff).append(jaccard(sets[i], sets[j]))
-    if not same or not diff:
+        acc = same if games[i] == games[j] else diff
+        for a, b in zip(sets[i], sets[j]):
+            acc[0] += jaccard(a, b)
+            acc[1] += 1
+    if not same[1] or not diff[1]:
         return None
-    return sum(same) / len(same) - sum(diff) / len(diff)
+    return same[0] / same[1] - diff[0] / diff[1]
 
 
 # ------------------------------------------------------------------------------------ the detector

@@ -69,8 +69,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     _M("response_length", "tokens/turn", "policy tokens sampled per turn (each turn's end token included), mean over "
        "the turns of every episode that ran", "stable; ≤ train.max_new_tokens + 1",
        "collapses to 1-2 (empty replies) or pins at max_new_tokens (rambling, see truncated_rate)"),
-    _M("input_dependence", "", "mean Jaccard(token sets) of first replies of the same game − that of different games "
-       "(diagnostics.input_dependence); null with one game or one episode per game", "> 0: replies depend on the game",
+    _M("input_dependence", "", "mean Jaccard(token sets) of same-turn replies of episodes of the same game − that of "
+       "different games (diagnostics.input_dependence); null with one game or one episode per game", "> 0: replies depend on the game",
        "≈ 0 with templated replies: the replies no longer depend on the input (RAGEN-2's signal)"),
     _M("truncated_rate", "fraction", "turns whose reply hit train.max_new_tokens / turns", "≈ 0",
        "> 0.1: raise max_new_tokens or the policy rambles"),

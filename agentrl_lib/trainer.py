@@ -385,7 +385,6 @@ class Trainer:
         """plumbing: the step's episode statistics (every episode that ran, kept by the filter or not)."""
         grp_std = [returns[gids == g].std(unbiased=False).item() for g in gids.unique()]
         n_turns = sum(t.n_turns for t in trajs_ok)
-        first = [t for t in trajs_ok if t.replies]
         return {
             "step": step + 1,
             "episodes": len(trajs),
@@ -401,7 +400,7 @@ class Trainer:
             "invalid_rate": sum(not v for t in trajs_ok for v in t.valid) / max(n_turns, 1),
             "repetition_rate": repetition_rate((t.actions, t.replies) for t in trajs_ok),
             "response_length": sum(sum(t.mask) for t in trajs_ok) / max(n_turns, 1),
-            "input_dependence": input_dependence([t.replies[0] for t in first], [t.game for t in first]),
+            "input_dependence": input_dependence([t.replies for t in trajs_ok], [t.game for t in trajs_ok]),
             "truncated_rate": sum(x for t in trajs_ok for x in t.truncated) / max(n_turns, 1),
             "env_errors": sum(t.termination.startswith("env_error") for t in trajs),
             "env_error_reasons": sorted({t.termination for t in trajs if t.termination.startswith("env_error")}),

@@ -75,6 +75,30 @@ def test_input_dependence_separates_templated_from_game_specific_replies():
         input_dependence(["a", "b"], ["g"])
 
 
+def test_input_dependence_uses_every_turn_and_matches_its_definition():
+    # cooking-like: every game's right first move is `inventory`; the later turns name the game's own objects
+    games = [g for g in ("soup", "salad", "cake") for _ in range(4)]
+    plan = {"soup": ["take carrot", "slice carrot"], "salad": ["take lettuce", "chop lettuce"],
+            "cake": ["take flour", "bake flour"]}
+    episodes = [["inventory"] + plan[g] for g in games]
+    first_only = input_dependence([e[0] for e in episodes], games)
+    assert first_only == pytest.approx(0.0)  # the first reply alone cannot tell a game-aware policy from a template
+    assert input_dependence(episodes, games) > 0.4
+    assert input_dependence([["inventory", "look", "wait"]] * len(games), games) == pytest.approx(0.0)
+    rng = random.Random(6)  # brute force, episodes of different lengths
+    vocab = ["go", "take", "key", "north", "open", "door", "!"]
+    for _ in range(20):
+        eps = [[" ".join(rng.sample(vocab, 3)) for _ in range(rng.randint(1, 4))] for _ in games]
+        same, diff = [], []
+        for i in range(len(eps)):
+            for j in range(i + 1, len(eps)):
+                for k in range(min(len(eps[i]), len(eps[j]))):
+                    a, b = set(eps[i][k].split()), set(eps[j][k].split())
+                    (same if games[i] == games[j] else diff).append(len(a & b) / len(a | b))
+        want = sum(same) / len(same) - sum(diff) / len(diff)
+        assert input_dependence(eps, games) == pytest.approx(want)
+
+
 # ------------------------------------------------------------------------------------ synthetic streams
 def _stream(n, **series):
     return [{"step": i + 1, **{k: (v(i) if callable(v) else v) for k, v in series.items()}} for i in range(n)]
