@@ -325,6 +325,10 @@ class TrainConfig:
     max_nonfinite_steps: int = 3
     """Stop the run after this many consecutive steps with a NaN/inf loss or gradient (their updates are skipped,
     so the weights stay finite; lower the lr and resume). 1-5."""
+    stop_on_collapse: bool = False
+    """Stop the run (after checkpointing the step; resumable) when the collapse detector raises an alert: reward-std
+    collapse (e.g. group std <= 0.05 for 5 steps at success < 0.9), grad-norm spike, rising invalid or repetition
+    rate (agentrl_lib/diagnostics.py). Off: alerts are only logged (warning + the row's `alerts`)."""
     eval_games: str = ""
     """Optional held-out games directory (e.g. games/heldout) evaluated at the end of training into eval.json; '' =
     none."""

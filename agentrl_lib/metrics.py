@@ -52,6 +52,9 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     _M("reward_mean", "reward/turn", "Σ r_turn / Σ turns", "rises with return_mean", "—"),
     _M("group_return_std", "reward", "mean over groups of the within-group return std",
        "> 0 for GRPO/RLOO (their learning signal)", "0: every group's episodes tie, GRPO/RLOO advantages are 0"),
+    _M("zero_std_group_frac", "fraction", "groups whose within-group return std is 0 (|std| <= 1e-6; one-episode "
+       "groups count) / groups", "< 1 and falling as the groups' outcomes spread",
+       "→ 1 while success_rate is not near 1: the Echo Trap's reward-variance collapse (diagnostics.CollapseDetector)"),
     _M("singleton_groups", "groups", "groups with one episode left (after env errors)", "0",
        "> 0: those episodes get no group baseline (advantage 0)"),
     _M("kept_fraction", "fraction", "episodes kept by the StarPO-S filter / episodes that ran",
@@ -60,6 +63,15 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
        "no episode ends"),
     _M("invalid_rate", "fraction", "turns whose action was not admissible / turns", "falls; demo: 0.2-0.6 (median 0.43) while winning",
        "rises towards 1: the policy drifts away from game commands"),
+    _M("repetition_rate", "fraction", "turns repeating an earlier action or reply of the same episode / turns "
+       "(diagnostics.repetition_rate)", "low, ≈ the game's need to repeat a command (0 for one-turn episodes)",
+       "rises towards 1: repetitive, templated replies (RAGEN's Echo Trap)"),
+    _M("response_length", "tokens/turn", "policy tokens sampled per turn (each turn's end token included), mean over "
+       "the turns of every episode that ran", "stable; ≤ train.max_new_tokens + 1",
+       "collapses to 1-2 (empty replies) or pins at max_new_tokens (rambling, see truncated_rate)"),
+    _M("input_dependence", "", "mean Jaccard(token sets) of same-turn replies of episodes of the same game − that of "
+       "different games (diagnostics.input_dependence); null with one game or one episode per game", "> 0: replies depend on the game",
+       "≈ 0 with templated replies: the replies no longer depend on the input (RAGEN-2's signal)"),
     _M("truncated_rate", "fraction", "turns whose reply hit train.max_new_tokens / turns", "≈ 0",
        "> 0.1: raise max_new_tokens or the policy rambles"),
     _M("env_errors", "episodes", "episodes ended by an env fault (crash, hang, load error)", "0",
@@ -96,7 +108,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     _M("kl_ref", "nats", "k3 estimate of KL(π_θ ‖ π_ref), 0 when algo.kl_coef = 0", "grows slowly (< 0.1)",
        "grows fast: the policy runs away from the reference (raise kl_coef)"),
     _M("grad_norm", "", "global L2 norm of the policy gradient before clipping (mean over minibatches)",
-       "demo: median 3, max 10 (before clipping to 1)", "spikes or inf: divergence (nonfinite_updates counts them)"),
+       "demo: median 3, max 10 (before clipping to 1)", "spikes (> 5 × running median: a grad_norm_spike alert) or inf: divergence (nonfinite_updates counts them)"),
     _M("skipped_update", "flag", "1 when the step made no update (no policy tokens, all advantages 0, all episodes "
        "failed), else 0", "0", "1 often: groups tie (raise group_size) or envs fail"),
     _M("nonfinite_updates", "minibatches", "minibatches whose loss or gradient was NaN/inf (skipped)", "0",
@@ -110,12 +122,20 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
        "spikes or inf: divergence", logged_by=CRITIC),
     _M("explained_variance", "", "1 − Var[R − V] / Var[R] over policy tokens (null when Var[R] = 0)",
        "rises above 0; demo: −0.01 to 0.12 in 12 steps", "≤ 0 for long: the critic is no better than a constant", logged_by=CRITIC),
+    # --- diagnostics (Trainer.train, after the step)
+    _M("alerts", "list", "alerts the collapse detector raised at this step (diagnostics.CollapseDetector; each "
+       "{step, kind, message, evidence})", "[]", "reward_std_collapse, grad_norm_spike, invalid_rising, "
+       "repetition_rising: see diagnostics.KINDS; train.stop_on_collapse stops the run"),
     # --- timings
     _M("rollout_seconds", "s", "wall time of the rollout", "—", "grows: longer episodes or slow envs"),
     _M("update_seconds", "s", "wall time of the minibatch updates", "—", "—"),
     _M("step_seconds", "s", "wall time of the whole step", "—", "—"),
 ]}
 """Every key of a metrics.jsonl row (training), in the order the glossary lists them."""
+
+
+TRAIN_LOOP_KEYS = ("alerts",)
+"""Keys Trainer.train adds to a row after Trainer.step returned it (step() alone does not log them)."""
 
 
 class UndocumentedMetricWarning(UserWarning):

@@ -151,3 +151,74 @@ def plot_cell_means(records: list[dict], metric: str = "eval.success_rate", x: s
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return ax
+
+
+# ------------------------------------------------------------------------------------------------ diagnostics
+DIAGNOSTIC_PANELS = [
+    ("success rate", [("success_rate", "training success")]),
+    ("reward spread", [("group_return_std", "within-group return std"), ("zero_std_group_frac", "zero-std groups")]),
+    ("entropy (nats/token)", [("entropy", "entropy")]),
+    ("grad norm", [("grad_norm", "grad norm (before clipping)")]),
+    ("invalid / repetition", [("invalid_rate", "invalid-action rate"), ("repetition_rate", "repetition rate")]),
+]
+"""The panels of plot_diagnostics: (title, [(metrics key, legend label), ...])."""
+
+ALERT_COLORS = {"reward_std_collapse": "tab:red", "grad_norm_spike": "tab:purple", "invalid_rising": "tab:orange",
+                "repetition_rising": "tab:brown"}
+"""The color of each diagnostics.KINDS alert marker."""
+
+
+def plot_diagnostics(rows_or_record, alerts: list | None = None, title: str = "", path: str | Path | None = None):
+    """Echo-Trap diagnostics of one run as small multiples against the RL step (DIAGNOSTIC_PANELS: success rate,
+    within-group return std and zero-std group fraction, entropy, grad norm, invalid and repetition rate), with a
+    dashed vertical line at each alert's step in every panel (colour by kind, ALERT_COLORS).
+
+    Args:
+        rows_or_record: metrics rows (metrics.jsonl) or a sweep record (its "steps"). A key a row lacks or holds
+            null for is a gap; a panel with no value at all says so.
+        alerts: Alert objects or their dicts; None → diagnostics.read_alerts(rows_or_record) (the logged ones, or a
+            replay through a default CollapseDetector for records written before the detector).
+        path: save a PNG there as well.
+    Returns: the matplotlib Figure. Raises ValueError when there are no rows.
+    Introduced in notebooks/05_stability.md.
+    """
+    from .diagnostics import read_alerts
+
+    rows = rows_or_record.get("steps", []) if isinstance(rows_or_record, dict) else list(rows_or_record)
+    if not rows:
+        raise ValueError("plot_diagnostics: no metrics rows to plot")
+    if alerts is None:
+        alerts = read_alerts(rows_or_record)
+    alerts = [a if isinstance(a, dict) else a.to_dict() for a in alerts]
+    fig, axes = plt.subplots(1, len(DIAGNOSTIC_PANELS), figsize=(3.2 * len(DIAGNOSTIC_PANELS), 3.0), sharex=True)
+    steps = [r.get("step") for r in rows]
+    for ax, (panel, keys) in zip(axes, DIAGNOSTIC_PANELS):
+        drawn = False
+        for key, label in keys:
+            ys = [r.get(key) for r in rows]
+            ys = [float("nan") if y is None else y for y in ys]
+            if all(y != y for y in ys):
+                continue
+            ax.plot(steps, ys, marker="o", ms=2.5, label=label)
+            drawn = True
+        if not drawn:
+            ax.text(0.5, 0.5, "not logged", transform=ax.transAxes, ha="center", va="center", color="gray")
+        for a in alerts:
+            ax.axvline(a["step"], color=ALERT_COLORS.get(a["kind"], "k"), ls="--", lw=1, alpha=0.8)
+        ax.set_title(panel, fontsize=10)
+        ax.set_xlabel("RL step")
+        ax.grid(alpha=0.3)
+        if len(keys) > 1 and drawn:
+            ax.legend(fontsize=7)
+    if alerts:
+        from matplotlib.lines import Line2D
+
+        kinds = list(dict.fromkeys(a["kind"] for a in alerts))
+        fig.legend([Line2D([], [], color=ALERT_COLORS.get(k, "k"), ls="--") for k in kinds],
+                   [f"alert: {k}" for k in kinds], loc="lower center", ncol=len(kinds), fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.08 if alerts else 0, 1, 1))
+    if path:
+        fig.savefig(path, dpi=100)
+    return fig

@@ -42,8 +42,11 @@ from .paths import git_commit
 PRESET_AXIS = "algo"
 """A grid axis named `algo` takes preset names (config.ALGO_PRESETS: ppo, grpo, rloo) and sets their fields."""
 STEP_KEYS = ("step", "success_rate", "return_mean", "group_return_std", "invalid_rate", "entropy", "kl_ref",
-             "approx_kl", "mean_turns")
-"""The metrics.METRICS keys of each training step kept in a record's "steps" (the run dir's metrics.jsonl has all)."""
+             "approx_kl", "mean_turns", "zero_std_group_frac", "grad_norm", "response_length", "repetition_rate",
+             "input_dependence", "alerts")
+"""The metrics.METRICS keys of each training step kept in a record's "steps" (the run dir's metrics.jsonl has all);
+the Echo-Trap diagnostics and the collapse detector's `alerts` among them (diagnostics.py; records written before
+they existed lack them, and diagnostics.read_alerts replays those)."""
 EVAL_KEYS = ("success_rate", "mean_turns", "invalid_rate", "mean_score_frac", "n_games", "env_errors")
 """The evaluate() keys kept in a record's "eval", beside per_game: [[game, won, turns], ...]."""
 RECORD_KEYS = ("cell", "seed", "base_hash", "config", "commit", "device", "machine", "started", "finished",

@@ -13,7 +13,8 @@ a critic exists iff that estimator needs one (PPO's 'gae'). Trainer.step, stage 
                                                           # | ... every estimator of advantages.ESTIMATORS
         6. for epoch, minibatch: loss = clipped surrogate (× TIS weight) + c_v·value loss + β·KL(k3) − c_H·entropy;
            generator.sync(policy)
-        7. metrics row → metrics.jsonl; checkpoint atomically (Trainer.train)
+        7. metrics row → collapse detector (alerts: warning + the row's `alerts`) → metrics.jsonl; checkpoint
+           atomically; with train.stop_on_collapse an alert stops the run after its checkpoint (Trainer.train)
 
 Critic (PPO): a linear value head on the policy's last hidden state — a *shared backbone*, as TRL's
 AutoModelForCausalLMWithValueHead. On a CPU a separate critic would double the cost of every update; the price is
@@ -37,6 +38,7 @@ import torch
 from . import checkpoint as ckpt_lib
 from .advantages import ESTIMATORS, AdvantageInputs, singleton_groups, top_std_groups
 from .config import AlgoConfig, RunConfig
+from .diagnostics import CollapseDetector, CollapseError, input_dependence, repetition_rate
 from .envs.base import GameSet, check_env_errors, load_game_set
 from .envs.pool import EnvPool, open_pool
 from .generation import GENERATORS
@@ -148,6 +150,7 @@ class Trainer:
         self.ckpt_root = self.run_dir / "checkpoints"
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.start_step, self.last_checkpoint, self.step_in_progress, self._nonfinite_streak = 0, None, None, []
+        self.detector = CollapseDetector()  # Echo-Trap alerts over the metrics rows (diagnostics.py)
         mc = config.model
         self.estimator = ESTIMATORS[config.algo.advantage]
         need_vh = self.estimator.needs_critic  # a critic exists iff the estimator needs one
@@ -201,17 +204,24 @@ class Trainer:
         """Run config.train.steps iterations (from the checkpoint's step when resuming). Returns all metrics rows.
 
         A step whose loss or gradient is NaN/inf skips those updates (logged as nonfinite_updates, with a warning).
+        Every row goes through self.detector (diagnostics.CollapseDetector; a resume replays the kept rows first):
+        its alerts are logged as warnings and stored in the row's `alerts` list.
         Raises:
             DivergenceError: train.max_nonfinite_steps such steps in a row (the last checkpoint holds finite weights).
+            CollapseError: train.stop_on_collapse and the detector raised an alert; the step was checkpointed first
+                (resume continues; the same alert is not raised again until its condition has cleared).
             CheckpointError: a checkpoint or metrics row could not be written (disk full, ...).
             TooManyEnvErrors: more than env.max_env_error_frac of a step's episodes ended in an env error.
         """
         cfg = self.cfg
         rows = self._read_metrics()
+        self.detector.replay(rows)  # plumbing: a resumed run's detector is in the state the kept rows left it in
         self.last_step = self.start_step
         for step in range(self.start_step, cfg.train.steps):
             self.step_in_progress = step + 1
             row = complete_row(self.step(step), needs_critic=self.estimator.needs_critic)  # every METRICS key
+            alerts = self.detector.update(row)  # Echo-Trap signatures (diagnostics.py)
+            row["alerts"] = [a.to_dict() for a in alerts]
             rows.append(row)
             ckpt_lib.append_metrics(self.metrics_path, row)  # strict JSON: NaN → null
             self.step_in_progress, self.last_step = None, step + 1
@@ -222,16 +232,29 @@ class Trainer:
                       f"{row['step_seconds']:.0f}s", flush=True)
             check_env_errors(row.get("env_errors", 0), row["episodes"], cfg.env.max_env_error_frac,
                              (row.get("env_error_reasons") or ["see the episodes' termination"])[0], f"step {step + 1}")
+            for a in alerts:
+                log.warning("%s", a.message)
             self._check_finite(row)
-            if step + 1 == cfg.train.steps or ((step + 1) % cfg.train.checkpoint_every == 0
-                                               and not self._nonfinite_streak):  # keep the pre-divergence ones
+            stop = bool(alerts) and cfg.train.stop_on_collapse
+            if stop or step + 1 == cfg.train.steps or ((step + 1) % cfg.train.checkpoint_every == 0
+                                                       and not self._nonfinite_streak):  # keep the pre-divergence ones
                 self.save_checkpoint(step + 1)
+            if stop:
+                self._plot(rows)
+                raise CollapseError(
+                    f"stopped at step {step + 1} (train.stop_on_collapse): {alerts[0].kind}: "
+                    f"{alerts[0].message.split(': ', 1)[1]}. Checkpoint {self.last_checkpoint} holds the weights; "
+                    f"continue with agentrl train --out {self.run_dir} --resume [--no-stop-on-collapse]")
+        self._plot(rows)
+        return rows
+
+    def _plot(self, rows: list[dict]) -> None:
+        """plumbing: run_dir/learning_curve.png from the rows."""
         from .plots import plot_learning_curves, save_and_close
 
         if rows:
-            fig = plot_learning_curves(rows, title=f"{cfg.algo.label} / {cfg.reward.kind}")
+            fig = plot_learning_curves(rows, title=f"{self.cfg.algo.label} / {self.cfg.reward.kind}")
             save_and_close(fig, self.run_dir / "learning_curve.png")
-        return rows
 
     def _check_finite(self, row: dict) -> None:
         """plumbing: count consecutive steps with non-finite updates or metrics; stop after max_nonfinite_steps."""
@@ -377,10 +400,14 @@ class Trainer:
             "return_std": returns.std(unbiased=False).item(),
             "reward_mean": (sum(sum(r) for r in rewards) / max(n_turns, 1)),
             "group_return_std": sum(grp_std) / len(grp_std),
+            "zero_std_group_frac": sum(x <= 1e-6 for x in grp_std) / len(grp_std),
             "singleton_groups": singleton_groups(gids),
             "kept_fraction": n_kept / len(trajs_ok),
             "mean_turns": n_turns / len(trajs_ok),
             "invalid_rate": sum(not v for t in trajs_ok for v in t.valid) / max(n_turns, 1),
+            "repetition_rate": repetition_rate((t.actions, t.replies) for t in trajs_ok),
+            "response_length": sum(sum(t.mask) for t in trajs_ok) / max(n_turns, 1),
+            "input_dependence": input_dependence([t.replies for t in trajs_ok], [t.game for t in trajs_ok]),
             "truncated_rate": sum(x for t in trajs_ok for x in t.truncated) / max(n_turns, 1),
             "env_errors": sum(t.termination.startswith("env_error") for t in trajs),
             "env_error_reasons": sorted({t.termination for t in trajs if t.termination.startswith("env_error")}),
