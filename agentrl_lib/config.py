@@ -33,7 +33,7 @@ ALGO_PRESETS: dict[str, dict[str, Any]] = {
 }
 """Named algorithms as AlgoConfig field values (`--algo ppo`, `AlgoConfig.from_preset("ppo")`); the estimators are
 in advantages.ESTIMATORS (its module docstring has the table)."""
-REWARDS = ("sparse", "dense")
+REWARDS = ("sparse", "dense", "env")
 ACTION_FORMATS = ("plain", "ragen")
 """EnvConfig.action_format values (prompts.ACTION_FORMATS, kept here so config imports no env module)."""
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -113,8 +113,9 @@ class RewardConfig:
     """Reward pillar: how the game's outcome becomes turn-level rewards (see agentrl_lib/rewards.py)."""
 
     kind: str = "dense"
-    """'sparse' (1 on the last turn if won, else 0) or 'dense' (each turn's score increment / max score: a won game
-    sums to 1)."""
+    """'sparse' (1 on the last turn if won, else 0), 'dense' (each turn's score increment / max score: a won game
+    sums to 1) or 'env' (each turn's reward exactly as the environment gives it: RAGEN's rewards for bandit's random
+    payout, Sokoban's −0.1 per move / ±1 / +10; unscaled, so a won game need not out-score a lost one)."""
     format_penalty: float = 0.1
     """Subtracted from a turn's reward when the action is not admissible/understood, in reward units, in [0, 1]
     (RAGEN uses 0.1; 0 disables it)."""

@@ -1,4 +1,4 @@
-"""Turn-level rewards: sparse or dense, a format penalty for invalid actions, and their placement on the token
+"""Turn-level rewards: sparse, dense or the environment's own, a format penalty for invalid actions, and their placement on the token
 that ends each turn.
 
 Introduced in notebooks/00_quickstart.md §3.
@@ -57,7 +57,8 @@ def dense_turn_rewards(increments: list[float], max_score: float, won: bool) -> 
 
 def turn_rewards(kind: str, increments: list[float], max_score: float, won: bool, valid: list[bool],
                  format_penalty: float = 0.0) -> list[float]:
-    """Rewards of each turn: sparse or dense, minus `format_penalty` on each turn whose action was not admissible.
+    """Rewards of each turn: sparse, dense or the env's own (kind 'env': `increments` as given, RAGEN's rewards),
+    minus `format_penalty` on each turn whose action was not admissible.
 
     The penalty comes on top of the outcome reward (RAGEN's −0.1 per invalid answer), so a won episode with many
     invalid turns can total less than a non-won one with none: on a real cooking game (max score 3) a win in 3 valid
@@ -74,8 +75,10 @@ def turn_rewards(kind: str, increments: list[float], max_score: float, won: bool
         rewards = sparse_turn_rewards(len(increments), won)
     elif kind == "dense":
         rewards = dense_turn_rewards(increments, max_score, won)
+    elif kind == "env":  # the environment's own rewards, as RAGEN trains on them (bandit payout, Sokoban's shaping)
+        rewards = [float(d) for d in increments]
     else:
-        raise ValueError(f"unknown reward kind {kind!r}; use 'sparse' or 'dense'")
+        raise ValueError(f"unknown reward kind {kind!r}; use 'sparse', 'dense' or 'env'")
     return [r - (format_penalty if not ok else 0.0) for r, ok in zip(rewards, valid)]
 
 

@@ -40,7 +40,7 @@ from .config import ALGO_PRESETS, SECTIONS, SEED_MAX, ConfigError, RunConfig, _p
 from .paths import git_commit
 
 PRESET_AXIS = "algo"
-"""A grid axis named `algo` takes preset names (config.ALGO_PRESETS: ppo, grpo, rloo) and sets their fields."""
+"""A grid axis named `algo` takes preset names (config.ALGO_PRESETS: ppo, grpo, rloo, starpo_s, ...) and sets their fields."""
 STEP_KEYS = ("step", "success_rate", "return_mean", "group_return_std", "invalid_rate", "entropy", "kl_ref",
              "approx_kl", "mean_turns", "zero_std_group_frac", "grad_norm", "response_length", "repetition_rate",
              "input_dependence", "alerts")

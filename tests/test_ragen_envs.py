@@ -356,3 +356,28 @@ def test_registering_the_families_imports_no_engine():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).parents[1]).stdout.split()
     assert out == ["False", "True"], out
+
+
+# ---- reward.kind="env": RAGEN's own rewards reach the trainer unchanged -------------------------------------------
+
+def test_env_reward_kind_passes_ragen_rewards_through_and_the_others_do_not():
+    """A Sokoban episode (a step away and back, a push that leaves the box short of the target, the solving push) through
+    rewards.turn_rewards: kind 'env' gives RAGEN's −0.1 / −0.1 / +10.9 per turn; 'sparse' and 'dense' rescale them
+    (the negative control: training on those would not be RAGEN's reward)."""
+    from agentrl_lib.rewards import turn_rewards
+
+    env = SokobanEnv()
+    env.reset("######\n#_O__#\n#____#\n#_X__#\n#_P__#\n######")
+    results = [env.step(a) for a in ("Left", "Right", "Up")]  # Left: walk; Right: back; then the 2 pushes
+    results += [env.step("Up")]
+    increments = [r.reward for r in results]
+    won, valid = results[-1].info.won, [r.info.valid for r in results]
+    assert won and increments == pytest.approx([-0.1, -0.1, -0.1, 10.9])
+    assert turn_rewards("env", increments, results[-1].info.max_score, won, valid) == pytest.approx(increments)
+    for kind in ("sparse", "dense"):
+        assert turn_rewards(kind, increments, results[-1].info.max_score, won, valid) != pytest.approx(increments)
+    # bandit: the random payout itself (RAGEN trains on it), not the win flag
+    assert turn_rewards("env", [0.0], 1.0, True, [True]) == [0.0]  # a 'won' pull (the better arm) that paid 0
+    assert turn_rewards("sparse", [0.0], 1.0, True, [True]) == [1.0]
+    with pytest.raises(ValueError, match="'env'"):
+        turn_rewards("shaped", [0.0], 1.0, True, [True])
