@@ -344,6 +344,9 @@ FAULT_SCRIPT = textwrap.dedent("""
     from test_rollout_trainer import ParityEnv
 
     trainer_mod.open_pool = lambda env_cfg, size, games: SerialPool(size, factory=ParityEnv)
+    # a suite started as a background job (`make test &`) hands its children SIGINT ignored, and Python then installs
+    # no KeyboardInterrupt handler: restore the one an interactive Ctrl-C meets
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     step, save = trainer_mod.Trainer.step, torch.save
 
     def step_then_ctrl_c(self, i):  # Ctrl-C in the middle of step 3 (after its rollout and update)

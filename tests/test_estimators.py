@@ -262,26 +262,8 @@ def test_presets_reach_every_estimator_and_labels_name_them():
 
 
 # ------------------------------------------------------------------------- one tiny RL step per preset (run_rl)
-class CoinEnv:
-    """A scripted 2-turn game (as tests/test_correctness.py's): the same observations in every episode (so GiGPO's
-    step groups form), and a win that depends on the reply's length parity (so a random model gets reward spread)."""
-
-    def reset(self, game):
-        from agentrl_lib.envs.base import StepInfo, StepResult
-
-        self.t = 0
-        return StepResult("A room.", 0.0, False, StepInfo(max_score=1, objective="say a word", admissible=["look"]))
-
-    def step(self, action):
-        from agentrl_lib.envs.base import StepInfo, StepResult
-
-        self.t += 1
-        won = self.t == 2 and len(action) % 2 == 0
-        return StepResult("ok " * self.t, 1.0 if won else 0.0, self.t == 2,
-                          StepInfo(won=won, score=float(won), max_score=1, valid=action == "look", admissible=["look"]))
-
-    def close(self):
-        pass
+from test_correctness import CoinEnv  # noqa: E402  (a scripted 2-turn game: the same observations in every
+#                                        episode, so GiGPO's step groups form, and a parity win gives reward spread)
 
 
 @pytest.mark.parametrize("preset", ["turn_ppo", "bilevel_ppo", "dr_grpo", "reinforce_pp", "gigpo", "starpo_s"])
