@@ -152,7 +152,12 @@ def _sft(a) -> None:
     _require(a.demos is None or 1 <= a.demos <= len(games),
              f"--demos must be in [1, {len(games)}] ({env['games']} holds {len(games)} games; got {a.demos})")
     games = games.first(a.demos) if a.demos else games
-    s = sft(a.model, games, a.out, epochs=a.epochs, lr=a.lr, batch_size=a.batch_size,
+    more = [load_game_set(d) for d in a.more_games or ()]
+    for d, g in zip(a.more_games or (), more):
+        _require(a.demos is None or a.demos <= len(g),
+                 f"--demos {a.demos} is more than the {len(g)} games of --more-games {d}; pass --demos <= {len(g)}")
+    more = [g.first(a.demos) if a.demos else g for g in more]
+    s = sft(a.model, [games, *more] if more else games, a.out, epochs=a.epochs, lr=a.lr, batch_size=a.batch_size,
             max_turns=a.max_turns, seed=a.seed, device=a.device, dtype=a.dtype, lora_rank=a.lora_rank,
             show_admissible=env["show_admissible"], show_inventory=env["show_inventory"],
             action_format=env["action_format"], max_actions_per_turn=env["max_actions_per_turn"])
@@ -406,6 +411,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help=f"seed (0 to {SEED_MAX})")
     s.add_argument("--demos", type=int, default=None,
                    help="use the walkthroughs of the first N games only (default: every game of --games)")
+    s.add_argument("--more-games", action="append", metavar="DIR",
+                   help="also the walkthroughs of this game set (repeatable; --demos applies to each), e.g. "
+                        "bandit-reversed games beside bandit ones: demonstrations naming each arm equally often "
+                        "teach the format without an arm preference")
     s.add_argument("--lora-rank", type=int, default=0, help=model_docs["lora_rank"].replace("%", "%%"))
     add_config_flags(s, "env", only=("games", "show_admissible", "show_inventory", "action_format",
                                      "max_actions_per_turn"), defaults=True,

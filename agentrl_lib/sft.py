@@ -16,6 +16,7 @@ import json
 import logging
 import time
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
@@ -77,11 +78,17 @@ def expert_examples(games: GameSet, chat: ChatFormat, system_prompt: str | None 
     return examples
 
 
-def sft(model_name: str, games: GameSet, out: str | Path, epochs: float = 1.0, lr: float = 5e-5, batch_size: int = 4,
+def sft(model_name: str, games: GameSet | Sequence[GameSet], out: str | Path, epochs: float = 1.0, lr: float = 5e-5,
+        batch_size: int = 4,
         max_turns: int | None = None, seed: int = 0, device: str = "auto", dtype: str = "auto",
         lora_rank: int = 0, show_admissible: bool = False, show_inventory: bool = False,
         action_format: str = "plain", max_actions_per_turn: int = 1) -> dict:
-    """Fine-tune `model_name` on the walkthroughs of `games`; save to `out/policy`.
+    """Fine-tune `model_name` on the walkthroughs of `games` (one GameSet, or several whose examples are pooled, each
+    with its own family's system prompt); save to `out/policy`.
+
+    Several sets serve e.g. a *format-only* warm-up on the bandit: `bandit` walkthroughs pull the Dragon, those of
+    `bandit-reversed` (the same prompts, the labels swapped) the Phoenix, so the pooled demonstrations teach the reply
+    format and no arm preference (notebooks/05_stability.md).
 
     Returns a summary dict (examples, tokens, epochs, train_loss per logging step, seconds), also written to
     out/sft_summary.json.
@@ -94,11 +101,14 @@ def sft(model_name: str, games: GameSet, out: str | Path, epochs: float = 1.0, l
     out = Path(out)
     model, tok = load_policy(model_name, device, dtype, lora_rank=lora_rank)
     tok.padding_side = "right"
-    examples = expert_examples(games, ChatFormat(tok), max_turns=max_turns, show_admissible=show_admissible,
-                               show_inventory=show_inventory, action_format=action_format,
-                               max_actions_per_turn=max_actions_per_turn)
+    sets = [games] if isinstance(games, GameSet) else list(games)
+    examples = [e for g in sets for e in expert_examples(g, ChatFormat(tok), max_turns=max_turns,
+                                                          show_admissible=show_admissible,
+                                                          show_inventory=show_inventory, action_format=action_format,
+                                                          max_actions_per_turn=max_actions_per_turn)]
     if not examples:
-        raise ValueError(f"no usable walkthroughs in {games.root}: every game was skipped (see the log)")
+        raise ValueError(f"no usable walkthroughs in {', '.join(str(g.root) for g in sets)}: every game was skipped "
+                         "(see the log)")
     ds = Dataset.from_list([{k: e[k] for k in ("input_ids", "assistant_masks")} for e in examples])
     on_gpu = pick_device(device).type == "cuda"
     args = SFTConfig(output_dir=str(out / "trl"), num_train_epochs=epochs, per_device_train_batch_size=batch_size,
@@ -114,10 +124,11 @@ def sft(model_name: str, games: GameSet, out: str | Path, epochs: float = 1.0, l
     tok.padding_side = "left"
     save_policy(model, tok, out / "policy")
     losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
-    summary = {"examples": len(examples), "skipped": len(games) - len(examples),
+    summary = {"examples": len(examples), "skipped": sum(map(len, sets)) - len(examples),
                "tokens": sum(len(e["input_ids"]) for e in examples),
                "assistant_tokens": sum(sum(e["assistant_masks"]) for e in examples),
                "epochs": epochs, "lr": lr, "batch_size": batch_size, "train_loss": losses,
-               "seconds": round(time.perf_counter() - t0, 1), "model": model_name, "games": str(games.root)}
+               "seconds": round(time.perf_counter() - t0, 1), "model": model_name,
+               "games": str(sets[0].root) if len(sets) == 1 else [str(g.root) for g in sets]}
     (out / "sft_summary.json").write_text(json.dumps(summary, indent=1))
     return summary

@@ -12,6 +12,9 @@ Parts (each a results file; the commands it runs are printed, and are ordinary `
 - complexity  results/complexity.jsonl: SFT + PPO on TextWorld custom games of growing size (the paper's w/o/q
               knobs), seeds 0-1.
 - evals       results/stage_evals.jsonl: the base and SFT models (no RL) on every held-out set.
+- stability   results/stability.jsonl (chapter 05): RAGEN's bandit (configs/bandit.yaml) from a format-only SFT warm-up,
+              the estimators {PPO (GAE), GRPO, RLOO, Dr. GRPO's advantage} without filtering, GRPO with StarPO-S
+              filtering (keep 75 / 50 / 25% of groups) and StarPO-S itself (GAE + keep 25%), seeds 0-2.
 Nothing here is tuned on held-out games: the only choice (the SFT strength) is made on the validation games.
 Each step skips what is done: games are cached, an SFT dir with sft_summary.json is kept, recorded runs are skipped.
 Runs go seed-major (every cell's seed 0, then every cell's seed 1, ...), so a regeneration stopped half-way leaves the
@@ -40,6 +43,11 @@ GAMES = {  # name: make-games flags (textworld); game i has seed `--seed` + i
 }
 LEVELS = {"w2-o3-q4": (2, 3, 4), "w4-o6-q4": (4, 6, 4), "w8-o12-q4": (8, 12, 4)}
 """Complexity levels: (world size, objects, quest length); the paper's PPO: 88% at w2-o3-q4, 51% at w8-o12-q4."""
+OTHER_GAMES = {  # name: (family, make-games flags) of the RAGEN families (games are seeds)
+    "bandit-train": ("bandit", ["--n", "64", "--seed", "0"]),
+    "bandit-reversed-train": ("bandit-reversed", ["--n", "64", "--seed", "0"]),
+    "bandit-heldout": ("bandit", ["--n", "64", "--seed", "100000"]),
+}
 for _lvl, (_w, _o, _q) in LEVELS.items():
     _knobs = ["--world-size", str(_w), "--nb-objects", str(_o), "--quest-length", str(_q)]
     GAMES[f"{_lvl}-train"] = [*_knobs, "--n", "32", "--seed", "0"]
@@ -58,6 +66,20 @@ SPLIT_EPISODES_PER_STEP = 8  # train.games_per_step 2 x algo.group_size 4
 COMPLEXITY_SFT = {"demos": 16, "epochs": 2.0}
 COMPLEXITY_SEEDS = (0, 1)
 HARD_TURNS = 12  # cooking2 walkthroughs are longer than the 8 turns of training
+STABILITY_SFT = {"demos": 4, "seed": 0}
+"""Chapter 05's format-only warm-up: the first 4 walkthroughs of bandit (Dragon) and of bandit-reversed (Phoenix),
+pooled: 2 optimizer steps. Piloted on 2 CPU cores: the reply is an arm name 94-95% of the time, Dragon 35-41%,
+Phoenix 53-59% (exact reply probabilities of the two prompts); 8 + 8 walkthroughs gave Dragon 98-99.5% (no room
+for RL to learn anything), 4 bandit walkthroughs alone Dragon 30-37% and 64% invalid replies."""
+STABILITY_SEEDS = (0, 1, 2)
+STABILITY_SWEEPS = (  # grids into results/stability.jsonl; the axes algo.advantage and algo.keep_top_std throughout
+    ["algo.advantage=gae,grpo,rloo", "algo.keep_top_std=1.0"],           # the estimators, no filtering
+    ["algo.advantage=grpo", "algo.keep_top_std=0.75,0.5,0.25"],          # StarPO-S filtering on GRPO
+)
+STABILITY_LAST = ["algo.advantage=gae", "algo.keep_top_std=0.25"]
+"""StarPO-S itself (the critic + keep 25%; the base config's clip 0.2 / 0.28, no KL and entropy bonus 0.001 are
+StarPO-S's already), run after the other cells' seeds. Dr. GRPO's advantage (R - group mean) is not a cell: on
+one-turn episodes it is RLOO's times (G-1)/G, a constant factor that Adam's normalised steps all but remove."""
 
 
 def log(msg: str) -> None:
@@ -99,7 +121,9 @@ def parallel(jobs: list[tuple[str, list[str]]], n: int) -> list[str]:
 
 
 def games(names) -> list[tuple[str, list[str]]]:
-    return [(f"games-{g}", [*AGENTRL, "make-games", "textworld", "--out", f"games/{g}", *GAMES[g]])
+    """make-games jobs for the game sets of `names` (keys of GAMES: textworld, or OTHER_GAMES) not made yet."""
+    spec = {**{g: ("textworld", GAMES[g]) for g in GAMES}, **OTHER_GAMES}
+    return [(f"games-{g}", [*AGENTRL, "make-games", spec[g][0], "--out", f"games/{g}", *spec[g][1]])
             for g in names if not (ROOT / "games" / g / "manifest.json").exists()]
 
 
@@ -107,12 +131,14 @@ def sft_dir(games_name: str, demos: int, epochs: float, seed: int) -> str:
     return f"runs/sft/{games_name}-d{demos}-e{epochs:g}-s{seed}"
 
 
-def sft(games_name: str, demos: int, epochs: float, seed: int) -> list[tuple[str, list[str]]]:
-    out = sft_dir(games_name, demos, epochs, seed)
+def sft(games_name: str, demos: int, epochs: float, seed: int, *more_games: str) -> list[tuple[str, list[str]]]:
+    """The `agentrl sft` job of one SFT model (none when it exists); `more_games`: game sets pooled with the first."""
+    out = sft_dir("+".join((games_name, *more_games)), demos, epochs, seed)
     if (ROOT / out / "sft_summary.json").exists():
         return []
-    return [(f"sft-{Path(out).name}", [*AGENTRL, "sft", "--games", f"games/{games_name}", "--demos", str(demos),
-                                       "--epochs", f"{epochs:g}", "--lr", "5e-5", "--batch-size", "4",
+    more = [x for g in more_games for x in ("--more-games", f"games/{g}")]
+    return [(f"sft-{Path(out).name}", [*AGENTRL, "sft", "--games", f"games/{games_name}", *more, "--demos",
+                                       str(demos), "--epochs", f"{epochs:g}", "--lr", "5e-5", "--batch-size", "4",
                                        "--seed", str(seed), "--dtype", "float32", "--out", out])]
 
 
@@ -194,7 +220,7 @@ def choose_sft(jobs: int) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("part", choices=["all", "main", "split", "complexity", "evals"])
+    p.add_argument("part", choices=["all", "main", "split", "complexity", "evals", "stability"])
     p.add_argument("--jobs", type=int, default=1,
                    help="commands at once (1 on a laptop; 7 on a 16-core machine with an 80 GB GPU: one RL run of "
                         "configs/cooking.yaml holds ~9.5 GB of GPU memory, 8 at once ran out)")
@@ -205,9 +231,9 @@ def main() -> None:
     ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "TOKENIZERS_PARALLELISM": "false", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
            "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // a.jobs))}
-    parts = ["main", "split", "complexity", "evals"] if a.part == "all" else [a.part]
+    parts = ["main", "split", "complexity", "evals", "stability"] if a.part == "all" else [a.part]
     t0 = time.perf_counter()
-    parallel(games(GAMES), a.jobs)
+    parallel(games([*(GAMES if set(parts) - {"stability"} else ()), *OTHER_GAMES]), a.jobs)
     if not DRY_RUN:
         subprocess.run([*AGENTRL[:1], "-c", "from agentrl_lib.models import embedded_model_dir as e; e()"], cwd=ROOT,
                        env=ENV, check=True)  # convert the embedded model once, before parallel jobs load it
@@ -245,6 +271,12 @@ def main() -> None:
                 model = sft_dir(f"{lvl}-train", COMPLEXITY_SFT["demos"], COMPLEXITY_SFT["epochs"], s)
                 evals += stage_eval(model, f"{lvl}-heldout", 10, "sft", level=lvl, seed=s, **COMPLEXITY_SFT)
                 sfts += sft(f"{lvl}-train", COMPLEXITY_SFT["demos"], COMPLEXITY_SFT["epochs"], s)
+    if "stability" in parts:
+        sft_args = ("bandit-train", STABILITY_SFT["demos"], 1.0, STABILITY_SFT["seed"], "bandit-reversed-train")
+        sfts += sft(*sft_args)
+        init = sft_dir("+".join((sft_args[0], sft_args[4])), *sft_args[1:4])
+        jobs += [sweep("configs/bandit.yaml", "results/stability.jsonl", grid, s, init)
+                 for grids in (STABILITY_SWEEPS, [STABILITY_LAST]) for s in STABILITY_SEEDS for grid in grids]
     failed = parallel(list(dict(sfts).items()), a.jobs)
     failed += parallel(jobs + evals, a.jobs)
     if DRY_RUN:
