@@ -327,6 +327,38 @@ def test_sft_examples_in_ragen_format(tmp_path, tokenizer):
         assert "Answer format" in tokenizer.decode(e["input_ids"])
 
 
+def test_sft_more_games_pools_bandit_and_reversed_walkthroughs(tiny_model_dir, tmp_path, capsys):
+    """`agentrl sft --more-games`: the walkthroughs of both label variants are pooled (each arm named equally often:
+    chapter 05's format-only warm-up); --demos applies to each set; a --demos the extra set cannot give is one line."""
+    import json
+
+    from agentrl_lib.cli import main
+
+    for family in ("bandit", "bandit-reversed"):
+        get_family(family).make_games(tmp_path / family, 4, seed=0)
+    out = tmp_path / "sft"
+    assert main(["sft", "--model", tiny_model_dir, "--games", str(tmp_path / "bandit"), "--more-games",
+                 str(tmp_path / "bandit-reversed"), "--demos", "2", "--out", str(out), "--device", "cpu"]) == 0
+    summary = json.loads((out / "sft_summary.json").read_text())
+    assert summary["examples"] == 4 and summary["games"] == [str(tmp_path / f) for f in ("bandit", "bandit-reversed")]
+    # negative control: without --more-games only Dragon is demonstrated
+    from agentrl_lib.prompts import ChatFormat
+    from agentrl_lib.sft import expert_examples
+    from agentrl_lib.models import load_tokenizer
+
+    tok = load_tokenizer(tiny_model_dir)
+    named = lambda gs: {tok.decode([t for t, m in zip(e["input_ids"], e["assistant_masks"]) if m]).split("<")[0]
+                        for e in expert_examples(gs, ChatFormat(tok))}
+    assert named(load_game_set(tmp_path / "bandit")) == {"Dragon"}
+    assert named(load_game_set(tmp_path / "bandit-reversed")) == {"Phoenix"}
+    get_family("bandit-reversed").make_games(tmp_path / "small", 1, seed=0)
+    capsys.readouterr()
+    assert main(["sft", "--model", tiny_model_dir, "--games", str(tmp_path / "bandit"), "--more-games",
+                 str(tmp_path / "small"), "--demos", "2", "--out", str(tmp_path / "sft2"), "--device", "cpu"]) != 0
+    err = capsys.readouterr().err
+    assert "--demos 2 is more than the 1 games of --more-games" in err and "Traceback" not in err
+
+
 def test_one_rl_step_on_frozenlake_in_ragen_format(tiny_model_dir, tmp_path):
     from agentrl_lib.config import AlgoConfig, RunConfig, TrainConfig
     from agentrl_lib.run import run_rl
