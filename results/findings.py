@@ -76,6 +76,7 @@ def findings_table() -> str:
     main = _load("algo_reward.jsonl")
     split = _load("sft_rl_split.jsonl")
     complexity = _load("complexity.jsonl")
+    stability = _load("stability.jsonl")
     rows = []
     for finding, paper, args in [
         ("PPO (critic, GAE) beats GRPO, dense reward", "PPO 88% vs GRPO ≈ base (1.5B, cooking)",
@@ -91,6 +92,21 @@ def findings_table() -> str:
     ours, verdict = _collapse(main)
     rows.append(("Echo Trap: reward spread collapses", "RAGEN: group reward std falls before reward, collapse",
                  ours, verdict, "03_policy"))
+    for finding, paper, args in [
+        ("Bandit: GRPO falls behind PPO (critic)", "RAGEN: GRPO collapses earlier than PPO on Bandit and Sokoban",
+         ("algo.advantage", "gae", "grpo", {"algo.keep_top_std": 1.0}, 1)),
+        ("Bandit: StarPO-S filter (keep 25%) rescues GRPO", "RAGEN: keeping 50% removed collapse (FrozenLake)",
+         ("algo.keep_top_std", 0.25, 1.0, {"algo.advantage": "grpo"}, 1)),
+        ("Bandit: StarPO-S filter (keep 50%) rescues GRPO", "RAGEN: keeping 50% removed collapse (FrozenLake)",
+         ("algo.keep_top_std", 0.5, 1.0, {"algo.advantage": "grpo"}, 1)),
+    ]:
+        compare, a, b, where, sign = args
+        ours, verdict = (_difference(stability, compare, a, b, where, sign) if stability else
+                         ("not run yet", f"cannot tell yet (`{REGENERATE} stability`)"))
+        rows.append((finding, paper, ours, verdict, "05_stability"))
+    ours, verdict = _collapse(stability) if stability else ("not run yet", f"cannot tell yet (`{REGENERATE} stability`)")
+    rows.append(("Echo Trap on the bandit", "RAGEN: group reward std falls before reward, collapse", ours, verdict,
+                 "05_stability"))
     rows.append(("SFT then RL under a fixed budget", "60 demos + 400 episodes → 85% in-domain, 59% harder games",
                  f"{len(split)} runs" if split else "not run yet",
                  "see chapter" if split else f"cannot tell yet (`{REGENERATE} split`)", "04_sft_then_rl"))
@@ -100,10 +116,11 @@ def findings_table() -> str:
     lines = ["| finding | paper | ours (held-out success, mean over seeds) | verdict | chapter |",
              "|:--|:--|:--|:--|:--|"]
     lines += [f"| {f} | {p} | {o} | {v} | [{c}](notebooks/{c}.ipynb) |" for f, p, o, v, c in rows]
-    devices = sorted({(r.get("machine") or {}).get("gpu") or r.get("device") for r in main + split + complexity
+    devices = sorted({(r.get("machine") or {}).get("gpu") or r.get("device") for r in main + split + complexity + stability
                       if r.get("device")})
-    secs = sum(r.get("train_seconds") or 0 for r in main + split + complexity)
-    lines += ["", f"From {len(main)} + {len(split)} + {len(complexity)} runs (algo × reward, SFT:RL split, complexity) "
+    secs = sum(r.get("train_seconds") or 0 for r in main + split + complexity + stability)
+    lines += ["", f"From {len(main)} + {len(split)} + {len(complexity)} + {len(stability)} runs (algo × reward, "
+              "SFT:RL split, complexity, bandit stability) "
               f"on {', '.join(devices) or 'no device yet'}; {secs / 60:.0f} min of training in total (Σ train_seconds). "
               "Intervals: 95% percentile bootstrap over seeds (agentrl_lib.sweep.report)."]
     return "\n".join(lines)
