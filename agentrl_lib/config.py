@@ -88,9 +88,11 @@ class EnvConfig:
     penalty). The system prompt states the format in use; use the same setting for SFT, RL and evaluation."""
     max_actions_per_turn: int = 1
     """Actions one 'ragen' answer may carry, >= 1 (RAGEN: 5 with 5 turns, 1 for bandit); the frozenlake and sokoban
-    envs make them in order, stopping when the episode ends, and the turn's reward is their sum. Actions past this
-    many are dropped (RAGEN's rule). Not applied in the 'plain' format, whose first line goes to the env as is (so
-    a plain 'Left || Up' is two moves for those envs)."""
+    envs make them in order, stopping when the episode ends, and the turn's reward is their sum (envs.base.make_moves).
+    Actions past this many are dropped (RAGEN's rule). Not applied in the 'plain' format, whose first line goes to the
+    env as is (so a plain 'Left || Up' is two moves for those envs). There is no cap per episode: max_turns × this
+    bounds an episode's actions (and those envs end an episode at 100 moves). RAGEN's max_actions_per_traj (10, with
+    5 turns × 5) is a tighter budget; max_turns × max_actions_per_turn = 10 (e.g. 5 × 2) gives the same total."""
 
     def validate(self) -> None:
         if self.action_format not in ACTION_FORMATS:
