@@ -148,6 +148,7 @@ def _sft(a) -> None:
     check_out_path("--out", a.out, is_dir=True)
     _check_model_flags(a)
     env = section_args(a, "env")
+    EnvConfig(**env).validate()  # --action-format, --max-actions-per-turn
     games = load_game_set(env["games"])
     _require(a.demos is None or 1 <= a.demos <= len(games),
              f"--demos must be in [1, {len(games)}] ({env['games']} holds {len(games)} games; got {a.demos})")

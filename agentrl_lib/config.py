@@ -88,9 +88,11 @@ class EnvConfig:
     penalty). The system prompt states the format in use; use the same setting for SFT, RL and evaluation."""
     max_actions_per_turn: int = 1
     """Actions one 'ragen' answer may carry, >= 1 (RAGEN: 5 with 5 turns, 1 for bandit); the frozenlake and sokoban
-    envs make them in order, stopping when the episode ends, and the turn's reward is their sum. Actions past this
-    many are dropped (RAGEN's rule). Not applied in the 'plain' format, whose first line goes to the env as is (so
-    a plain 'Left || Up' is two moves for those envs)."""
+    envs make them in order, stopping when the episode ends, and the turn's reward is their sum (envs.base.make_moves).
+    Actions past this many are dropped (RAGEN's rule). Not applied in the 'plain' format, whose first line goes to the
+    env as is (so a plain 'Left || Up' is two moves for those envs). There is no cap per episode: max_turns × this
+    bounds an episode's actions (and those envs end an episode at 100 moves). RAGEN's max_actions_per_traj (10, with
+    5 turns × 5) is a tighter budget; max_turns × max_actions_per_turn = 10 (e.g. 5 × 2) gives the same total."""
 
     def validate(self) -> None:
         if self.action_format not in ACTION_FORMATS:
@@ -327,9 +329,15 @@ class TrainConfig:
     """Stop the run after this many consecutive steps with a NaN/inf loss or gradient (their updates are skipped,
     so the weights stay finite; lower the lr and resume). 1-5."""
     stop_on_collapse: bool = False
-    """Stop the run (after checkpointing the step; resumable) when the collapse detector raises an alert: reward-std
-    collapse (e.g. group std <= 0.05 for 5 steps at success < 0.9), grad-norm spike, rising invalid or repetition
-    rate (agentrl_lib/diagnostics.py). Off: alerts are only logged (warning + the row's `alerts`)."""
+    """Stop the run (after checkpointing the step; resumable) when the collapse detector raises an alert of a kind in
+    stop_kinds, e.g. a reward-std collapse (group std <= 0.05 for 5 steps at success < 0.9; agentrl_lib/diagnostics.py).
+    Off: alerts are only logged (warning + the row's `alerts`)."""
+    stop_kinds: str = "reward_std_collapse"
+    """Alert kinds that stop the run under stop_on_collapse: comma-separated diagnostics.KINDS (reward_std_collapse,
+    grad_norm_spike, invalid_rising, repetition_rising) or 'all' (the behaviour before this field). Default
+    reward_std_collapse: in results/algo_reward.jsonl the first alert of all 5 collapsed runs, raised on neither run
+    that took off; no recorded run calibrates the spike rule (a lone spike is clipped by max_grad_norm), so the other
+    kinds are only logged unless named."""
     eval_games: str = ""
     """Optional held-out games directory (e.g. games/heldout) evaluated at the end of training into eval.json; '' =
     none."""
@@ -353,6 +361,23 @@ class TrainConfig:
                               "evaluation: train.eval_temperature")
         if self.eval_temperature < 0:
             raise ConfigError(f"train.eval_temperature must be >= 0 (got {self.eval_temperature}; 0 = greedy)")
+        from .diagnostics import KINDS  # pure Python: config stays free of torch
+
+        names = self._stop_kind_names()
+        if not names or not names <= {*KINDS, "all"}:
+            unknown = f"; unknown: {', '.join(sorted(names - {*KINDS, 'all'}))}" if names else ""
+            raise ConfigError(f"train.stop_kinds (--stop-kinds) must be 'all' or alert kinds joined by commas, from "
+                              f"{', '.join(KINDS)} (got {self.stop_kinds!r}{unknown}); e.g. "
+                              "reward_std_collapse,grad_norm_spike. To never stop, turn train.stop_on_collapse off")
+
+    def _stop_kind_names(self) -> set[str]:
+        return {k.strip() for k in str(self.stop_kinds).split(",") if k.strip()}
+
+    def stops_on(self, kind: str) -> bool:
+        """Whether an alert of `kind` (diagnostics.KINDS) stops the run: stop_on_collapse on and `kind` in
+        stop_kinds ('all': every kind)."""
+        names = self._stop_kind_names()
+        return self.stop_on_collapse and (kind in names or "all" in names)
 
 
 @dataclass

@@ -17,8 +17,8 @@ replies stop depending on the input. This module gives
 Where alerts go: Trainer.train feeds every row to a CollapseDetector and stores the alerts it raises in that row's
 `alerts` key (a list of Alert.to_dict(); [] on a quiet step) before the row reaches metrics.jsonl, and logs each one
 as a warning. A resumed run replays the kept rows into a fresh detector first, so the alerts of a step are the same
-whether the run was interrupted or not. With train.stop_on_collapse the run stops after the step's checkpoint
-(CollapseError, one line, resumable).
+whether the run was interrupted or not. With train.stop_on_collapse an alert of a kind in train.stop_kinds (default:
+reward_std_collapse) stops the run after the step's checkpoint (CollapseError, one line, resumable).
 
 Introduced in notebooks/05_stability.md.
 """
@@ -44,7 +44,8 @@ KINDS = {
 
 
 class CollapseError(ValueError):
-    """train.stop_on_collapse is on and the collapse detector raised an alert; the run stopped after checkpointing."""
+    """train.stop_on_collapse is on and the collapse detector raised an alert of train.stop_kinds; the run stopped
+    after checkpointing."""
 
 
 @dataclass(frozen=True)
@@ -269,7 +270,7 @@ class CollapseDetector:
         return Alert(step, "grad_norm_spike",
                      f"step {step}: grad-norm spike: {g:.3g} > {self.spike_factor:g} x running median {med:.3g}; "
                      "RAGEN saw such spikes mark collapses that do not recover: watch success and the group std, "
-                     "consider a lower --lr or --stop-on-collapse",
+                     "consider a lower --lr, or stopping on it (--stop-on-collapse --stop-kinds all)",
                      {"grad_norm": g, "median": med, "spike_factor": self.spike_factor})
 
     # (c)

@@ -14,12 +14,8 @@ import re
 
 from .config import ACTION_FORMATS  # noqa: F401 - "plain" | "ragen" (EnvConfig.action_format)
 from .envs import get_family
+from .envs.base import ACTION_SEP  # "||": the actions of one answer (RAGEN's agent_proxy.action_sep; base.make_moves)
 from .envs.textworld import SYSTEM_PROMPT  # noqa: F401 - re-exported: the notebook shows it; rollout's default
-
-
-ACTION_SEP = "||"
-"""Separator of the actions of one answer (RAGEN's agent_proxy.action_sep); the env families that take several moves
-per turn (frozenlake, sokoban) split the action they receive on it."""
 
 
 def ragen_format_instructions(max_actions_per_turn: int = 1) -> str:

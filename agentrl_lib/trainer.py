@@ -14,7 +14,7 @@ a critic exists iff that estimator needs one (PPO's 'gae'). Trainer.step, stage 
         6. for epoch, minibatch: loss = clipped surrogate (× TIS weight) + c_v·value loss + β·KL(k3) − c_H·entropy;
            generator.sync(policy)
         7. metrics row → collapse detector (alerts: warning + the row's `alerts`) → metrics.jsonl; checkpoint
-           atomically; with train.stop_on_collapse an alert stops the run after its checkpoint (Trainer.train)
+           atomically; with train.stop_on_collapse an alert of train.stop_kinds stops the run after its checkpoint
 
 Critic (PPO): a linear value head on the policy's last hidden state — a *shared backbone*, as TRL's
 AutoModelForCausalLMWithValueHead. On a CPU a separate critic would double the cost of every update; the price is
@@ -208,7 +208,8 @@ class Trainer:
         its alerts are logged as warnings and stored in the row's `alerts` list.
         Raises:
             DivergenceError: train.max_nonfinite_steps such steps in a row (the last checkpoint holds finite weights).
-            CollapseError: train.stop_on_collapse and the detector raised an alert; the step was checkpointed first
+            CollapseError: train.stop_on_collapse and the detector raised an alert of a kind in train.stop_kinds
+                (default: reward_std_collapse only; the others are logged); the step was checkpointed first
                 (resume continues; the same alert is not raised again until its condition has cleared).
             CheckpointError: a checkpoint or metrics row could not be written (disk full, ...).
             TooManyEnvErrors: more than env.max_env_error_frac of a step's episodes ended in an env error.
@@ -235,15 +236,16 @@ class Trainer:
             for a in alerts:
                 log.warning("%s", a.message)
             self._check_finite(row)
-            stop = bool(alerts) and cfg.train.stop_on_collapse
+            stopping = [a for a in alerts if cfg.train.stops_on(a.kind)]  # train.stop_on_collapse, train.stop_kinds
+            stop = bool(stopping)
             if stop or step + 1 == cfg.train.steps or ((step + 1) % cfg.train.checkpoint_every == 0
                                                        and not self._nonfinite_streak):  # keep the pre-divergence ones
                 self.save_checkpoint(step + 1)
             if stop:
                 self._plot(rows)
                 raise CollapseError(
-                    f"stopped at step {step + 1} (train.stop_on_collapse): {alerts[0].kind}: "
-                    f"{alerts[0].message.split(': ', 1)[1]}. Checkpoint {self.last_checkpoint} holds the weights; "
+                    f"stopped at step {step + 1} (train.stop_on_collapse): {stopping[0].kind}: "
+                    f"{stopping[0].message.split(': ', 1)[1]}. Checkpoint {self.last_checkpoint} holds the weights; "
                     f"continue with agentrl train --out {self.run_dir} --resume [--no-stop-on-collapse]")
         self._plot(rows)
         return rows

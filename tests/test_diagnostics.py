@@ -265,11 +265,12 @@ def test_plot_diagnostics_draws_the_real_records(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ the trainer
-def _config(games, steps, stop):
+def _config(games, steps, stop, stop_kinds="reward_std_collapse"):
     return RunConfig(env=EnvConfig(games=str(games), max_turns=2), algo=AlgoConfig.from_preset("grpo", group_size=4),
                      model=ModelConfig(device="cpu"),
                      train=TrainConfig(steps=steps, games_per_step=2, minibatch_size=8, lr=1e-3, max_new_tokens=4,
-                                       temperature=1.0, seed=1, checkpoint_every=10, stop_on_collapse=stop))
+                                       temperature=1.0, seed=1, checkpoint_every=10, stop_on_collapse=stop,
+                                       stop_kinds=stop_kinds))
 
 
 def _planted(monkeypatch):
@@ -277,6 +278,14 @@ def _planted(monkeypatch):
     step = Trainer.step
     monkeypatch.setattr(Trainer, "step", lambda self, i: {**step(self, i), "group_return_std": 0.0,
                                                           "zero_std_group_frac": 1.0, "success_rate": 0.0})
+
+
+def _planted_spike(monkeypatch):
+    """Plant a lone grad-norm spike at step 2 (1 → 100) in rows that otherwise look healthy (groups differ)."""
+    step = Trainer.step
+    monkeypatch.setattr(Trainer, "step", lambda self, i: {**step(self, i), "grad_norm": 100.0 if i == 1 else 1.0,
+                                                          "skipped_update": 0.0, "group_return_std": 0.5,
+                                                          "zero_std_group_frac": 0.0, "success_rate": 0.5})
 
 
 def _trainer(cfg, run, tiny_model_dir, resume=False):
@@ -323,8 +332,51 @@ def test_trainer_logs_alerts_and_stop_on_collapse_stops_resumably(tiny_model_dir
     assert [r["step"] for r in rows] == [1, 2, 3] and rows[2]["alerts"] == []
 
 
+def test_a_lone_grad_norm_spike_stops_the_run_only_when_its_kind_is_selected(tiny_model_dir, tmp_path, monkeypatch):
+    games = _scripted_games(tmp_path / "games")
+    _planted_spike(monkeypatch)
+    # default stop_kinds (the reward-std collapse only): the spike is logged, the run goes on to its end
+    t = _trainer(_config(games, 2, stop=True), tmp_path / "std-only", tiny_model_dir)
+    t.detector = CollapseDetector(window=2, spike_min_history=1)  # one earlier grad norm is enough history
+    try:
+        rows = t.train()
+    finally:
+        t.close()
+    assert [[a["kind"] for a in r["alerts"]] for r in rows] == [[], ["grad_norm_spike"]]
+    # the same run with the spike's kind selected stops at step 2, after its checkpoint (control: the spike is seen)
+    run = tmp_path / "spike"
+    t = _trainer(_config(games, 2, stop=True, stop_kinds="reward_std_collapse, grad_norm_spike"), run, tiny_model_dir)
+    t.detector = CollapseDetector(window=2, spike_min_history=1)
+    try:
+        with pytest.raises(CollapseError, match="stopped at step 2 .*grad_norm_spike: grad-norm spike"):
+            t.train()
+    finally:
+        t.close()
+    assert (run / "checkpoints" / "step_000002").is_dir()
+
+
+def test_stop_kinds_select_the_alerts_that_stop_and_bad_ones_are_refused():
+    from agentrl_lib.config import ConfigError
+
+    default = TrainConfig(stop_on_collapse=True)
+    assert [k for k in KINDS if default.stops_on(k)] == ["reward_std_collapse"]
+    assert all(TrainConfig(stop_on_collapse=True, stop_kinds="all").stops_on(k) for k in KINDS)
+    assert not any(TrainConfig(stop_kinds="all").stops_on(k) for k in KINDS)  # stop_on_collapse off: never
+    assert RunConfig.from_dict({"train": {"stop_on_collapse": True}}).train.stops_on("grad_norm_spike") is False
+    for bad, says in (("grad_norm", "unknown: grad_norm"), ("", "got ''"), ("all,bogus", "unknown: bogus")):
+        with pytest.raises(ConfigError, match="train.stop_kinds") as err:
+            RunConfig(train=TrainConfig(stop_kinds=bad))
+        assert says in str(err.value) and "reward_std_collapse,grad_norm_spike" in str(err.value)
+
+
 def test_stop_on_collapse_is_a_train_flag():
     a = cli.build_parser().parse_args(["train", "--out", "o", "--stop-on-collapse"])
     assert cli.build_config(a).train.stop_on_collapse is True
     a = cli.build_parser().parse_args(["train", "--out", "o"])
     assert cli.build_config(a).train.stop_on_collapse is False
+    assert cli.build_config(a).train.stop_kinds == "reward_std_collapse"
+    a = cli.build_parser().parse_args(["train", "--out", "o", "--stop-kinds", "grad_norm_spike,invalid_rising"])
+    assert cli.build_config(a).train.stops_on("invalid_rising") is False  # the kinds alone do not turn stopping on
+    a = cli.build_parser().parse_args(["train", "--out", "o", "--stop-on-collapse", "--stop-kinds", "invalid_rising"])
+    assert cli.build_config(a).train.stops_on("invalid_rising") and not cli.build_config(a).train.stops_on(
+        "reward_std_collapse")

@@ -11,7 +11,7 @@ import pytest
 from agentrl_lib.config import ConfigError, EnvConfig
 from agentrl_lib.envs import get_family
 from agentrl_lib.envs.bandit import HI_ARM_PROB, LO_ARM_SCORE, BanditEnv, payout
-from agentrl_lib.envs.base import check_game_set, load_game_set
+from agentrl_lib.envs.base import Moves, check_game_set, load_game_set, make_moves
 from agentrl_lib.envs.pool import SerialPool, open_pool
 from agentrl_lib.envs.frozenlake import ACTIONS as FL_ACTIONS
 from agentrl_lib.envs.frozenlake import FrozenLakeEnv, generate_map, shortest_path
@@ -180,6 +180,45 @@ def test_multi_action_turn_sums_rewards_and_stops_at_done():
     env.reset("#####\n#P_O#\n#_X_#\n#___#\n#####")
     mixed = env.step("Down || fly || Right")  # the unknown move is skipped, the turn is invalid
     assert not mixed.info.valid and env.steps == 2 and math.isclose(mixed.reward, -0.2)
+
+
+def _scripted(outcomes):
+    """A `move` that returns the next (reward, episode over) of `outcomes`, and the list of moves it was asked for."""
+    calls = []
+
+    def move(m):
+        calls.append(m)
+        return outcomes[len(calls) - 1]
+    return calls, move
+
+
+def _check_make_moves(make_moves):
+    """base.make_moves' contract on hand-made turns (moves "a" and "b"; anything else is not a move)."""
+    parse = {"a": "A", "b": "B"}.get
+    calls, move = _scripted([(0.5, False), (1.0, True), (9.0, False)])  # the 2nd move ends the episode
+    assert make_moves("a || b || a", parse, move, 10) == (True, 1.5, True, 2) and calls == ["A", "B"]
+    calls, move = _scripted([(-0.1, False)] * 3)  # an unknown piece: skipped, the turn invalid, the rest made
+    res = make_moves("a || fly || b", parse, move, 10)
+    assert (res.valid, res.over, res.made, calls) == (False, False, 2, ["A", "B"]) and math.isclose(res.reward, -0.2)
+    for nothing in ("", "   ", "||", " || "):  # no piece at all: invalid, no move made
+        calls, move = _scripted([])
+        assert make_moves(nothing, parse, move, 10) == (False, 0.0, False, 0) and calls == []
+    calls, move = _scripted([(0.0, False)] * 3)  # the episode's move limit ends it: the 3rd move is not made
+    assert make_moves("a||a||a", parse, move, 2) == (True, 0.0, True, 2) and calls == ["A", "A"]
+
+
+def _make_moves_not_stopping(action, parse_move, move, moves_left):
+    """A planted bug: every move is made, even after the episode ended."""
+    moves = [parse_move(p.strip()) for p in action.split("||") if p.strip()]
+    results = [move(m) for m in moves if m is not None]
+    return Moves(bool(moves) and None not in moves, sum(r for r, _ in results), any(o for _, o in results),
+                 len(results))
+
+
+def test_make_moves_follows_ragens_rule_and_the_check_catches_a_helper_that_does_not_stop():
+    _check_make_moves(make_moves)
+    with pytest.raises(AssertionError):  # negative control: the same checks fail on the planted bug
+        _check_make_moves(_make_moves_not_stopping)
 
 
 # ---- FrozenLake -----------------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import time
 import unicodedata
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, NamedTuple, Protocol
 
 from ..checkpoint import atomic_write_text
 from . import UnknownFamilyError, family_names, get_family
@@ -67,6 +67,60 @@ def sanitize_action(action: str, max_bytes: int = MAX_ACTION_BYTES) -> tuple[str
     if len(command.encode("utf-8")) > max_bytes:
         return "", TOO_LONG_ACTION
     return command, None
+
+
+ACTION_SEP = "||"
+"""Separator of the actions of one answer in RAGEN's format (`<answer>Left || Up</answer>`; RAGEN's
+agent_proxy.action_sep): prompts.parse_reply joins an answer's actions with it, and the grid families (frozenlake,
+sokoban) split the action they receive on it (make_moves)."""
+
+
+class Moves(NamedTuple):
+    """What one multi-move turn did (make_moves)."""
+
+    valid: bool
+    """Every piece of the action was a move, and there was at least one piece."""
+    reward: float
+    """Sum of the rewards of the moves made, in game units (not rounded)."""
+    over: bool
+    """The episode ended in this turn: a move ended it, or the turn made the last of `moves_left` moves."""
+    made: int
+    """Moves made: unknown pieces and the moves after the episode ended are not made."""
+
+
+def make_moves(action: str, parse_move: Callable[[str], Any], move: Callable[[Any], tuple[float, bool]],
+               moves_left: int) -> Moves:
+    """Play one turn that may carry several moves, by RAGEN's rule for its grid games (FrozenLake, Sokoban).
+
+    `action` is split on ACTION_SEP ("Left || Up"), blank pieces dropped, and each piece, stripped, is parsed by
+    `parse_move` (None: not a move). The moves are made in order by `move`, unknown pieces skipped, until a move ends
+    the episode or `moves_left` moves have been made (the env's limit of moves per episode, which ends the episode
+    too); the moves after that are not made. The turn is invalid (info.valid False → reward.format_penalty) when a
+    piece is not a move or when there is no piece at all ("", or only separators); the known moves of an invalid
+    turn are still made.
+
+    Args:
+        action: the action text the env received (prompts.parse_reply: one move, or moves joined by " || ").
+        parse_move: piece text → the env's move, or None when the piece is not a move.
+        move: makes one move in the env; returns (its reward in game units, whether the episode is over).
+        moves_left: moves the episode may still make (>= 1 while it is not over).
+    Returns: Moves(valid, reward = sum over the moves made, over, made).
+    Source: RAGEN (Wang et al. 2025) ragen/llm_agent/es_manager.py: `_extract_map_valid_actions` keeps the pieces
+        found in the env's action_lookup, `_execute_actions` steps them in order, sums their rewards and stops at
+        `done`; the turn gets the format penalty when a piece was dropped or none was left.
+    """
+    moves = [parse_move(piece.strip()) for piece in action.split(ACTION_SEP) if piece.strip()]
+    total, made, over = 0.0, 0, False
+    for m in moves:
+        if m is None:
+            continue
+        reward, over = move(m)
+        total += reward
+        made += 1
+        if over or made >= moves_left:
+            over = True
+            break
+    return Moves(bool(moves) and None not in moves, total, over, made)
 
 
 class GameSetError(ValueError):

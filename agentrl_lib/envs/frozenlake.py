@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from . import EnvFamily, register_family
-from .base import GameRecord, GameSet, StepInfo, StepResult, reuse_game_set, write_manifest
+from .base import GameRecord, GameSet, StepInfo, StepResult, make_moves, reuse_game_set, write_manifest
 
 SIZE = 4
 """Side of the map (RAGEN FrozenLakeEnvConfig.size)."""
@@ -152,19 +152,12 @@ class FrozenLakeEnv:
         return float(r), bool(terminated)
 
     def step(self, action: str) -> StepResult:
-        """Make the move(s) in `action` ("Up", or "Left || Up": in order, stopping when the episode ends)."""
+        """Make the move(s) in `action` ("Up", or "Left || Up"): in order until the episode ends (base.make_moves)."""
         if self.done:
             return StepResult("The game is over.", 0.0, True, self._info(False, False))
-        moves = [parse_move(m) for m in action.split("||") if m.strip()]
-        valid = bool(moves) and None not in moves
-        total, won = 0.0, False
-        for a in (m for m in moves if m is not None):
-            r, terminated = self.move(a)
-            total += r
-            won = won or r > 0
-            if terminated or self.steps >= self.max_steps:
-                self.done = True
-                break
+        valid, total, over, _ = make_moves(action, parse_move, self.move, self.max_steps - self.steps)
+        self.done = over
+        won = total > 0  # the goal pays the only reward (1), and ends the episode
         self.score += total
         obs = self.render()
         if not valid:

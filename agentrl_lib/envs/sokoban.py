@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from . import EnvFamily, register_family
-from .base import GameRecord, GameSet, StepInfo, StepResult, reuse_game_set, write_manifest
+from .base import GameRecord, GameSet, StepInfo, StepResult, make_moves, reuse_game_set, write_manifest
 
 SIZE = 6
 """Side of the room, walls included (RAGEN dim_room (6, 6))."""
@@ -183,8 +183,8 @@ class SokobanEnv:
                         expert_action=plan[0] if plan else None,
                         objective=f"Push the box X onto the target O. Grid: {LEGEND}.")
 
-    def move(self, action: str) -> float:
-        """One move (a name of ACTIONS); returns its reward (module docstring)."""
+    def move(self, action: str) -> tuple[float, bool]:
+        """One move (a name of ACTIONS). Returns (its reward (module docstring), whether the room is solved)."""
         room = self.room
         was_on = room.box == room.target
         room.player, room.box = push(room.walls, room.player, room.box, action)
@@ -192,21 +192,15 @@ class SokobanEnv:
         self.steps += 1
         reward = STEP_PENALTY + (BOX_ON_TARGET if now_on and not was_on else 0.0) \
             + (BOX_OFF_TARGET if was_on and not now_on else 0.0) + (SOLVED if now_on else 0.0)
-        return reward
+        return reward, now_on
 
     def step(self, action: str) -> StepResult:
-        """Make the move(s) in `action` ("Up", or "Up || Left": in order, stopping when the episode ends)."""
+        """Make the move(s) in `action` ("Up", or "Up || Left"): in order until the episode ends (base.make_moves)."""
         if self.done:
             return StepResult("The game is over.", 0.0, True, self._info(False, False))
-        moves = [parse_move(m) for m in action.split("||") if m.strip()]
-        valid = bool(moves) and None not in moves
-        total, won = 0.0, False
-        for a in (m for m in moves if m is not None):
-            total += self.move(a)
-            won = self.room.box == self.room.target
-            if won or self.steps >= self.max_steps:
-                self.done = True
-                break
+        valid, total, over, made = make_moves(action, parse_move, self.move, self.max_steps - self.steps)
+        self.done = over
+        won = made > 0 and self.room.box == self.room.target  # a room given solved (√) is won only by a move
         self.score += total
         obs = self.room.render()
         if not valid:
