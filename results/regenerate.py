@@ -80,6 +80,9 @@ STABILITY_LAST = ["algo.advantage=gae", "algo.keep_top_std=0.25"]
 """StarPO-S itself (the critic + keep 25%; the base config's clip 0.2 / 0.28, no KL and entropy bonus 0.001 are
 StarPO-S's already), run after the other cells' seeds. Dr. GRPO's advantage (R - group mean) is not a cell: on
 one-turn episodes it is RLOO's times (G-1)/G, a constant factor that Adam's normalised steps all but remove."""
+STABILITY_LONG = ["algo.advantage=grpo", "algo.keep_top_std=1.0,0.25", "train.steps=25"]
+"""results/stability_long.jsonl: GRPO without and with the keep-25% filter run 25 steps instead of 10 (seed 0 only, a
+CPU budget): whether the drift of the 10-step runs closes into the trap and the detector (window 5) fires."""
 
 
 def log(msg: str) -> None:
@@ -277,6 +280,7 @@ def main() -> None:
         init = sft_dir("+".join((sft_args[0], sft_args[4])), *sft_args[1:4])
         jobs += [sweep("configs/bandit.yaml", "results/stability.jsonl", grid, s, init)
                  for grids in (STABILITY_SWEEPS, [STABILITY_LAST]) for s in STABILITY_SEEDS for grid in grids]
+        jobs.append(sweep("configs/bandit.yaml", "results/stability_long.jsonl", STABILITY_LONG, 0, init))
     failed = parallel(list(dict(sfts).items()), a.jobs)
     failed += parallel(jobs + evals, a.jobs)
     if DRY_RUN:
