@@ -15,6 +15,7 @@ planted by a monkeypatch or a hand-written buggy variant (the check must fail), 
 | the loss counting the gaps between turns as response length (OpenRLHF 1243) | loss == brute-force token mean           |
 | REINFORCE++ reward-to-go reset at observation spans (verl, "reset after EOS") | won episode's early turns keep credit |
 | bi-level GAE turn boundaries inferred from non-zero rewards (RAGEN)       | A_t = G_k − V_t with the real turn ends    |
+| TextWorld's running score used as the step reward (a first wrapper's bug) | step rewards == score increments, Σ = max  |
 """
 from __future__ import annotations
 
@@ -462,3 +463,39 @@ def test_bilevel_gae_takes_turn_boundaries_from_turn_ends_not_rewards(monkeypatc
     monkeypatch.setattr(advantages, "bilevel_gae", ragen_bilevel)
     with pytest.raises(AssertionError, match="merged turns"):
         check_bilevel_turn_boundaries(advantages.ESTIMATORS["bilevel_gae"])
+
+
+def check_step_rewards_are_score_increments(games, env_cls) -> None:
+    """Replay each walkthrough: every step's reward must be the increment of TextWorld's running score (which
+    `textworld.gym` reports in place of a reward), so a won game's rewards sum to its max score."""
+    env = env_cls()
+    try:
+        for g in games.games:
+            env.reset(g.path)
+            score, total = 0.0, 0.0
+            for action in g.walkthrough:
+                res = env.step(action)
+                assert res.reward == pytest.approx(res.info.score - score), \
+                    f"{g.name}: step reward {res.reward} is not the score increment {res.info.score - score}"
+                score, total = res.info.score, total + res.reward
+                if res.done:
+                    break
+            assert res.info.won and total == pytest.approx(g.max_score), (g.name, total, g.max_score)
+    finally:
+        env.close()
+
+
+def test_step_reward_is_the_score_increment_not_the_running_score(cooking_games):
+    from agentrl_lib.envs.textworld import TextWorldEnv
+
+    check_step_rewards_are_score_increments(cooking_games, TextWorldEnv)
+
+    # negative control: a wrapper that passes textworld's running score on as the reward
+    class RunningScoreEnv(TextWorldEnv):
+        def step(self, action):
+            res = super().step(action)
+            res.reward = res.info.score
+            return res
+
+    with pytest.raises(AssertionError, match="is not the score increment"):
+        check_step_rewards_are_score_increments(cooking_games, RunningScoreEnv)
