@@ -80,9 +80,10 @@ STABILITY_LAST = ["algo.advantage=gae", "algo.keep_top_std=0.25"]
 """StarPO-S itself (the critic + keep 25%; the base config's clip 0.2 / 0.28, no KL and entropy bonus 0.001 are
 StarPO-S's already), run after the other cells' seeds. Dr. GRPO's advantage (R - group mean) is not a cell: on
 one-turn episodes it is RLOO's times (G-1)/G, a constant factor that Adam's normalised steps all but remove."""
-STABILITY_LONG = ["algo.advantage=grpo", "algo.keep_top_std=1.0,0.25", "train.steps=25"]
-"""results/stability_long.jsonl: GRPO without and with the keep-25% filter run 25 steps instead of 10 (seed 0 only, a
-CPU budget): whether the drift of the 10-step runs closes into the trap and the detector (window 5) fires."""
+STABILITY_LONG = ["algo.advantage=grpo", "algo.keep_top_std=1.0", "train.steps=25"]
+"""results/stability_long.jsonl: GRPO without filtering run 25 steps instead of 10 (seed 0 only, a CPU budget; its
+first 10 steps are those of the 10-step run of the same seed): whether the drift closes into the trap and the
+detector (window 5) fires."""
 
 
 def log(msg: str) -> None:
