@@ -1,7 +1,7 @@
 """Data-parallel training across processes (DDP through 🤗 accelerate), for `accelerate launch -m agentrl_lib.cli train`.
 
-    accelerate launch --config_file configs/accelerate/cpu_2proc.yaml -m agentrl_lib.cli train --games DIR ...
-    accelerate launch --config_file configs/accelerate/gpu_1node.yaml -m agentrl_lib.cli train --games DIR ...
+    accelerate launch --config_file configs/accelerate/cpu_2proc.yaml -m agentrl_lib.cli train --device cpu ...
+    accelerate launch --config_file configs/accelerate/gpu_1node.yaml --num_processes 4 -m agentrl_lib.cli train ...
 
 A process started without a launcher (no WORLD_SIZE > 1 in its environment) never builds an `Accelerator`:
 `data_parallel()` returns None and the trainer runs its single-process code unchanged.
@@ -80,10 +80,10 @@ class DataParallel:
             NCCL with one GPU per process (`models.pick_device` maps 'auto' / 'cuda' to cuda:LOCAL_RANK).
     Attributes: accelerator, rank, world_size, is_main, device; model (the wrapped module, after prepare).
     Raises:
-        ConfigError: the launch configured FSDP / DeepSpeed / another kind of parallelism than DDP, or accelerate
-            found no process group (e.g. `accelerate launch --cpu` without MPI runs one process: use the
-            MULTI_GPU-type config configs/accelerate/cpu_2proc.yaml, which accelerate launches with
-            torch.distributed.run, gloo on CPU).
+        ConfigError: the launch configured FSDP / DeepSpeed / another kind of parallelism than DDP.
+    Note: `accelerate launch --cpu --num_processes 2` (or distributed_type MULTI_CPU) without MPI starts ONE process,
+    which then trains alone; configs/accelerate/cpu_2proc.yaml is of type MULTI_GPU, which accelerate starts with
+    torch.distributed.run, and this class asks for the CPU (gloo) when the run's device is the CPU.
     """
 
     def __init__(self, device: str = "auto"):
@@ -96,8 +96,8 @@ class DataParallel:
         kind = self.accelerator.state.distributed_type
         if kind not in (DistributedType.MULTI_CPU, DistributedType.MULTI_GPU):
             raise ConfigError(
-                f"data-parallel training supports DDP only (accelerate's MULTI_GPU / MULTI_CPU), but this launch is "
-                f"{kind.value}: use configs/accelerate/cpu_2proc.yaml or gpu_1node.yaml. FSDP / DeepSpeed are not "
+                f"data-parallel training supports DDP only (accelerate's MULTI_GPU / MULTI_CPU), but accelerate set "
+                f"up {kind.value} for this launch: use configs/accelerate/cpu_2proc.yaml or gpu_1node.yaml. FSDP / DeepSpeed are not "
                 "supported (each process generates with the whole model); for models that do not fit one device "
                 "see README 'Data-parallel training (accelerate)'")
         self.rank, self.world_size = self.accelerator.process_index, self.accelerator.num_processes

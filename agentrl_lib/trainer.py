@@ -96,8 +96,9 @@ def minibatch_loss(policy, value_head: ValueHead | None, input_ids: torch.Tensor
         out = token_forward(policy, input_ids, attention_mask, mask, temperature, value_head, with_entropy=True)
     else:
         out = forward(input_ids, attention_mask, mask, temperature, with_entropy=True)
+    counts = {} if n_tokens is None else {"n_tokens": n_tokens, "n_episodes": n_episodes}  # data-parallel only
     loss, pm = policy_loss(out["logprobs"], old_logprobs, advantages, mask, algo.clip_low, algo.clip_high,
-                           algo.dual_clip, is_weights, algo.loss_agg, max_tokens, n_tokens, n_episodes)
+                           algo.dual_clip, is_weights, algo.loss_agg, max_tokens, **counts)
     ent = masked_mean(out["entropy"], mask, n_tokens)
     loss = loss - algo.entropy_coef * ent
     pm["entropy"] = ent.item()
@@ -547,12 +548,15 @@ class Trainer:
     def save_checkpoint(self, step: int) -> Path:
         """Write checkpoints/step_NNNNNN (zero-padded step) durably and atomically, point `latest` at it, keep the
         newest train.keep_checkpoints. Refuses non-finite weights. See checkpoint.save_checkpoint. With data
-        parallelism rank 0 writes it (the weights are the same on every rank); the others only record its name."""
-        if not self.is_main:
-            self.last_checkpoint = ckpt_lib.checkpoint_name(step)
-            return self.ckpt_root / self.last_checkpoint
-        path = ckpt_lib.save_checkpoint(self.ckpt_root, step, self.policy, self.tok, self.opt, self.value_head,
-                                        self.cfg, keep=self.cfg.train.keep_checkpoints)
+        parallelism rank 0 writes it (the weights are the same on every rank), the others record its name, and all
+        wait until it is written (a resume or a reader that starts next finds it)."""
+        if self.is_main:
+            path = ckpt_lib.save_checkpoint(self.ckpt_root, step, self.policy, self.tok, self.opt, self.value_head,
+                                            self.cfg, keep=self.cfg.train.keep_checkpoints)
+        else:
+            path = self.ckpt_root / ckpt_lib.checkpoint_name(step)
+        if self.dp is not None:
+            self.dp.accelerator.wait_for_everyone()
         self.last_checkpoint = path.name
         return path
 

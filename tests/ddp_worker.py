@@ -4,7 +4,8 @@ recorded episodes instead of a rollout. Not collected by pytest (no test_ prefix
     accelerate launch --config_file configs/accelerate/cpu_2proc.yaml tests/ddp_worker.py SPEC.json
 
 SPEC.json: {"episodes": PATH (a pickle: one list of Trajectory per step, in the single-process order),
-            "runs": [{"argv": [...agentrl train flags...], "no_grad_sync": false}, ...]}
+            "runs": [{"argv": [...agentrl train flags...], "no_grad_sync": false, "replay": true}, ...]}
+replay: false runs the real rollout (each rank plays its share of the games).
 no_grad_sync: the negative control, DDP's gradient all-reduce off (as inside no_sync()): each rank steps on its own
 shard.
 Each rank saves its final weights (policy + value head) to RUN/rank{r}.pt (save_final_weights).
@@ -78,8 +79,9 @@ def main(spec_path: str) -> int:
         model.require_backward_grad_sync = False
         return model
 
+    real_rollout = trainer_mod.rollout
     for run in spec["runs"]:
-        trainer_mod.rollout = replayer(steps)
+        trainer_mod.rollout = replayer(steps) if run.get("replay", True) else real_rollout
         distributed.DataParallel.prepare = prepare_no_sync if run.get("no_grad_sync") else prepare
         rc = cli.main(run["argv"])
         if rc:
