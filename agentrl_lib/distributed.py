@@ -175,6 +175,10 @@ class DataParallel:
                          device=self.device)
         return self.accelerator.reduce(t, reduction="sum").tolist()
 
+    def barrier(self) -> None:
+        """Wait until every rank gets here (e.g. until rank 0 has written a checkpoint)."""
+        self.accelerator.wait_for_everyone()
+
     def prepare(self, module: torch.nn.Module) -> torch.nn.Module:
         """`module` wrapped for data parallelism (DistributedDataParallel; its weights are broadcast from rank 0).
         Only forwards through the wrapper get their gradients all-reduced. Kept as `self.model`."""

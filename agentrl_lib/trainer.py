@@ -556,7 +556,7 @@ class Trainer:
         else:
             path = self.ckpt_root / ckpt_lib.checkpoint_name(step)
         if self.dp is not None:
-            self.dp.accelerator.wait_for_everyone()
+            self.dp.barrier()
         self.last_checkpoint = path.name
         return path
 
