@@ -97,9 +97,9 @@ class DataParallel:
         if kind not in (DistributedType.MULTI_CPU, DistributedType.MULTI_GPU):
             raise ConfigError(
                 f"data-parallel training supports DDP only (accelerate's MULTI_GPU / MULTI_CPU), but accelerate set "
-                f"up {kind.value} for this launch: use configs/accelerate/cpu_2proc.yaml or gpu_1node.yaml. FSDP / DeepSpeed are not "
-                "supported (each process generates with the whole model); for models that do not fit one device "
-                "see README 'Data-parallel training (accelerate)'")
+                f"up {kind.value} for this launch: use configs/accelerate/cpu_2proc.yaml or gpu_1node.yaml. FSDP / "
+                "DeepSpeed are not supported (each process generates with the whole model); for models that do not "
+                "fit one device see README 'Data-parallel training (accelerate)'")
         self.rank, self.world_size = self.accelerator.process_index, self.accelerator.num_processes
         self.is_main = self.accelerator.is_main_process
         self.device = self.accelerator.device
