@@ -96,9 +96,9 @@ def minibatch_loss(policy, value_head: ValueHead | None, input_ids: torch.Tensor
         out = token_forward(policy, input_ids, attention_mask, mask, temperature, value_head, with_entropy=True)
     else:
         out = forward(input_ids, attention_mask, mask, temperature, with_entropy=True)
-    counts = {} if n_tokens is None else {"n_tokens": n_tokens, "n_episodes": n_episodes}  # data-parallel only
     loss, pm = policy_loss(out["logprobs"], old_logprobs, advantages, mask, algo.clip_low, algo.clip_high,
-                           algo.dual_clip, is_weights, algo.loss_agg, max_tokens, **counts)
+                           algo.dual_clip, is_weights, algo.loss_agg, max_tokens, n_tokens=n_tokens,
+                           n_episodes=n_episodes)
     ent = masked_mean(out["entropy"], mask, n_tokens)
     loss = loss - algo.entropy_coef * ent
     pm["entropy"] = ent.item()
