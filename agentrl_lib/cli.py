@@ -290,7 +290,9 @@ def _train(a) -> None:
         print(f"agentrl train: {e}", file=sys.stderr, flush=True)
         raise SystemExit(130) from None
     rows = summary["rows"]
-    if rows:
+    from .distributed import is_main_process
+
+    if rows and is_main_process():  # a data-parallel job: rank 0 reports
         last = rows[-1]
         print(f"done: {len(rows)} steps; last step success {last['success_rate']:.2f}, return {last['return_mean']:+.3f}; "
               f"metrics in {run_dir}/metrics.jsonl, curves in {run_dir}/learning_curve.png")

@@ -12,10 +12,14 @@ from __future__ import annotations
 import torch
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of x over entries where mask is 1 (0 if the mask is empty)."""
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, count: float | None = None) -> torch.Tensor:
+    """Mean of x over entries where mask is 1 (0 if the mask is empty): Σ m·x / Σ m.
+
+    count: the denominator to use instead of Σ m. A data-parallel rank passes the count of the GLOBAL minibatch, so
+    that the ranks' results sum to the global mean (agentrl_lib/distributed.py).
+    """
     m = mask.float()
-    return (x * m).sum() / m.sum().clamp(min=1.0)
+    return (x * m).sum() / (m.sum().clamp(min=1.0) if count is None else count)
 
 
 LOSS_AGGS = ("token_mean", "seq_mean_token_sum_norm")
@@ -35,7 +39,8 @@ smaller by about mean episode tokens / L_max at the same learning rate."""
 def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
                 clip_low: float = 0.2, clip_high: float = 0.2, dual_clip: float = 0.0,
                 is_weights: torch.Tensor | None = None, loss_agg: str = "token_mean",
-                max_tokens: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+                max_tokens: float | None = None, n_tokens: float | None = None,
+                n_episodes: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped surrogate (Schulman et al. 2017, eq. 7) with decoupled clip range (DAPO, Yu et al. 2025; StarPO-S),
     optional dual clip (Ye et al. 2020, eq. 5) and optional truncated importance-sampling weights (Yao et al. 2025):
 
@@ -51,6 +56,8 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         is_weights: (B, T) float32 truncated importance weights (no gradient flows through them), or None.
         loss_agg: one of LOSS_AGGS.  max_tokens: L_max of 'seq_mean_token_sum_norm' (policy tokens; default T, the
             padded width).
+        n_tokens, n_episodes: the denominators Σ m and B of LOSS_AGGS (default: this minibatch's); a data-parallel
+            rank passes the global minibatch's, so loss and metrics are its share of the global ones.
     Returns: loss (scalar), metrics {clip_frac, dual_clip_frac, approx_kl, ratio_mean, policy_loss}. approx_kl is
         the k3 estimate of KL(π_old ‖ π_θ) from the sampled tokens, (ρ − 1) − log ρ (Schulman 2020, "Approximating
         KL divergence"); policy_loss is the surrogate alone (before entropy, value and KL terms).
@@ -73,14 +80,15 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     if is_weights is not None:
         objective = objective * is_weights.detach()
     if loss_agg == "token_mean":
-        loss = -masked_mean(objective, mask)
+        loss = -masked_mean(objective, mask, n_tokens)
     else:
-        loss = -(objective * mask.float()).sum() / (mask.shape[0] * (max_tokens or mask.shape[1]))
+        n_seq = mask.shape[0] if n_episodes is None else n_episodes
+        loss = -(objective * mask.float()).sum() / (n_seq * (max_tokens or mask.shape[1]))
     with torch.no_grad():
-        clip_frac = masked_mean((clipped < unclipped).float(), mask).item()
-        approx_kl = masked_mean((ratio - 1) - log_ratio, mask).item()
-        ratio_mean = masked_mean(ratio, mask).item()
-        dual_frac = masked_mean(dual.float(), mask).item()
+        clip_frac = masked_mean((clipped < unclipped).float(), mask, n_tokens).item()
+        approx_kl = masked_mean((ratio - 1) - log_ratio, mask, n_tokens).item()
+        ratio_mean = masked_mean(ratio, mask, n_tokens).item()
+        dual_frac = masked_mean(dual.float(), mask, n_tokens).item()
     return loss, {"clip_frac": clip_frac, "dual_clip_frac": dual_frac, "approx_kl": approx_kl,
                   "ratio_mean": ratio_mean, "policy_loss": loss.item()}
 
@@ -105,30 +113,33 @@ def truncated_is_weights(old_logprobs: torch.Tensor, behaviour_logprobs: torch.T
 
 
 def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
-               clip: float = 0.2) -> tuple[torch.Tensor, dict[str, float]]:
+               clip: float = 0.2, n_tokens: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped value loss (PPO2 / CleanRL): ½ mean max((V − R)², (V_old + clip(V − V_old, ±c) − R)²). clip 0 = plain MSE.
 
+    n_tokens: the mean's denominator (masked_mean's count; default Σ mask).
     Returns: loss, metrics {value_loss, value_clip_frac}.
     """
     err = (values - returns) ** 2
     if clip > 0:
         v_clipped = old_values + torch.clamp(values - old_values, -clip, clip)
         err_clipped = (v_clipped - returns) ** 2
-        loss = 0.5 * masked_mean(torch.max(err, err_clipped), mask)
-        frac = masked_mean((err_clipped > err).float(), mask).item()
+        loss = 0.5 * masked_mean(torch.max(err, err_clipped), mask, n_tokens)
+        frac = masked_mean((err_clipped > err).float(), mask, n_tokens).item()
     else:
-        loss = 0.5 * masked_mean(err, mask)
+        loss = 0.5 * masked_mean(err, mask, n_tokens)
         frac = 0.0
     return loss, {"value_loss": loss.item(), "value_clip_frac": frac}
 
 
-def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """k3 estimator of KL(π_θ ‖ π_ref) per token (Schulman 2020, "Approximating KL divergence"), masked mean:
+def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor,
+          n_tokens: float | None = None) -> torch.Tensor:
+    """k3 estimator of KL(π_θ ‖ π_ref) per token (Schulman 2020, "Approximating KL divergence"), masked mean
+    (denominator n_tokens, default Σ mask):
 
         k3 = exp(log π_ref − log π_θ) − (log π_ref − log π_θ) − 1   (≥ 0, unbiased)
     """
     d = ref_logprobs - logprobs
-    return masked_mean(torch.exp(d) - d - 1, mask)
+    return masked_mean(torch.exp(d) - d - 1, mask, n_tokens)
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:

@@ -28,11 +28,15 @@ class ModelLoadError(ValueError):
 
 def pick_device(device: str = "auto") -> torch.device:
     """'auto' → CUDA when available, else CPU; 'cpu', 'cuda', 'cuda:N', 'mps' are checked against this machine.
+    In a process of a data-parallel launch (`accelerate launch`, torchrun: WORLD_SIZE > 1), 'auto' and 'cuda' mean
+    the process's own GPU, cuda:LOCAL_RANK (agentrl_lib/distributed.py).
 
     Raises:
         ModelLoadError: not a device name (e.g. 'tpu0'), or a device this machine does not have (CUDA without a GPU
             or a CUDA build of torch, an index past the GPU count, MPS off a Mac).
     """
+    if device in ("auto", "cuda") and torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0") or 0) % torch.cuda.device_count())
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if not isinstance(device, str) or not re.fullmatch(DEVICE_PATTERN, device):

@@ -60,3 +60,21 @@ def token_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     if with_entropy:
         out["entropy"] = scatter(entropy_from_logits(logits))
     return out
+
+
+class TokenModel(nn.Module):
+    """The policy and its value head as one module whose forward is token_forward: what data-parallel training wraps
+    in DistributedDataParallel (distributed.DataParallel.prepare). DDP all-reduces the gradients of a backward only
+    after a forward through its wrapper, and token_forward calls the backbone and the output layer directly, so the
+    trainer's update forward goes through this module (a single process never builds one).
+
+    Args: policy (a causal LM, LoRA or not), value_head (ValueHead or None): kept as they are, not copied.
+    """
+
+    def __init__(self, policy, value_head: ValueHead | None = None):
+        super().__init__()
+        self.policy, self.value_head = policy, value_head
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor,
+                temperature: float = 1.0, with_entropy: bool = False) -> dict[str, torch.Tensor]:
+        return token_forward(self.policy, input_ids, attention_mask, mask, temperature, self.value_head, with_entropy)

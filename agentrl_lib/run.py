@@ -34,6 +34,7 @@ def run_rl(config: RunConfig, run_dir: str | Path, init: str | None = None,
         eval_games: held-out games (a GameSet or a games dir); default config.train.eval_games ('' = no evaluation).
             Played once each with the run's EnvConfig (shown and run as in training), max_turns = env.max_turns,
             temperature = train.eval_temperature, max_new_tokens = train.max_new_tokens; written to run_dir/eval.json.
+            In a data-parallel job (agentrl_lib/distributed.py) rank 0 alone evaluates; the others return eval None.
         resume: continue run_dir's run from its newest checkpoint (the resume rules: agentrl_lib/checkpoint.py).
         progress: print one line per step (and the evaluation's progress bar).
     Returns:
@@ -63,7 +64,7 @@ def run_rl(config: RunConfig, run_dir: str | Path, init: str | None = None,
         if trainer is not None:
             trainer.close()
     res, eval_path = None, None
-    if eval_games is not None:
+    if eval_games is not None and trainer.is_main:  # data parallelism: rank 0 evaluates (distributed.py)
         cfg = trainer.cfg
         res = evaluate(trainer.policy, trainer.tok, eval_games, max_turns=cfg.env.max_turns,
                        temperature=cfg.train.eval_temperature, max_new_tokens=cfg.train.max_new_tokens, env=cfg.env,

@@ -16,6 +16,10 @@ a critic exists iff that estimator needs one (PPO's 'gae'). Trainer.step, stage 
         7. metrics row → collapse detector (alerts: warning + the row's `alerts`) → metrics.jsonl; checkpoint
            atomically; with train.stop_on_collapse an alert of train.stop_kinds stops the run after its checkpoint
 
+Data parallelism (`accelerate launch -m agentrl_lib.cli train`): each process rolls out whole groups of its share of
+the games, all see the whole batch for stages 2-5, and each trains on its rows of every minibatch with DDP-averaged
+gradients: the same weights as one process playing the whole batch (agentrl_lib/distributed.py).
+
 Critic (PPO): a linear value head on the policy's last hidden state — a *shared backbone*, as TRL's
 AutoModelForCausalLMWithValueHead. On a CPU a separate critic would double the cost of every update; the price is
 that value-loss gradients reach the policy's backbone (kept small by vf_coef, 0.1 as in TRL). The paper uses a
@@ -39,6 +43,7 @@ from . import checkpoint as ckpt_lib
 from .advantages import ESTIMATORS, AdvantageInputs, singleton_groups, top_std_groups
 from .config import AlgoConfig, RunConfig
 from .diagnostics import CollapseDetector, CollapseError, input_dependence, repetition_rate
+from .distributed import data_parallel
 from .envs.base import GameSet, check_env_errors, load_game_set
 from .envs.pool import EnvPool, open_pool
 from .generation import GENERATORS
@@ -46,7 +51,7 @@ from .losses import explained_variance, kl_k3, masked_mean, policy_loss, truncat
 from .metrics import complete_row
 from .models import (base_model, disable_dropout, enable_gradient_checkpointing, frozen_reference, is_adapter,
                      load_policy, load_reference)
-from .policy import ValueHead, token_forward
+from .policy import TokenModel, ValueHead, token_forward
 from .prompts import ChatFormat, system_prompt_for
 from .rewards import place_on_tokens, turn_rewards
 from .rollout import Trajectory, collate, rollout
@@ -62,7 +67,8 @@ def minibatch_loss(policy, value_head: ValueHead | None, input_ids: torch.Tensor
                    mask: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, algo: AlgoConfig,
                    temperature: float, returns: torch.Tensor | None = None, old_values: torch.Tensor | None = None,
                    ref_logprobs: torch.Tensor | None = None, is_weights: torch.Tensor | None = None,
-                   max_tokens: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+                   max_tokens: float | None = None, n_tokens: float | None = None, n_episodes: int | None = None,
+                   forward=None) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss of one minibatch, shared by every estimator:
 
         L = clipped surrogate (dual clip, TIS weights) − c_H · entropy  [+ c_v · clipped value loss, with a critic]
@@ -78,21 +84,30 @@ def minibatch_loss(policy, value_head: ValueHead | None, input_ids: torch.Tensor
             None.
         max_tokens: the most policy tokens an episode can have (max_turns × max_new_tokens), the constant of
             algo.loss_agg 'seq_mean_token_sum_norm' (losses.LOSS_AGGS).
+        n_tokens, n_episodes: the denominators of every token mean (Σ mask) and of Dr. GRPO's B; None = this
+            minibatch's. A data-parallel rank passes the global minibatch's: its loss and metrics are then its share
+            L_r of the global ones, Σ_r L_r = L (agentrl_lib/distributed.py).
+        forward: called as forward(input_ids, attention_mask, mask, temperature, with_entropy=True) instead of
+            token_forward(policy, ..., value_head): data-parallel training passes its DDP-wrapped policy.TokenModel.
     Returns: (loss, metrics: policy_loss (the surrogate alone), clip_frac, dual_clip_frac, approx_kl, ratio_mean,
         entropy [, value_loss, value_clip_frac] [, kl_ref]).
     """
-    out = token_forward(policy, input_ids, attention_mask, mask, temperature, value_head, with_entropy=True)
+    if forward is None:
+        out = token_forward(policy, input_ids, attention_mask, mask, temperature, value_head, with_entropy=True)
+    else:
+        out = forward(input_ids, attention_mask, mask, temperature, with_entropy=True)
     loss, pm = policy_loss(out["logprobs"], old_logprobs, advantages, mask, algo.clip_low, algo.clip_high,
-                           algo.dual_clip, is_weights, algo.loss_agg, max_tokens)
-    ent = masked_mean(out["entropy"], mask)
+                           algo.dual_clip, is_weights, algo.loss_agg, max_tokens, n_tokens=n_tokens,
+                           n_episodes=n_episodes)
+    ent = masked_mean(out["entropy"], mask, n_tokens)
     loss = loss - algo.entropy_coef * ent
     pm["entropy"] = ent.item()
     if value_head is not None:
-        vl, vm = value_loss(out["values"], old_values, returns, mask, algo.vf_clip)
+        vl, vm = value_loss(out["values"], old_values, returns, mask, algo.vf_clip, n_tokens)
         loss = loss + algo.vf_coef * vl
         pm.update(vm)
     if ref_logprobs is not None:
-        kl = kl_k3(out["logprobs"], ref_logprobs, mask)
+        kl = kl_k3(out["logprobs"], ref_logprobs, mask, n_tokens)
         loss = loss + algo.kl_coef * kl
         pm["kl_ref"] = kl.item()
     return loss, pm
@@ -126,9 +141,14 @@ class Trainer:
                  pool: EnvPool | None = None, progress: bool = True):
         config.validate()
         run_dir = Path(run_dir)
+        # plumbing: data parallelism (distributed.py): None in a single process; in a launched job rank 0 alone writes
+        self.dp = data_parallel(config.model.device)
+        if self.dp is not None:
+            self.dp.check_games_per_step(config.train.games_per_step)
+        self.is_main = self.dp is None or self.dp.is_main
         # plumbing: one trainer per run dir (RUN/.lock; released by close(), garbage collection or process death)
-        lock = ckpt_lib.RunLock(run_dir)
-        self._release_lock = weakref.finalize(self, lock.release)
+        lock = ckpt_lib.RunLock(run_dir) if self.is_main else None
+        self._release_lock = weakref.finalize(self, lock.release) if lock else (lambda: None)
         if init:
             local = Path(init).expanduser()
             init = str(local.resolve()) if local.exists() else init  # a resume may start from another directory
@@ -143,10 +163,12 @@ class Trainer:
             raise FileExistsError(f"{run_dir} already holds a run; pass --resume to continue it or pick a new --out")
         if init:  # the run's config names the model it starts from (the KL reference)
             config = dataclasses.replace(config, model=dataclasses.replace(config.model, name=init))
-        self.cfg, self.run_dir, self.progress = config, run_dir, progress
+        self.cfg, self.run_dir, self.progress = config, run_dir, progress and self.is_main
         self.games: GameSet = load_game_set(config.env.games)
+        n_episodes = config.train.games_per_step * config.algo.group_size // (1 if self.dp is None else
+                                                                              self.dp.world_size)  # this process's
         if pool is None:  # plumbing: the run's envs; every game is checked through them before the model loads
-            pool = open_pool(config.env, config.train.games_per_step * config.algo.group_size, self.games)
+            pool = open_pool(config.env, n_episodes, self.games)
         self.ckpt_root = self.run_dir / "checkpoints"
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.start_step, self.last_checkpoint, self.step_in_progress, self._nonfinite_streak = 0, None, None, []
@@ -193,8 +215,10 @@ class Trainer:
         if state is not None:  # optimizer + value head; then the config's lr / value_lr (a resume may change them)
             ckpt_lib.apply_training_state(state, self.opt, self.value_head,
                                           [config.train.lr, config.train.value_lr])
-        ckpt_lib.write_config(self.run_dir / "config.yaml", config)  # only now: a failed resume changes nothing
-        n_episodes = config.train.games_per_step * config.algo.group_size
+        if self.is_main:
+            ckpt_lib.write_config(self.run_dir / "config.yaml", config)  # only now: a failed resume changes nothing
+        # plumbing: data parallelism: the update's forward goes through DDP, which averages the ranks' gradients
+        self.ddp_model = None if self.dp is None else self.dp.prepare(TokenModel(self.policy, self.value_head))
         self.pool = pool
         if self.pool.size < n_episodes:
             raise ValueError(f"pool has {self.pool.size} slots; the run needs {n_episodes} (games_per_step*group_size)")
@@ -224,7 +248,8 @@ class Trainer:
             alerts = self.detector.update(row)  # Echo-Trap signatures (diagnostics.py)
             row["alerts"] = [a.to_dict() for a in alerts]
             rows.append(row)
-            ckpt_lib.append_metrics(self.metrics_path, row)  # strict JSON: NaN → null
+            if self.is_main:
+                ckpt_lib.append_metrics(self.metrics_path, row)  # strict JSON: NaN → null
             self.step_in_progress, self.last_step = None, step + 1
             if self.progress:
                 print(f"step {step + 1}/{cfg.train.steps}  success {row['success_rate']:.2f}  return "
@@ -254,7 +279,7 @@ class Trainer:
         """plumbing: run_dir/learning_curve.png from the rows."""
         from .plots import plot_learning_curves, save_and_close
 
-        if rows:
+        if rows and self.is_main:
             fig = plot_learning_curves(rows, title=f"{self.cfg.algo.label} / {self.cfg.reward.kind}")
             save_and_close(fig, self.run_dir / "learning_curve.png")
 
@@ -281,6 +306,9 @@ class Trainer:
         """One iteration, stages 1-7 of the module docstring. Returns its metrics row."""
         cfg, t0 = self.cfg, time.perf_counter()
         episode_games, group_ids = self._sample_games(step)  # plumbing: the same step, the same games and tokens
+        if self.dp is not None:  # plumbing: each rank plays whole groups of its share of the games, its own seed
+            episode_games, group_ids = self.dp.shard_episodes(episode_games, group_ids, cfg.algo.group_size)
+            self.dp.seed_rollout(cfg.train.seed * 1_000_003 + step)
 
         # ALGO: 1. rollout — G episodes per game, all batched
         self.policy.eval()
@@ -291,6 +319,8 @@ class Trainer:
                                 system_prompt=system_prompt_for(self.games.family, cfg.env.action_format,
                                                                 cfg.env.max_actions_per_turn), chat=self.chat,
                                 action_format=cfg.env.action_format, max_actions_per_turn=cfg.env.max_actions_per_turn)
+        if self.dp is not None:  # plumbing: every rank gets every episode, in the single-process order
+            trajs, rstats = self.dp.gather_rollout(trajs, rstats)
         # an episode cut by an environment fault is not the policy's doing: it leaves the loss and the group statistics
         trajs_ok = [t for t in trajs if t.n_turns > 0 and not t.termination.startswith("env_error")]
         t_rollout = time.perf_counter() - t0
@@ -376,8 +406,7 @@ class Trainer:
         """
         cfg, mask, m = self.cfg, batch["mask"], {}
         self.policy.train()  # dropout is off (disable_dropout): train mode only switches on gradient checkpointing
-        old = token_forward(self.policy, batch["input_ids"], batch["attention_mask"], mask, cfg.train.temperature,
-                            self.value_head)
+        old = self._no_grad_forward(self.policy, batch, self.value_head)
         gap = (old["logprobs"] - batch["behaviour_logprobs"]).abs() * mask
         m["logprob_mismatch"] = gap.max().item()
         m["logprob_mismatch_mean"] = (gap.sum() / mask.sum().clamp(min=1)).item()
@@ -421,11 +450,24 @@ class Trainer:
 
     def _ref_logprobs(self, batch) -> torch.Tensor:
         if self.ref is not None:
-            return token_forward(self.ref, batch["input_ids"], batch["attention_mask"], batch["mask"],
-                                 self.cfg.train.temperature)["logprobs"]
+            return self._no_grad_forward(self.ref, batch)["logprobs"]
         with self.policy.disable_adapter():  # LoRA: the reference is the base model
-            return token_forward(self.policy, batch["input_ids"], batch["attention_mask"], batch["mask"],
-                                 self.cfg.train.temperature)["logprobs"]
+            return self._no_grad_forward(self.policy, batch)["logprobs"]
+
+    def _no_grad_forward(self, model, batch, value_head: ValueHead | None = None) -> dict[str, torch.Tensor]:
+        """plumbing: token_forward over the whole batch (called under no_grad). With data parallelism each rank
+        forwards its rows (DataParallel.rows) and the results are gathered: every rank gets the whole batch's."""
+        args = (batch["input_ids"], batch["attention_mask"], batch["mask"])
+        if self.dp is None:
+            return token_forward(model, *args, self.cfg.train.temperature, value_head)
+        B = args[0].shape[0]
+        rows = self.dp.rows(torch.arange(B, device=args[0].device))
+        if len(rows):
+            out = token_forward(model, *(a[rows] for a in args), self.cfg.train.temperature, value_head)
+        else:  # more ranks than episodes: this one has none
+            keys = ("logprobs",) + (("values",) if value_head is not None else ())
+            out = {k: args[2].new_zeros((0, args[2].shape[1])) for k in keys}
+        return {k: self.dp.gather_rows(v, B) for k, v in out.items()}
 
     def _update(self, batch, old_logp, adv, ret, old_values, ref_logp, is_w) -> dict[str, float]:
         """`epochs` passes of minibatch updates over the batch (ret, old_values: the critic's targets and V_old, None
@@ -445,19 +487,14 @@ class Trainer:
         nonfinite = 0
         for epoch in range(cfg.train.epochs):
             perm = torch.randperm(B)
+            if self.dp is not None:  # plumbing: every rank cuts the same global minibatches (rank 0's permutation)
+                perm = self.dp.broadcast(perm)
             for start in range(0, B, cfg.train.minibatch_size):
                 idx = perm[start:start + cfg.train.minibatch_size]
                 if mask[idx].sum() == 0:
                     continue
-                loss, pm = minibatch_loss(self.policy, self.value_head, batch["input_ids"][idx],
-                                          batch["attention_mask"][idx], mask[idx], old_logp[idx], adv[idx],
-                                          cfg.algo, cfg.train.temperature, None if ret is None else ret[idx],
-                                          None if old_values is None else old_values[idx],
-                                          None if ref_logp is None else ref_logp[idx],
-                                          None if is_w is None else is_w[idx],
-                                          cfg.env.max_turns * cfg.train.max_new_tokens)
                 self.opt.zero_grad(set_to_none=True)
-                loss.backward()
+                loss, pm = self._loss_and_backward(batch, idx, old_logp, adv, ret, old_values, ref_logp, is_w)
                 gn = torch.nn.utils.clip_grad_norm_(policy_params, cfg.train.max_grad_norm)
                 pm["grad_norm"] = gn.item()
                 finite = torch.isfinite(loss).item() and math.isfinite(pm["grad_norm"])
@@ -478,12 +515,50 @@ class Trainer:
         res["nonfinite_updates"] = nonfinite
         return res
 
+    def _loss_and_backward(self, batch, idx, old_logp, adv, ret, old_values, ref_logp, is_w
+                           ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The loss of minibatch `idx` (rows of the batch) and its backward pass; returns (loss, metrics).
+
+        With data parallelism (distributed.py) rank r computes L_r over its rows idx[r::W] with the minibatch's global
+        token and episode counts as denominators (Σ_r L_r = L, the single-process loss), DDP averages the gradients
+        of W · L_r to ∇L, and the returned loss and metrics are the sums over ranks: the single-process values."""
+        cfg = self.cfg
+        mask = batch["mask"]
+        n_tokens = n_episodes = forward = None
+        mb_mask = None
+        if self.dp is not None:
+            n_tokens, n_episodes, forward = mask[idx].sum().item(), len(idx), self.ddp_model
+            mine = self.dp.rows(idx)
+            # an empty share (a minibatch with fewer rows than ranks) forwards one row with its mask zeroed: every
+            # rank must join every gradient all-reduce, and that row adds nothing to L_r
+            mb_mask = mask[mine] if len(mine) else mask[idx[:1]] * 0.0
+            idx = mine if len(mine) else idx[:1]
+        loss, pm = minibatch_loss(self.policy, self.value_head, batch["input_ids"][idx], batch["attention_mask"][idx],
+                                  mask[idx] if mb_mask is None else mb_mask, old_logp[idx], adv[idx], cfg.algo,
+                                  cfg.train.temperature, None if ret is None else ret[idx],
+                                  None if old_values is None else old_values[idx],
+                                  None if ref_logp is None else ref_logp[idx], None if is_w is None else is_w[idx],
+                                  cfg.env.max_turns * cfg.train.max_new_tokens, n_tokens, n_episodes, forward)
+        if self.dp is None:
+            loss.backward()
+            return loss, pm
+        self.dp.backward(loss)
+        total = self.dp.sum([loss.item(), *pm.values()])
+        return torch.tensor(total[0]), dict(zip(pm, total[1:]))
+
     # ----------------------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self, step: int) -> Path:
         """Write checkpoints/step_NNNNNN (zero-padded step) durably and atomically, point `latest` at it, keep the
-        newest train.keep_checkpoints. Refuses non-finite weights. See checkpoint.save_checkpoint."""
-        path = ckpt_lib.save_checkpoint(self.ckpt_root, step, self.policy, self.tok, self.opt, self.value_head,
-                                        self.cfg, keep=self.cfg.train.keep_checkpoints)
+        newest train.keep_checkpoints. Refuses non-finite weights. See checkpoint.save_checkpoint. With data
+        parallelism rank 0 writes it (the weights are the same on every rank), the others record its name, and all
+        wait until it is written (a resume or a reader that starts next finds it)."""
+        if self.is_main:
+            path = ckpt_lib.save_checkpoint(self.ckpt_root, step, self.policy, self.tok, self.opt, self.value_head,
+                                            self.cfg, keep=self.cfg.train.keep_checkpoints)
+        else:
+            path = self.ckpt_root / ckpt_lib.checkpoint_name(step)
+        if self.dp is not None:
+            self.dp.barrier()
         self.last_checkpoint = path.name
         return path
 

@@ -284,7 +284,7 @@ def test_one_rl_step_per_preset_through_run_rl(preset, tiny_model_dir, tmp_path,
     monkeypatch.setattr(trainer_mod, "open_pool", lambda env, n, games: SerialPool(n, factory=CoinEnv))
     seen, agg = [], []
     real_loss = trainer_mod.policy_loss
-    monkeypatch.setattr(trainer_mod, "policy_loss", lambda *a: agg.append(a[-2:]) or real_loss(*a))
+    monkeypatch.setattr(trainer_mod, "policy_loss", lambda *a, **k: agg.append(a[-2:]) or real_loss(*a, **k))
     est = ESTIMATORS[ALGO_PRESETS[preset]["advantage"]]
     monkeypatch.setattr(type(est), "__call__", lambda self, inp, algo, _c=type(est).__call__: seen.append(inp)
                         or _c(self, inp, algo))
