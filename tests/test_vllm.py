@@ -254,6 +254,26 @@ def test_sync_merges_a_lora_adapter(vllm_model_dir):
     assert max_gap(s.logprobs, base) > 100 * TOL
 
 
+def test_generators_of_two_models_share_the_process(policy, tmp_path):
+    """One engine per process: a generator for another architecture replaces it, and the first generator, used again,
+    restarts its engine and reloads its own policy's weights (log-probs still the training forward's)."""
+    from transformers import LlamaForCausalLM
+
+    model, tok = policy
+    gen = make_generator(model, tok)
+    cfg = copy.deepcopy(model.config)
+    cfg.num_hidden_layers = 1
+    other = LlamaForCausalLM(cfg).eval()
+    gen_other = make_generator(other, tok)
+    assert gen_other.llm is not gen.llm
+    ctx = contexts(tok)
+    for g, m in [(gen, model), (gen_other, other), (gen, model)]:
+        g.start(ctx)
+        s = g.generate(6, 1.0)
+        assert max_gap(s.logprobs, forward_logprobs(m, [c + x for c, x in zip(ctx, s.ids)], [len(c) for c in ctx],
+                                                    1.0)) < TOL
+
+
 def test_cli_train_and_eval_with_the_vllm_backend(vllm_model_dir, tmp_path, capsys, monkeypatch):
     """`agentrl train --generator vllm` (2 PPO steps on bandit games) and `agentrl eval --backend vllm`. Step 2
     samples from the weights step 1 trained: its logprob_mismatch (π_old from the training forward vs the engine's
