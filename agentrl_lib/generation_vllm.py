@@ -72,14 +72,19 @@ def import_vllm():
     except ImportError as e:
         raise ModuleNotFoundError(INSTALL_HINT, name="vllm") from e
 
-    class _Quiet(logging.Filter):
-        def filter(self, record: logging.LogRecord) -> bool:
-            return not any(q in record.getMessage() for q in _QUIET)
-
     for name in ("vllm.renderers.base", "vllm.v1.worker.cpu_worker",
                  "vllm.model_executor.model_loader.reload.layerwise"):
-        logging.getLogger(name).addFilter(_Quiet())
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _Quiet) for f in logger.filters):
+            logger.addFilter(_Quiet())
     return vllm
+
+
+class _Quiet(logging.Filter):
+    """Drops the vLLM log lines of _QUIET."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(q in record.getMessage() for q in _QUIET)
 
 
 def merged_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
@@ -119,7 +124,7 @@ def _config_dir(model) -> Path:
 
 
 def _engine(model, max_model_len: int):
-    """The process's vLLM engine for `model`'s architecture and dtype, started if needed (10-15 s on CPU); an engine
+    """The process's vLLM engine for `model`'s architecture and dtype, started if needed (8-15 s on CPU); an engine
     built for another architecture is shut down first."""
     vllm = import_vllm()
     param = next(model.parameters())

@@ -256,7 +256,8 @@ def test_sync_merges_a_lora_adapter(vllm_model_dir):
 
 def test_generators_of_two_models_share_the_process(policy, tmp_path):
     """One engine per process: a generator for another architecture replaces it, and the first generator, used again,
-    restarts its engine and reloads its own policy's weights (log-probs still the training forward's)."""
+    restarts its engine and reloads its own policy's weights (log-probs still the training forward's). Starting an
+    engine leaves torch.set_num_threads working (vLLM's CPU worker swaps in a no-op)."""
     from transformers import LlamaForCausalLM
 
     model, tok = policy
@@ -266,6 +267,7 @@ def test_generators_of_two_models_share_the_process(policy, tmp_path):
     other = LlamaForCausalLM(cfg).eval()
     gen_other = make_generator(other, tok)
     assert gen_other.llm is not gen.llm
+    assert torch.set_num_threads is torch._C.set_num_threads, "vLLM's process-wide no-op replacement is left in place"
     ctx = contexts(tok)
     for g, m in [(gen, model), (gen_other, other), (gen, model)]:
         g.start(ctx)
