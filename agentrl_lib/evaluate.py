@@ -46,9 +46,10 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
     rows, t0, tokens, gen_s = [], time.perf_counter(), 0, 0.0
     bar = tqdm(total=len(games), desc="eval", disable=not progress)
     try:
+        gen = GENERATORS[generator](model, tokenizer)  # one backend for every chunk (vLLM: one weight sync)
         for start in range(0, len(games), pool.size):
             chunk = games.games[start:start + pool.size]
-            trajs, st = rollout(GENERATORS[generator](model, tokenizer), tokenizer, pool, [g.path for g in chunk],
+            trajs, st = rollout(gen, tokenizer, pool, [g.path for g in chunk],
                                 max_turns=max_turns,
                                 max_new_tokens=max_new_tokens, temperature=temperature,
                                 show_admissible=env.show_admissible, show_inventory=env.show_inventory, chat=chat,

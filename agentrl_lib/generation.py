@@ -11,8 +11,8 @@ The protocol (`Generator`) that `rollout.rollout` drives, once per rollout:
 
 A backend keeps whatever state it needs between calls (HF: padded ids and the KV cache) and exposes eos_id (the token
 that ends a reply), pad_id and context_limit (tokens a row may hold). The log-probs it returns must be those of the
-distribution it sampled. A new backend (e.g. vLLM) is one class implementing these five methods plus one GENERATORS
-line.
+distribution it sampled. A new backend is one class implementing these five methods plus one GENERATORS line; the
+vLLM backend (generation_vllm.py) is registered by a factory that imports vLLM only when it is used.
 
 Introduced in notebooks/00_quickstart.md §2.
 """
@@ -178,5 +178,35 @@ class HFGenerator:
         """Nothing to do: this backend generates with the policy object itself."""
 
 
-GENERATORS = {"hf": HFGenerator}
-"""Generation backends by name: each a class built as cls(model, tokenizer) implementing `Generator`."""
+VLLM_INSTALL_HINT = "vLLM is not installed: run `make vllm` and use .venv-vllm/bin/agentrl"
+"""The one line shown when the 'vllm' backend is asked for where vLLM cannot be imported."""
+
+
+def vllm_generator(model, tokenizer):
+    """`generation_vllm.VLLMGenerator(model, tokenizer)`, imported only now: `import agentrl_lib` never needs vLLM.
+
+    Raises:
+        ModuleNotFoundError: vLLM is not installed; the message is one line naming `make vllm`.
+    """
+    check_generator("vllm")
+    from .generation_vllm import VLLMGenerator
+
+    return VLLMGenerator(model, tokenizer)
+
+
+def check_generator(name: str) -> None:
+    """Fail early, with one line, when backend `name` needs a package this environment lacks (the CLI calls it before
+    games or models load). Only 'vllm' has one: vLLM, found without importing it.
+
+    Raises:
+        ModuleNotFoundError: VLLM_INSTALL_HINT.
+    """
+    import importlib.util
+
+    if name == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ModuleNotFoundError(VLLM_INSTALL_HINT, name="vllm")
+
+
+GENERATORS = {"hf": HFGenerator, "vllm": vllm_generator}
+"""Generation backends by name: each a class (or factory) built as cls(model, tokenizer) implementing `Generator`.
+'vllm' is a factory that imports vLLM only when called (generation_vllm.py; optional, `make vllm`)."""

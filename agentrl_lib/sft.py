@@ -111,11 +111,15 @@ def sft(model_name: str, games: GameSet | Sequence[GameSet], out: str | Path, ep
                          "(see the log)")
     ds = Dataset.from_list([{k: e[k] for k in ("input_ids", "assistant_masks")} for e in examples])
     on_gpu = pick_device(device).type == "cuda"
+    # transformers >= 5.23 names it activation_checkpointing; 5.19 (the vLLM env, `make vllm`) knows only
+    # gradient_checkpointing
+    no_checkpointing = {k: False for k in ("activation_checkpointing", "gradient_checkpointing")
+                        if k in SFTConfig.__dataclass_fields__}
     args = SFTConfig(output_dir=str(out / "trl"), num_train_epochs=epochs, per_device_train_batch_size=batch_size,
                      learning_rate=lr, lr_scheduler_type="constant", warmup_steps=0, logging_steps=1,
                      save_strategy="no", report_to=[], seed=seed, use_cpu=not on_gpu,
                      bf16=next(model.parameters()).dtype == torch.bfloat16,
-                     activation_checkpointing=False, gradient_checkpointing=False, max_length=None,
+                     **no_checkpointing, max_length=None,
                      disable_tqdm=True, dataloader_num_workers=0)
     model.train()
     trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok)

