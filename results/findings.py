@@ -104,7 +104,9 @@ def findings_table() -> str:
         ours, verdict = (_difference(stability, compare, a, b, where, sign) if stability else
                          ("not run yet", f"cannot tell yet (`{REGENERATE} stability`)"))
         rows.append((finding, paper, ours, verdict, "05_stability"))
-    ours, verdict = _collapse(stability) if stability else ("not run yet", f"cannot tell yet (`{REGENERATE} stability`)")
+    long = _load("stability_long.jsonl")  # the 25-step GRPO run: the 10-step runs drift but are too short to close
+    ours, verdict = (_collapse(stability + long) if stability else
+                     ("not run yet", f"cannot tell yet (`{REGENERATE} stability`)"))
     rows.append(("Echo Trap on the bandit", "RAGEN: group reward std falls before reward, collapse", ours, verdict,
                  "05_stability"))
     rows.append(("SFT then RL under a fixed budget", "60 demos + 400 episodes → 85% in-domain, 59% harder games",
