@@ -359,7 +359,7 @@ def test_loss_does_not_count_the_gaps_between_turns(monkeypatch):
     check_loss_is_token_mean(losses.policy_loss)
 
     # negative control: OpenRLHF 1243, the response length taken from the first to the last policy token
-    def span_mean(x, mask):
+    def span_mean(x, mask, count=None):        # same signature as losses.masked_mean (count: a DDP denominator)
         m = mask.float()
         idx = m.nonzero()
         span = sum((idx[idx[:, 0] == b, 1].max() - idx[idx[:, 0] == b, 1].min() + 1).item()
