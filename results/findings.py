@@ -17,6 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from agentrl_lib.diagnostics import read_alerts  # noqa: E402
 from agentrl_lib.sweep import load_records, report  # noqa: E402
 
 README = ROOT / "README.md"
@@ -55,20 +56,18 @@ def _difference(records, compare, a, b, where: dict, expect_sign: int) -> tuple[
 
 
 def _collapse(records) -> tuple[str, str]:
-    """RAGEN's Echo Trap signature in the training curves: the within-group return std falls to 0 and stays there
-    (>= 5 consecutive steps) while the training success rate is 0."""
+    """RAGEN's Echo Trap signature in the training curves, by the library's one definition: the run raised the
+    collapse detector's `reward_std_collapse` alert (diagnostics.CollapseDetector: the within-group return std at
+    most 0.05 for 5 consecutive steps while training success is below 0.9; records written before the detector
+    existed are replayed through it)."""
     if not records:
         return "not run yet", f"cannot tell yet (`{REGENERATE}`)"
-    collapsed = 0
-    for r in records:
-        run, best = 0, 0
-        for s in r["steps"]:
-            flat = (s.get("group_return_std") or 0.0) < 1e-3 and (s.get("success_rate") or 0.0) == 0.0
-            run = run + 1 if flat else 0
-            best = max(best, run)
-        collapsed += best >= 5
-    return (f"{collapsed} of {len(records)} runs: group return std 0 for >= 5 steps at 0% training success "
-            "(valid but useless actions)", "agrees (a collapse is seen)" if collapsed else "not seen at this scale")
+    steps = [next((a["step"] for a in read_alerts(r) if a["kind"] == "reward_std_collapse"), None) for r in records]
+    fired = sorted(s for s in steps if s is not None)
+    where = f" (steps {fired[0]}-{fired[-1]})" if fired else ""
+    return (f"{len(fired)} of {len(records)} runs raised the reward-std collapse alert{where}: group return std "
+            "<= 0.05 for 5 steps before success converged", "agrees (a collapse is seen)" if fired else
+            "not seen at this scale")
 
 
 def findings_table() -> str:

@@ -43,6 +43,24 @@ def test_verdicts_follow_the_interval(ppo, grpo, sign, verdict):
 def test_collapse_counts_runs_stuck_at_zero_spread():
     recs = _recs({("ppo", "dense"): [0.0, 0.5], ("grpo", "dense"): [0.0]})
     ours, verdict = findings._collapse(recs)
-    assert ours.startswith("2 of 3 runs") and verdict.startswith("agrees")
+    assert ours.startswith("2 of 3 runs") and "(steps 4-4)" in ours and verdict.startswith("agrees")
     ours, verdict = findings._collapse(_recs({("ppo", "dense"): [0.5, 0.6]}))
     assert ours.startswith("0 of 2") and verdict == "not seen at this scale"
+
+
+def test_a_converged_run_is_not_a_collapse():
+    """Zero spread because every episode wins is convergence, not the Echo Trap (the detector's convergence check);
+    the same flat spread at 0% success is counted."""
+    won = [{"step": i, "group_return_std": 0.0, "success_rate": 1.0} for i in range(8)]
+    lost = [{"step": i, "group_return_std": 0.0, "success_rate": 0.0} for i in range(8)]
+    assert findings._collapse([{"steps": won}])[0].startswith("0 of 1")
+    assert findings._collapse([{"steps": lost}])[0].startswith("1 of 1")
+
+
+def test_collapse_uses_the_alerts_a_run_logged():
+    """A record whose rows carry the detector's alerts is read, not re-judged (one definition of a collapse)."""
+    alert = {"step": 3, "kind": "reward_std_collapse", "message": "m", "evidence": {}}
+    rows = [{"step": i, "group_return_std": 0.3, "success_rate": 0.5, "alerts": [alert] if i == 3 else []}
+            for i in range(1, 6)]
+    assert findings._collapse([{"steps": rows}])[0].startswith("1 of 1 runs raised the reward-std collapse alert "
+                                                               "(steps 3-3)")
