@@ -13,8 +13,9 @@ Parts (each a results file; the commands it runs are printed, and are ordinary `
               knobs), seeds 0-1.
 - evals       results/stage_evals.jsonl: the base and SFT models (no RL) on every held-out set.
 - stability   results/stability.jsonl (chapter 05): RAGEN's bandit (configs/bandit.yaml) from a format-only SFT warm-up,
-              the estimators {PPO (GAE), GRPO, RLOO, Dr. GRPO's advantage} without filtering, GRPO with StarPO-S
-              filtering (keep 75 / 50 / 25% of groups) and StarPO-S itself (GAE + keep 25%), seeds 0-2.
+              the estimators {PPO (GAE), GRPO, RLOO} without filtering, GRPO with StarPO-S filtering (keep 75 / 50 /
+              25% of groups), StarPO-S itself (GAE + keep 25%), then Dr. GRPO, REINFORCE++ and GiGPO without
+              filtering, seeds 0-2.
 Nothing here is tuned on held-out games: the only choice (the SFT strength) is made on the validation games.
 Each step skips what is done: games are cached, an SFT dir with sft_summary.json is kept, recorded runs are skipped.
 Runs go seed-major (every cell's seed 0, then every cell's seed 1, ...), so a regeneration stopped half-way leaves the
@@ -78,8 +79,13 @@ STABILITY_SWEEPS = (  # grids into results/stability.jsonl; the axes algo.advant
 )
 STABILITY_LAST = ["algo.advantage=gae", "algo.keep_top_std=0.25"]
 """StarPO-S itself (the critic + keep 25%; the base config's clip 0.2 / 0.28, no KL and entropy bonus 0.001 are
-StarPO-S's already), run after the other cells' seeds. Dr. GRPO's advantage (R - group mean) is not a cell: on
-one-turn episodes it is RLOO's times (G-1)/G, a constant factor that Adam's normalised steps all but remove."""
+StarPO-S's already), run after the other cells' seeds."""
+STABILITY_MORE = ["algo.advantage=dr_grpo,reinforce_pp,gigpo", "algo.keep_top_std=1.0"]
+"""The other estimators of the registry that differ on one-turn episodes, run last (seed-major). On a one-turn
+bandit Dr. GRPO's advantage (R - group mean) is RLOO's times (G-1)/G and GiGPO's is GRPO's times (1 + ω) (its step
+groups are its episode groups): constant factors that Adam's normalised steps all but remove, so these two cells
+test that claim; REINFORCE++ whitens returns over the whole batch (no per-group std). turn_gae and bilevel_gae equal
+gae on one-turn episodes and are not cells."""
 STABILITY_LONG = ["algo.advantage=grpo", "algo.keep_top_std=1.0", "train.steps=25"]
 """results/stability_long.jsonl: GRPO without filtering run 25 steps instead of 10 (seed 0 only, a CPU budget; its
 first 10 steps are those of the 10-step run of the same seed): whether the drift closes into the trap and the
@@ -280,7 +286,8 @@ def main() -> None:
         sfts += sft(*sft_args)
         init = sft_dir("+".join((sft_args[0], sft_args[4])), *sft_args[1:4])
         jobs += [sweep("configs/bandit.yaml", "results/stability.jsonl", grid, s, init)
-                 for grids in (STABILITY_SWEEPS, [STABILITY_LAST]) for s in STABILITY_SEEDS for grid in grids]
+                 for grids in (STABILITY_SWEEPS, [STABILITY_LAST], [STABILITY_MORE]) for s in STABILITY_SEEDS
+                 for grid in grids]
         jobs.append(sweep("configs/bandit.yaml", "results/stability_long.jsonl", STABILITY_LONG, 0, init))
     failed = parallel(list(dict(sfts).items()), a.jobs)
     failed += parallel(jobs + evals, a.jobs)
