@@ -137,6 +137,45 @@ def microbatches(lengths: list[int], max_tokens: int) -> list[list[int]]:
     return out
 
 
+def accumulate_microbatches(policy, value_head: ValueHead | None, batch: dict[str, torch.Tensor],
+                            idx: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, algo: AlgoConfig,
+                            temperature: float, max_tokens_per_microbatch: int, returns: torch.Tensor | None = None,
+                            old_values: torch.Tensor | None = None, ref_logprobs: torch.Tensor | None = None,
+                            is_weights: torch.Tensor | None = None, max_tokens: float | None = None
+                            ) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss of minibatch `idx` and its gradient, accumulated over the micro-batches of `microbatches` (budget
+    max_tokens_per_microbatch): each micro-batch is cut to its own longest row and its loss L_m (minibatch_loss) takes
+    the minibatch's token and episode counts as denominators, so Σ_m L_m is the minibatch's loss, the accumulated
+    gradient its gradient and the summed metrics its metrics — the data-parallel identity of
+    Trainer._loss_and_backward, within one process. Peak memory follows the budget, not the longest episode.
+
+    Args:
+        batch: rollout.collate's tensors (input_ids, attention_mask, mask; (B, T), right-padded).  idx: (b,) long
+            rows of the minibatch.  old_logprobs, advantages, returns, old_values, ref_logprobs, is_weights: (B, T)
+            float32 as for minibatch_loss (None where unused).  max_tokens: Dr. GRPO's L_max (minibatch_loss).
+    Returns: (the minibatch's loss as a 0-dim tensor without grad, its metrics); gradients are in the parameters.
+    """
+    mask = batch["mask"]
+    lengths = batch["attention_mask"][idx].sum(1)
+    n_tokens, n_episodes = mask[idx].sum().item(), len(idx)
+    total, sums = 0.0, {}
+    for part in microbatches(lengths.tolist(), max_tokens_per_microbatch):
+        rows, T = idx[part], int(lengths[part].max())
+
+        def cut(x):
+            return None if x is None else x[rows, :T]
+
+        loss, pm = minibatch_loss(policy, value_head, cut(batch["input_ids"]), cut(batch["attention_mask"]),
+                                  cut(mask), cut(old_logprobs), cut(advantages), algo, temperature, cut(returns),
+                                  cut(old_values), cut(ref_logprobs), cut(is_weights), max_tokens, n_tokens,
+                                  n_episodes)
+        loss.backward()
+        total += loss.item()
+        for k, v in pm.items():
+            sums[k] = sums.get(k, 0.0) + v
+    return torch.tensor(total), sums
+
+
 class Trainer:
     """Multi-turn RL trainer for one run directory.
 
@@ -565,7 +604,9 @@ class Trainer:
         cfg = self.cfg
         mask = batch["mask"]
         if self.dp is None and cfg.train.max_tokens_per_microbatch > 0:
-            return self._microbatched_loss_and_backward(batch, idx, old_logp, adv, ret, old_values, ref_logp, is_w)
+            return accumulate_microbatches(self.policy, self.value_head, batch, idx, old_logp, adv, cfg.algo,
+                                           cfg.train.temperature, cfg.train.max_tokens_per_microbatch, ret,
+                                           old_values, ref_logp, is_w, cfg.env.max_turns * cfg.train.max_new_tokens)
         n_tokens = n_episodes = forward = None
         mb_mask = None
         if self.dp is not None:
@@ -587,32 +628,6 @@ class Trainer:
         self.dp.backward(loss)
         total = self.dp.sum([loss.item(), *pm.values()])
         return torch.tensor(total[0]), dict(zip(pm, total[1:]))
-
-    def _microbatched_loss_and_backward(self, batch, idx, old_logp, adv, ret, old_values, ref_logp, is_w
-                                        ) -> tuple[torch.Tensor, dict[str, float]]:
-        """Gradient accumulation over the micro-batches of minibatch `idx` (train.max_tokens_per_microbatch): each
-        micro-batch is cut to its own longest row and its loss L_m uses the minibatch's token and episode counts as
-        denominators, so Σ_m L_m is the minibatch's loss, the accumulated gradient is its gradient, and the summed
-        metrics are its metrics (the data-parallel identity of _loss_and_backward, within one process)."""
-        cfg, mask = self.cfg, batch["mask"]
-        lengths = batch["attention_mask"][idx].sum(1)
-        n_tokens, n_episodes = mask[idx].sum().item(), len(idx)
-        total, sums = 0.0, {}
-        for part in microbatches(lengths.tolist(), cfg.train.max_tokens_per_microbatch):
-            rows, T = idx[part], int(lengths[part].max())
-
-            def cut(x):
-                return None if x is None else x[rows, :T]
-
-            loss, pm = minibatch_loss(self.policy, self.value_head, cut(batch["input_ids"]),
-                                      cut(batch["attention_mask"]), cut(mask), cut(old_logp), cut(adv), cfg.algo,
-                                      cfg.train.temperature, cut(ret), cut(old_values), cut(ref_logp), cut(is_w),
-                                      cfg.env.max_turns * cfg.train.max_new_tokens, n_tokens, n_episodes)
-            loss.backward()
-            total += loss.item()
-            for k, v in pm.items():
-                sums[k] = sums.get(k, 0.0) + v
-        return torch.tensor(total), sums
 
     # ----------------------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self, step: int) -> Path:
