@@ -244,19 +244,25 @@ def cell_config(base: RunConfig, cell: dict[str, Any], seed: int) -> RunConfig:
         raise ConfigError(f"grid cell {cell_text(cell)} (seed {seed}): {e}") from None
 
 
+EXECUTION_FIELDS = ("train.max_tokens_per_microbatch", "train.gradient_checkpointing")
+"""Config fields that change how a run is computed, not what it computes (peak memory; the same update up to float
+rounding, tests/test_microbatch.py): base_key leaves them out and a half-finished run may resume with them changed,
+so a machine with less memory can finish a sweep begun on another."""
+
+
 def base_key(config: RunConfig | dict, cell: dict) -> str:
     """12 hex digits naming the base config of one run: the sha256 of the run config's fields that differ from
-    their defaults, leaving out the fields its cell sets (its grid axes, the fields of an `algo` preset axis) and
-    train.seed. Two runs of one sweep share it; so do a record and the same run planned by a later library version:
-    a field added since the record was written is absent from its config and counts as its default (new fields
-    default to the behaviour before them). A record is "done" on (cell, seed, base_key) (record_key).
+    their defaults, leaving out the fields its cell sets (its grid axes, the fields of an `algo` preset axis),
+    train.seed and EXECUTION_FIELDS. Two runs of one sweep share it; so do a record and the same run planned by a
+    later library version: a field added since the record was written is absent from its config and counts as its
+    default (new fields default to the behaviour before them). A record is "done" on (cell, seed, base_key).
 
     Args: config: a RunConfig or a record's "config" dict (legacy keys upgraded).  cell: the run's cell.
     Raises: ConfigError if the dict is not a valid config.
     """
     data = config.to_dict() if isinstance(config, RunConfig) else RunConfig.from_dict(config).to_dict()
     defaults = {name: dataclasses.asdict(cls()) for name, cls in SECTIONS.items()}
-    skip = {k for k in cell if "." in k} | {"train.seed"}
+    skip = {k for k in cell if "." in k} | {"train.seed", *EXECUTION_FIELDS}
     if PRESET_AXIS in cell and cell[PRESET_AXIS] in ALGO_PRESETS:
         skip |= {f"algo.{k}" for k in ALGO_PRESETS[cell[PRESET_AXIS]]}
     kept = {f"{sec}.{k}": v for sec, vals in data.items() for k, v in vals.items()
@@ -501,7 +507,8 @@ def check_run_dir(run_dir: Path, config: RunConfig) -> bool:
     old, new = recorded.to_dict(), config.to_dict()
     old["model"]["name"], new["model"]["name"] = (_resolved_name(old["model"]["name"]),
                                                   _resolved_name(new["model"]["name"]))
-    diff = [f"{s}.{k} ({old[s][k]!r} → {new[s].get(k)!r})" for s in old for k in old[s] if old[s][k] != new[s].get(k)]
+    diff = [f"{s}.{k} ({old[s][k]!r} → {new[s].get(k)!r})" for s in old for k in old[s]
+            if old[s][k] != new[s].get(k) and f"{s}.{k}" not in EXECUTION_FIELDS]
     if diff:
         raise ConfigError(f"{run_dir} holds a run started with another config ({'; '.join(diff[:3])}): the base "
                           "config or the grid changed since; remove that directory or pass another --runs-dir")
