@@ -231,6 +231,7 @@ def test_a_record_written_before_a_config_field_existed_still_counts(tmp_path):
     for r in recs:  # as an older library wrote them: without a newer field, with its own whole-config hash
         del r["config"]["train"]["max_tokens_per_microbatch"]
         r["base_hash"] = "0123456789ab"
+    recs[0]["config"]["train"]["gradient_checkpointing"] = True   # how, not what, it computed (EXECUTION_FIELDS)
     recs[1]["config"]["train"]["lr"] = 1e-4
     out.write_text("".join(json.dumps(r) + "\n" for r in recs))
     listed = []
