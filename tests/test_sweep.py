@@ -254,7 +254,7 @@ def test_committed_stability_records_are_the_runs_regenerate_plans():
                          regen.STABILITY_SFT["seed"])
     base = RunConfig.load(root / "configs" / "bandit.yaml")
     base = dataclasses.replace(base, model=dataclasses.replace(base.model, name=init))
-    for name, grids in [("stability.jsonl", [*regen.STABILITY_SWEEPS, regen.STABILITY_LAST]),
+    for name, grids in [("stability.jsonl", [*regen.STABILITY_SWEEPS, regen.STABILITY_LAST, regen.STABILITY_MORE]),
                         ("stability_long.jsonl", [regen.STABILITY_LONG])]:
         planned = {(sweep.cell_key(p.cell), p.seed, sweep.base_key(p.config, p.cell))
                    for g in grids for p in sweep.plan_sweep(base, sweep.parse_grid(g), [0, 1, 2], "runs")}
