@@ -244,9 +244,38 @@ def cell_config(base: RunConfig, cell: dict[str, Any], seed: int) -> RunConfig:
         raise ConfigError(f"grid cell {cell_text(cell)} (seed {seed}): {e}") from None
 
 
-def config_hash(config: RunConfig) -> str:
-    """12 hex digits of the sha256 of the config as canonical JSON: the base-config hash records are matched on."""
-    return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+EXECUTION_FIELDS = ("train.max_tokens_per_microbatch", "train.gradient_checkpointing")
+"""Config fields that change how a run is computed, not what it computes (peak memory; the same update up to float
+rounding, tests/test_microbatch.py): base_key leaves them out and a half-finished run may resume with them changed,
+so a machine with less memory can finish a sweep begun on another."""
+
+
+def base_key(config: RunConfig | dict, cell: dict) -> str:
+    """12 hex digits naming the base config of one run: the sha256 of the run config's fields that differ from
+    their defaults, leaving out the fields its cell sets (its grid axes, the fields of an `algo` preset axis),
+    train.seed and EXECUTION_FIELDS. Two runs of one sweep share it; so do a record and the same run planned by a
+    later library version: a field added since the record was written is absent from its config and counts as its
+    default (new fields default to the behaviour before them). A record is "done" on (cell, seed, base_key).
+
+    Args: config: a RunConfig or a record's "config" dict (legacy keys upgraded).  cell: the run's cell.
+    Raises: ConfigError if the dict is not a valid config.
+    """
+    data = config.to_dict() if isinstance(config, RunConfig) else RunConfig.from_dict(config).to_dict()
+    defaults = {name: dataclasses.asdict(cls()) for name, cls in SECTIONS.items()}
+    skip = {k for k in cell if "." in k} | {"train.seed", *EXECUTION_FIELDS}
+    if PRESET_AXIS in cell and cell[PRESET_AXIS] in ALGO_PRESETS:
+        skip |= {f"algo.{k}" for k in ALGO_PRESETS[cell[PRESET_AXIS]]}
+    kept = {f"{sec}.{k}": v for sec, vals in data.items() for k, v in vals.items()
+            if f"{sec}.{k}" not in skip and v != defaults[sec][k]}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def record_base(record: dict) -> str:
+    """The base_key of a record, from its stored config and cell (its stored `base_hash` when it has no config,
+    e.g. a hand-made record)."""
+    if isinstance(record.get("config"), dict):
+        return base_key(record["config"], record["cell"])
+    return record["base_hash"]
 
 
 @dataclass
@@ -288,8 +317,9 @@ def plan_sweep(base: RunConfig, grid: dict[str, list], seeds: list[int], runs_di
 
 # ------------------------------------------------------------------------------------------------ the results file
 def record_key(record: dict) -> tuple[str, int, str]:
-    """(cell as canonical JSON, seed, base hash): a run is done when a record with this key exists."""
-    return cell_key(record["cell"]), int(record["seed"]), record["base_hash"]
+    """(cell as canonical JSON, seed, base key): a run is done when a record with this key exists (record_base:
+    computed from the record's config, so records stay valid when the library gains config fields)."""
+    return cell_key(record["cell"]), int(record["seed"]), record_base(record)
 
 
 def load_records(path: str | Path, warn: Callable[[str], None] | None = None) -> list[dict]:
@@ -477,7 +507,8 @@ def check_run_dir(run_dir: Path, config: RunConfig) -> bool:
     old, new = recorded.to_dict(), config.to_dict()
     old["model"]["name"], new["model"]["name"] = (_resolved_name(old["model"]["name"]),
                                                   _resolved_name(new["model"]["name"]))
-    diff = [f"{s}.{k} ({old[s][k]!r} → {new[s].get(k)!r})" for s in old for k in old[s] if old[s][k] != new[s].get(k)]
+    diff = [f"{s}.{k} ({old[s][k]!r} → {new[s].get(k)!r})" for s in old for k in old[s]
+            if old[s][k] != new[s].get(k) and f"{s}.{k}" not in EXECUTION_FIELDS]
     if diff:
         raise ConfigError(f"{run_dir} holds a run started with another config ({'; '.join(diff[:3])}): the base "
                           "config or the grid changed since; remove that directory or pass another --runs-dir")
@@ -548,10 +579,9 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
     for games in sorted({p.config.env.games for p in plan} | {p.config.train.eval_games for p in plan}
                         | {games for games, _ in extra_evals.values()}):
         load_game_set(games)  # a missing games dir fails now, not after hours of other runs
-    base_hash = config_hash(base)
     records = load_records(out, warn)
     done = {record_key(r): r for r in records}
-    key = lambda p: (cell_key(p.cell), p.seed, base_hash)  # noqa: E731
+    key = lambda p: (cell_key(p.cell), p.seed, base_key(p.config, p.cell))  # noqa: E731
     todo = [p for p in plan if key(p) not in done]
     n_cells = len(plan) // len(seeds)
     warn(f"sweep: {len(plan)} runs ({n_cells} cells × {len(seeds)} seeds), {len(plan) - len(todo)} already in {out}, "
@@ -580,7 +610,7 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
             machine = machines[device]
             evals = {name: evaluate_extra(current.run_dir, current.config, games, max_turns)
                      for name, (games, max_turns) in extra_evals.items()}
-            rec = make_record(current, summary, base_hash, started, datetime.now(timezone.utc),
+            rec = make_record(current, summary, base_key(current.config, current.cell), started, datetime.now(timezone.utc),
                               time.perf_counter() - t0, commit, machine, resumed=resume, evals=evals)
             done[key(current)] = rec = append_record(out, rec)
             if not keep_training_state:
@@ -757,7 +787,7 @@ def report(records: list[dict], metric: str = "eval.success_rate", compare: str 
     narrow-biased (see Report.markdown's footer).
 
     Args:
-        records: sweep records (load_records); records of several base configs (base_hash) are told apart by an
+        records: sweep records (load_records); records of several base configs (record_base) are told apart by an
             extra axis `base`.
         metric: what to summarise (metric_value): 'eval.success_rate', 'eval.mean_turns', 'final.return_mean', ...
         compare: the axis whose values are differenced pairwise (in the order they first appear).
@@ -772,9 +802,9 @@ def report(records: list[dict], metric: str = "eval.success_rate", compare: str 
     axes: list[str] = []
     for r in records:
         axes += [k for k in r["cell"] if k not in axes]
-    hashes = list(dict.fromkeys(r.get("base_hash") for r in records))
+    hashes = list(dict.fromkeys(record_base(r) for r in records))
     notes = []
-    cell_of = lambda r: {**r["cell"], **({"base": r.get("base_hash")} if len(hashes) > 1 else {})}  # noqa: E731
+    cell_of = lambda r: {**r["cell"], **({"base": record_base(r)} if len(hashes) > 1 else {})}  # noqa: E731
     if len(hashes) > 1:
         axes.append("base")
         notes.append(f"the records come from {len(hashes)} base configs; column `base` is their hash")

@@ -41,7 +41,7 @@ import torch
 
 from . import checkpoint as ckpt_lib
 from .advantages import ESTIMATORS, AdvantageInputs, singleton_groups, top_std_groups
-from .config import AlgoConfig, RunConfig
+from .config import AlgoConfig, ConfigError, RunConfig
 from .diagnostics import CollapseDetector, CollapseError, input_dependence, repetition_rate
 from .distributed import data_parallel
 from .envs.base import GameSet, check_env_errors, load_game_set
@@ -113,6 +113,69 @@ def minibatch_loss(policy, value_head: ValueHead | None, input_ids: torch.Tensor
     return loss, pm
 
 
+def microbatches(lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Cut the rows of one minibatch into micro-batches of at most `max_tokens` padded tokens each (rows × the
+    micro-batch's longest row), longest rows first, so each micro-batch pads only to its own longest row.
+
+    Gradient accumulation over the micro-batches, with the whole minibatch's token and episode counts as the loss
+    denominators, gives the minibatch's gradient (see Trainer._loss_and_backward); only the peak memory changes.
+
+    Args:
+        lengths: the tokens of each row (its attention-mask sum), in minibatch order.
+        max_tokens: the budget (train.max_tokens_per_microbatch); <= 0: one micro-batch holding every row. A row
+            longer than the budget is a micro-batch of its own (a sequence is never cut).
+    Returns: lists of positions into `lengths`; every position exactly once.
+    """
+    if max_tokens <= 0:
+        return [list(range(len(lengths)))]
+    out: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        if out and (len(out[-1]) + 1) * lengths[out[-1][0]] <= max_tokens:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+def accumulate_microbatches(policy, value_head: ValueHead | None, batch: dict[str, torch.Tensor],
+                            idx: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, algo: AlgoConfig,
+                            temperature: float, max_tokens_per_microbatch: int, returns: torch.Tensor | None = None,
+                            old_values: torch.Tensor | None = None, ref_logprobs: torch.Tensor | None = None,
+                            is_weights: torch.Tensor | None = None, max_tokens: float | None = None
+                            ) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss of minibatch `idx` and its gradient, accumulated over the micro-batches of `microbatches` (budget
+    max_tokens_per_microbatch): each micro-batch is cut to its own longest row and its loss L_m (minibatch_loss) takes
+    the minibatch's token and episode counts as denominators, so Σ_m L_m is the minibatch's loss, the accumulated
+    gradient its gradient and the summed metrics its metrics — the data-parallel identity of
+    Trainer._loss_and_backward, within one process. Peak memory follows the budget, not the longest episode.
+
+    Args:
+        batch: rollout.collate's tensors (input_ids, attention_mask, mask; (B, T), right-padded).  idx: (b,) long
+            rows of the minibatch.  old_logprobs, advantages, returns, old_values, ref_logprobs, is_weights: (B, T)
+            float32 as for minibatch_loss (None where unused).  max_tokens: Dr. GRPO's L_max (minibatch_loss).
+    Returns: (the minibatch's loss as a 0-dim tensor without grad, its metrics); gradients are in the parameters.
+    """
+    mask = batch["mask"]
+    lengths = batch["attention_mask"][idx].sum(1)
+    n_tokens, n_episodes = mask[idx].sum().item(), len(idx)
+    total, sums = 0.0, {}
+    for part in microbatches(lengths.tolist(), max_tokens_per_microbatch):
+        rows, T = idx[part], int(lengths[part].max())
+
+        def cut(x):
+            return None if x is None else x[rows, :T]
+
+        loss, pm = minibatch_loss(policy, value_head, cut(batch["input_ids"]), cut(batch["attention_mask"]),
+                                  cut(mask), cut(old_logprobs), cut(advantages), algo, temperature, cut(returns),
+                                  cut(old_values), cut(ref_logprobs), cut(is_weights), max_tokens, n_tokens,
+                                  n_episodes)
+        loss.backward()
+        total += loss.item()
+        for k, v in pm.items():
+            sums[k] = sums.get(k, 0.0) + v
+    return torch.tensor(total), sums
+
+
 class Trainer:
     """Multi-turn RL trainer for one run directory.
 
@@ -145,6 +208,11 @@ class Trainer:
         self.dp = data_parallel(config.model.device)
         if self.dp is not None:
             self.dp.check_games_per_step(config.train.games_per_step)
+            if config.train.max_tokens_per_microbatch:  # ranks could cut different numbers of micro-batches and
+                # wait on each other's gradient all-reduce forever
+                raise ConfigError("train.max_tokens_per_microbatch is single-process only: with data parallelism "
+                                  "each rank already trains on 1/W of every minibatch; use --max-tokens-per-"
+                                  "microbatch 0 (or --minibatch-size smaller) under accelerate launch")
         self.is_main = self.dp is None or self.dp.is_main
         # plumbing: one trainer per run dir (RUN/.lock; released by close(), garbage collection or process death)
         lock = ckpt_lib.RunLock(run_dir) if self.is_main else None
@@ -458,6 +526,17 @@ class Trainer:
         """plumbing: token_forward over the whole batch (called under no_grad). With data parallelism each rank
         forwards its rows (DataParallel.rows) and the results are gathered: every rank gets the whole batch's."""
         args = (batch["input_ids"], batch["attention_mask"], batch["mask"])
+        budget = self.cfg.train.max_tokens_per_microbatch
+        if self.dp is None and budget > 0:  # plumbing: micro-batches of the token budget, scattered back into (B, T)
+            out: dict[str, torch.Tensor] = {}
+            lengths = batch["attention_mask"].sum(1)
+            for part in microbatches(lengths.tolist(), budget):
+                rows = torch.tensor(part, device=lengths.device)
+                T = int(lengths[rows].max())
+                res = token_forward(model, *(a[rows, :T] for a in args), self.cfg.train.temperature, value_head)
+                for k, v in res.items():
+                    out.setdefault(k, torch.zeros_like(batch["mask"]))[rows, :T] = v
+            return out
         if self.dp is None:
             return token_forward(model, *args, self.cfg.train.temperature, value_head)
         B = args[0].shape[0]
@@ -524,6 +603,10 @@ class Trainer:
         of W · L_r to ∇L, and the returned loss and metrics are the sums over ranks: the single-process values."""
         cfg = self.cfg
         mask = batch["mask"]
+        if self.dp is None and cfg.train.max_tokens_per_microbatch > 0:
+            return accumulate_microbatches(self.policy, self.value_head, batch, idx, old_logp, adv, cfg.algo,
+                                           cfg.train.temperature, cfg.train.max_tokens_per_microbatch, ret,
+                                           old_values, ref_logp, is_w, cfg.env.max_turns * cfg.train.max_new_tokens)
         n_tokens = n_episodes = forward = None
         mb_mask = None
         if self.dp is not None:

@@ -1,24 +1,33 @@
-"""Peak memory and time of one RL gradient step, with and without gradient checkpointing, on trajectories as long as
-ALFWorld's (24 turns ≈ 1,100-1,250 tokens with the embedded SmolLM2-135M).
+"""Peak memory and time of one RL gradient step: plain, with gradient checkpointing, with token-budget micro-batches
+(train.max_tokens_per_microbatch) and with both, on one minibatch of trajectories of the lengths given (default: one
+long episode and three shorter ones, as a rollout batch has them; ALFWorld's 24 turns are ≈ 1,100-1,250 tokens with
+the embedded SmolLM2-135M).
 
-    python benchmarks/bench_update_memory.py [--model embedded] [--seq-len 1200] [--minibatch 4] [--repeats 2]
+    python benchmarks/bench_update_memory.py [--model embedded] [--lengths 1200,600,400,300] [--budget 1200]
+                                             [--repeats 2] [--out results/bench_update_memory.jsonl]
 
-Each setting runs in its own process (peak RSS is per process): load the policy, build one minibatch of
-trajectories laid out as rollouts lay them out (prompt, then turns of ~8 policy tokens and ~40 environment tokens),
-then `repeats` times: the trainer's `minibatch_loss` (PPO: clipped surrogate, entropy, value head) → backward →
-AdamW step. Prints the median step time, the peak RSS and the ratios checkpointing / plain.
+Each setting runs in its own process (peak RSS is per process): load the policy, build one right-padded minibatch
+laid out as rollouts lay them out (prompt, then turns of ~8 policy tokens and ~40 environment tokens), then
+`repeats` times: trainer.accumulate_microbatches (PPO: clipped surrogate, entropy, value head; budget 0 = the
+whole minibatch in one pass, as the trainer does by default) → AdamW step. Prints the median step time, the peak
+RSS and each setting's ratios to plain, and appends one JSON line with all of it to --out.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
 
 
-def one_setting(model: str, seq_len: int, minibatch: int, repeats: int, checkpointing: bool) -> dict:
+SETTINGS = {"plain": (False, False), "checkpointing": (True, False), "microbatch": (False, True),
+            "microbatch+checkpointing": (True, True)}
+
+
+def one_setting(model: str, lengths: list[int], budget: int, repeats: int, checkpointing: bool) -> dict:
     import resource
 
     import torch
@@ -26,7 +35,7 @@ def one_setting(model: str, seq_len: int, minibatch: int, repeats: int, checkpoi
     from agentrl_lib.config import AlgoConfig
     from agentrl_lib.models import base_model, enable_gradient_checkpointing, load_policy
     from agentrl_lib.policy import ValueHead
-    from agentrl_lib.trainer import minibatch_loss
+    from agentrl_lib.trainer import accumulate_microbatches, microbatches
 
     torch.manual_seed(0)
     policy, tok = load_policy(model, device="cpu")
@@ -34,53 +43,74 @@ def one_setting(model: str, seq_len: int, minibatch: int, repeats: int, checkpoi
         enable_gradient_checkpointing(policy)
     head = ValueHead(base_model(policy).config.hidden_size)
     opt = torch.optim.AdamW(list(policy.parameters()) + list(head.parameters()), lr=1e-6)
-    ids = torch.randint(0, len(tok), (minibatch, seq_len))
-    mask = torch.zeros(minibatch, seq_len)
+    B, T = len(lengths), max(lengths)
+    ids = torch.randint(0, len(tok), (B, T))
+    attn = torch.zeros(B, T, dtype=torch.long)
+    mask = torch.zeros(B, T)
     prompt, turn, env = 300, 8, 40  # the layout of an ALFWorld trajectory
-    for start in range(prompt, seq_len - turn, turn + env):
-        mask[:, start:start + turn] = 1
-    attn = torch.ones_like(ids)
-    old = torch.full((minibatch, seq_len), -1.0) * mask
-    adv, ret = torch.randn(minibatch, seq_len) * mask, torch.randn(minibatch, seq_len) * mask
+    for b, n in enumerate(lengths):
+        attn[b, :n] = 1
+        for start in range(min(prompt, n // 4), n - turn, turn + env):
+            mask[b, start:start + turn] = 1
+    batch = {"input_ids": ids, "attention_mask": attn, "mask": mask}
+    old = torch.full((B, T), -1.0) * mask
+    adv, ret = torch.randn(B, T) * mask, torch.randn(B, T) * mask
     policy.train()
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
-        loss, _ = minibatch_loss(policy, head, ids, attn, mask, old, adv, AlgoConfig(), 0.7, ret,
-                                 torch.zeros_like(ret))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        accumulate_microbatches(policy, head, batch, torch.arange(B), old, adv, AlgoConfig(), 0.7, budget, ret,
+                                torch.zeros_like(ret))
         opt.step()
         times.append(time.perf_counter() - t)
-    return {"checkpointing": checkpointing, "step_seconds_median": statistics.median(times),
+    return {"checkpointing": checkpointing, "budget": budget, "microbatches": microbatches(lengths, budget),
+            "step_seconds": times, "step_seconds_median": statistics.median(times),
             "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2,
-            "policy_tokens": int(mask.sum()), "tokens": minibatch * seq_len, "threads": torch.get_num_threads()}
+            "policy_tokens": int(mask.sum()), "tokens": int(attn.sum()), "padded_tokens": B * T,
+            "threads": torch.get_num_threads()}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="embedded")
-    p.add_argument("--seq-len", type=int, default=1200)
-    p.add_argument("--minibatch", type=int, default=4)
+    p.add_argument("--lengths", default="1200,600,400,300", help="tokens of each trajectory of the minibatch")
+    p.add_argument("--budget", type=int, default=1200, help="max_tokens_per_microbatch of the micro-batch settings")
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--_one", choices=["plain", "checkpointing"], help=argparse.SUPPRESS)
+    p.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated, of {', '.join(SETTINGS)}")
+    p.add_argument("--out", default="", help="append one JSON line with every setting's numbers (e.g. "
+                   "results/bench_update_memory.jsonl)")
+    p.add_argument("--_one", choices=list(SETTINGS), help=argparse.SUPPRESS)
     a = p.parse_args()
+    lengths = [int(x) for x in a.lengths.split(",")]
     if a._one:
-        print(json.dumps(one_setting(a.model, a.seq_len, a.minibatch, a.repeats, a._one == "checkpointing")))
+        ckpt, micro = SETTINGS[a._one]
+        print(json.dumps(one_setting(a.model, lengths, a.budget if micro else 0, a.repeats, ckpt)))
         return
     res = {}
-    for name in ("plain", "checkpointing"):
-        out = subprocess.run([sys.executable, __file__, "--model", a.model, "--seq-len", str(a.seq_len),
-                              "--minibatch", str(a.minibatch), "--repeats", str(a.repeats), "--_one", name],
+    for name in a.settings.split(","):
+        out = subprocess.run([sys.executable, __file__, "--model", a.model, "--lengths", a.lengths, "--budget",
+                              str(a.budget), "--repeats", str(a.repeats), "--_one", name],
                              capture_output=True, text=True, check=True)
-        res[name] = json.loads(out.stdout.strip().splitlines()[-1])
-        r = res[name]
-        print(f"{name:14s} step {r['step_seconds_median']:6.1f} s (median of {a.repeats})   peak RSS "
-              f"{r['peak_rss_gb']:5.2f} GB   ({a.minibatch} x {a.seq_len} tokens, {r['policy_tokens']} policy tokens, "
+        res[name] = r = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"{name:25s} step {r['step_seconds_median']:6.1f} s (median of {a.repeats})   peak RSS "
+              f"{r['peak_rss_gb']:5.2f} GB   (lengths {a.lengths}, micro-batches {r['microbatches']}, "
               f"{r['threads']} threads)", flush=True)
-    p_, c_ = res["plain"], res["checkpointing"]
-    print(f"checkpointing / plain: time x{c_['step_seconds_median'] / p_['step_seconds_median']:.2f}, "
-          f"peak memory x{c_['peak_rss_gb'] / p_['peak_rss_gb']:.2f}")
+    if "plain" in res:
+        for name, r in res.items():
+            if name != "plain":
+                print(f"{name} / plain: time x{r['step_seconds_median'] / res['plain']['step_seconds_median']:.2f}, "
+                      f"peak memory x{r['peak_rss_gb'] / res['plain']['peak_rss_gb']:.2f}")
+    if a.out:
+        import platform
+
+        from agentrl_lib.paths import git_commit
+
+        line = {"bench": "update_memory", "model": a.model, "lengths": lengths, "budget": a.budget,
+                "repeats": a.repeats, "commit": git_commit(), "machine": platform.platform(),
+                "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "settings": res}
+        with open(a.out, "a") as f:
+            f.write(json.dumps(line) + "\n")
 
 
 if __name__ == "__main__":

@@ -213,6 +213,55 @@ def test_stub_interrupt_on_second_call_then_complete(tmp_path):
         sweep.run_sweep(_base(games), [], [0], tmp_path / "t.jsonl", runs_dir=stale, run=run, progress=False)
 
 
+def test_a_record_written_before_a_config_field_existed_still_counts(tmp_path):
+    """Records match on (cell, seed, base_key): a field the library gained after a record was written is absent
+    from the record's config and counts as its default, so the run is not redone (a hash of the whole config changed
+    with every new field and made a sweep rerun all its recorded runs). Negative control: a record whose base
+    differs in one field (train.lr) does not count."""
+    games = _scripted_games(tmp_path / "games")
+    out, calls = tmp_path / "s.jsonl", []
+
+    def run(config, run_dir, init=None, resume=False, progress=True):
+        calls.append(run_dir.name)
+        return _fake_summary(config)
+
+    args = (_base(games), ["algo.advantage=grpo,rloo"], [0], out)
+    sweep.run_sweep(*args, runs_dir=tmp_path / "runs", run=run, progress=False)
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    for r in recs:  # as an older library wrote them: without a newer field, with its own whole-config hash
+        del r["config"]["train"]["max_tokens_per_microbatch"]
+        r["base_hash"] = "0123456789ab"
+    recs[0]["config"]["train"]["gradient_checkpointing"] = True   # how, not what, it computed (EXECUTION_FIELDS)
+    recs[1]["config"]["train"]["lr"] = 1e-4
+    out.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    listed = []
+    sweep.run_sweep(*args, runs_dir=tmp_path / "runs", run=run, progress=False, dry_run=True, warn=listed.append)
+    assert [x.split()[0] for x in listed[1:]] == ["recorded", "new"]
+    assert len({sweep.record_base(r) for r in recs}) == 2   # the report tells the two bases apart
+
+
+def test_committed_stability_records_are_the_runs_regenerate_plans():
+    """results/stability*.jsonl were written before several config fields existed: the plan `regenerate.py
+    stability` makes today finds every one of them recorded (none would be rerun)."""
+    import dataclasses
+    import importlib.util
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("regenerate", root / "results" / "regenerate.py")
+    regen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(regen)
+    init = regen.sft_dir("bandit-train+bandit-reversed-train", regen.STABILITY_SFT["demos"], 1.0,
+                         regen.STABILITY_SFT["seed"])
+    base = RunConfig.load(root / "configs" / "bandit.yaml")
+    base = dataclasses.replace(base, model=dataclasses.replace(base.model, name=init))
+    for name, grids in [("stability.jsonl", [*regen.STABILITY_SWEEPS, regen.STABILITY_LAST, regen.STABILITY_MORE]),
+                        ("stability_long.jsonl", [regen.STABILITY_LONG])]:
+        planned = {(sweep.cell_key(p.cell), p.seed, sweep.base_key(p.config, p.cell))
+                   for g in grids for p in sweep.plan_sweep(base, sweep.parse_grid(g), [0, 1, 2], "runs")}
+        recorded = {sweep.record_key(r) for r in sweep.load_records(root / "results" / name)}
+        assert recorded and recorded <= planned, f"{name}: records the plan would not find: {recorded - planned}"
+
+
 def test_cli_sweep_then_report_and_ctrl_c_says_how_to_resume(tmp_path, monkeypatch, capsys):
     games = _scripted_games(tmp_path / "games")
     _base(games).save(tmp_path / "base.yaml")

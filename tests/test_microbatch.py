@@ -1,0 +1,83 @@
+"""train.max_tokens_per_microbatch: gradient accumulation over token-budget micro-batches gives the minibatch's
+gradient (the minibatch's token count stays the loss denominator), with a negative control that plants per-micro-batch
+means (the mistake every hand-written accumulation loop makes first)."""
+import pytest
+import torch
+
+import agentrl_lib.trainer as trainer_mod
+from agentrl_lib.config import AlgoConfig, ConfigError, EnvConfig, ModelConfig, RewardConfig, RunConfig, TrainConfig
+from agentrl_lib.envs.pool import SerialPool
+from agentrl_lib.trainer import Trainer, microbatches
+
+from test_rollout_trainer import ParityEnv, _scripted_games
+
+
+def test_microbatches_partition_the_rows_within_the_budget():
+    lengths = [10, 50, 30, 30, 5, 70]
+    parts = microbatches(lengths, 60)
+    assert sorted(i for p in parts for i in p) == list(range(len(lengths)))   # every row exactly once
+    for p in parts:
+        assert len(p) == 1 or len(p) * max(lengths[i] for i in p) <= 60       # a row over budget stands alone
+    assert [5] in parts and [1] in parts                                        # 70 and 50 alone; 30 + 30 together
+    assert microbatches(lengths, 0) == [list(range(6))]
+    with pytest.raises(ConfigError, match="max_tokens_per_microbatch"):
+        TrainConfig(max_tokens_per_microbatch=-1).validate()
+
+
+def _gradients(algo: str, budget: int, tiny_model_dir, tmp_path, name: str) -> tuple[dict, dict, list]:
+    """One RL step on the scripted game; the gradients the optimizer was about to apply, the metrics row, and the
+    micro-batches cut."""
+    games = _scripted_games(tmp_path / "games")
+    cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2), reward=RewardConfig(kind="dense"),
+                    algo=AlgoConfig.from_preset(algo, group_size=4, kl_coef=0.01), model=ModelConfig(device="cpu"),
+                    train=TrainConfig(steps=1, games_per_step=2, minibatch_size=8, lr=1e-3, max_new_tokens=6,
+                                      temperature=1.0, seed=1, max_tokens_per_microbatch=budget))
+    trainer = Trainer(cfg, tmp_path / name, init=tiny_model_dir, pool=SerialPool(8, factory=ParityEnv),
+                      progress=False)
+    grads: dict[str, torch.Tensor] = {}
+
+    def capture(*args, **kwargs):  # the update's gradients, before any optimizer changes the weights
+        params = list(trainer.policy.named_parameters())
+        if trainer.value_head is not None:
+            params += [("value_head." + n, p) for n, p in trainer.value_head.named_parameters()]
+        grads.update({n: p.grad.detach().clone() for n, p in params if p.grad is not None})
+
+    trainer.opt.step = capture
+    cuts: list = []
+    real = trainer_mod.microbatches
+    trainer_mod.microbatches = lambda lengths, b: cuts.append(real(lengths, b)) or cuts[-1]
+    try:
+        row = trainer.step(0)
+    finally:
+        trainer_mod.microbatches = real
+        trainer.close()
+    assert row["skipped_update"] == 0.0 and grads
+    return grads, row, cuts
+
+
+def _max_rel_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max(((a[k] - b[k]).norm() / (b[k].norm() + 1e-12)).item() for k in a)
+
+
+def test_microbatched_update_is_the_minibatch_update(tiny_model_dir, tmp_path, monkeypatch):
+    algo = "ppo"  # the critic's value loss and the KL term ride along; GRPO's update is the same code without them
+    plain, row_plain, _ = _gradients(algo, 0, tiny_model_dir, tmp_path, "plain")
+    micro, row_micro, cuts = _gradients(algo, 300, tiny_model_dir, tmp_path, "micro")
+    update_cuts = [c for c in cuts if sum(map(len, c)) == 8]
+    assert any(len(c) > 2 for c in update_cuts), f"the budget did not split the minibatch: {cuts}"
+    assert any(len(p) > 1 for c in update_cuts for p in c), "no micro-batch held two rows (padding never trimmed)"
+    assert _max_rel_diff(micro, plain) < 1e-4
+    for key in ("policy_loss", "entropy", "clip_frac", "approx_kl", "kl_ref", "grad_norm", "return_mean") + \
+            (("value_loss", "explained_variance") if algo == "ppo" else ()):
+        assert row_micro[key] == pytest.approx(row_plain[key], rel=1e-4, abs=1e-6), key
+
+    # negative control: each micro-batch's own token mean (n_tokens=None) is not the minibatch's gradient
+    real = trainer_mod.minibatch_loss
+
+    def per_microbatch_mean(*args):
+        return real(*args[:14], None, None)
+
+    monkeypatch.setattr(trainer_mod, "minibatch_loss", per_microbatch_mean)
+    wrong, _, _ = _gradients(algo, 300, tiny_model_dir, tmp_path, "wrong")
+    assert _max_rel_diff(wrong, plain) > 1e-2
