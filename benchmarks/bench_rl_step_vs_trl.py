@@ -188,6 +188,8 @@ def one_side(a) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--games", required=True, help="a games dir (agentrl make-games), e.g. 2 tw-cooking games")
+    p.add_argument("--game-names", default="", help="comma-separated manifest names: play only these games of "
+                   "--games (e.g. game_100002,game_100005)")
     p.add_argument("--model", default="embedded", help="'embedded', a model dir or an SFT / run dir")
     p.add_argument("--episodes", type=int, default=8)
     p.add_argument("--group-size", type=int, default=4)
@@ -208,16 +210,29 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(one_side(a)), flush=True)
         return 0
 
-    from benchutil import load1, machine_info, write_result
+    from benchutil import game_subset, load1, machine_info, write_result
+
+    with tempfile.TemporaryDirectory() as tmp:
+        games = game_subset(a.games, a.game_names.split(","), tmp) if a.game_names else a.games
+        result = run_sides(a, games)
+    write_result(a.out, result)
+    return 0
+
+
+def run_sides(a, games: str) -> dict:
+    """Each side of a.sides in its own subprocess on the game set `games`, one after the other. Returns the result
+    row: the workload, machine_info, each side's steps / medians / peak RSS / load, and the ratios TRL / ours."""
+    from benchutil import load1, machine_info
 
     sides = a.sides.split(",")
     env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}  # see README, vLLM speed
-    result = {"bench": "rl_step_vs_trl", "model": a.model, "games": os.path.abspath(a.games), "episodes": a.episodes,
+    result = {"bench": "rl_step_vs_trl", "model": a.model, "games": os.path.abspath(a.games),
+              "game_names": a.game_names, "episodes": a.episodes,
               "group_size": a.group_size, "max_turns": a.max_turns, "new_tokens": a.new_tokens,
               "minibatch": a.minibatch, "warmup": a.warmup, "repeats": a.repeats, "dtype": "float32",
               **machine_info(a.machine), "omp_wait_policy": env["OMP_WAIT_POLICY"]}
     forwarded = [f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items()
-                 if k not in ("sides", "machine", "out", "_side")]
+                 if k not in ("games", "game_names", "sides", "machine", "out", "_side")] + [f"--games={games}"]
     for side in sides:
         before = load1()
         out = subprocess.run([sys.executable, os.path.abspath(__file__), *forwarded, f"--_side={side}"], env=env,
@@ -237,8 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         result["ratio_peak_rss"] = round(t["peak_rss_gib"] / o["peak_rss_gib"], 2)
         print(f"TRL / ours: step x{result['ratio_total']} (rollout x{result['ratio_rollout']}, update "
               f"x{result['ratio_update']}), peak RSS x{result['ratio_peak_rss']}")
-    write_result(a.out, result)
-    return 0
+    return result
 
 
 if __name__ == "__main__":

@@ -107,6 +107,8 @@ def run_method(method: str, model, tok, pool, games: list[str], groups: list[int
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--games", required=True, help="a games dir (agentrl make-games), e.g. tw-cooking games")
+    p.add_argument("--game-names", default="", help="comma-separated manifest names: play only these games of "
+                   "--games (e.g. game_100002,game_100005)")
     p.add_argument("--model", default="embedded", help="'embedded', a model dir or a run dir (e.g. an SFT output)")
     p.add_argument("--episodes", type=int, default=8)
     p.add_argument("--group-size", type=int, default=4)
@@ -120,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.threads:
         torch.set_num_threads(a.threads)
 
-    from benchutil import load1, machine_info, peak_rss_gib, write_result
+    import tempfile
+
+    from benchutil import game_subset, load1, machine_info, peak_rss_gib, write_result
 
     from agentrl_lib.config import EnvConfig
     from agentrl_lib.envs.base import load_game_set
@@ -128,12 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     from agentrl_lib.models import load_policy
     from agentrl_lib.prompts import system_prompt_for
 
-    game_set = load_game_set(a.games)
+    tmp = tempfile.TemporaryDirectory()  # the subset's manifest lives until the end of the run
+    game_set = load_game_set(game_subset(a.games, a.game_names.split(","), tmp.name) if a.game_names else a.games)
     games, groups = episode_games(game_set, a.episodes, a.group_size)
     model, tok = load_policy(a.model, "cpu", "float32")
     system_prompt = system_prompt_for(game_set.family)
     pool = open_pool(EnvConfig(games=str(game_set.root)), a.episodes, game_set)
-    result = {"bench": "rollout", "model": a.model, "games": str(game_set.root), "episodes": a.episodes,
+    result = {"bench": "rollout", "model": a.model, "games": os.path.abspath(a.games),
+              "game_names": a.game_names, "episodes": a.episodes,
               "group_size": a.group_size, "max_turns": a.max_turns, "new_tokens": a.new_tokens, "temperature": 0.7,
               "dtype": "float32", "repeats": a.repeats, **machine_info(a.machine),
               **{m: {"runs": []} for m in METHODS}}
@@ -147,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                 result[m]["runs"].append({**r, "load_before": before, "load_after": load1()})
     finally:
         pool.close()
+        tmp.cleanup()
     for m in METHODS:
         row = result[m]
         row["median_tokens_per_s"] = statistics.median(r["tokens_per_s"] for r in row["runs"])

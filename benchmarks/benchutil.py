@@ -63,3 +63,21 @@ def write_result(path: str | None, row: dict) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
         f.write(json.dumps(row) + "\n")
+
+
+def game_subset(games_dir: str, names: list[str], out: str) -> str:
+    """A game set at `out` holding only the games `names` (manifest names, e.g. game_100002) of `games_dir`, in that
+    order: a manifest.json whose paths point at the original files (nothing is copied). Returns `out`.
+
+    Raises: KeyError naming a game that `games_dir` does not hold."""
+    from agentrl_lib.envs.base import load_game_set, write_manifest
+
+    games = load_game_set(games_dir)
+    by_name = {g.name: g for g in games.games}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise KeyError(f"{games.root} has no game named {', '.join(missing)}; it holds {', '.join(by_name)}")
+    Path(out).mkdir(parents=True, exist_ok=True)
+    write_manifest(Path(out), games.family, [by_name[n] for n in names],
+                   {**games.params, "subset_of": str(games.root), "names": list(names)})
+    return out
