@@ -25,6 +25,8 @@ Each side runs in its own process (peak RSS is per side: the main process, env w
 steps then `repeats` timed ones. Per step: total seconds (ours: Trainer.step's step_seconds; TRL: from the first
 minibatch step's start to the last one's end, callbacks), rollout seconds (the rollout call), update = total −
 rollout (π_old forward, advantages, minibatch updates). Prints the medians, the peak RSS and the ratios TRL / ours.
+agentrl skips a step's minibatch updates when every group's returns are equal (no GRPO signal), TRL runs them
+anyway: such steps are listed in `skipped_update_steps` (choose games whose episodes disagree, --game-names).
 """
 from __future__ import annotations
 
@@ -245,6 +247,12 @@ def run_sides(a, games: str) -> dict:
         print(f"{side:4s} step total {r['median_total']:6.1f} s = rollout {r['median_rollout']:5.1f} + update "
               f"{r['median_update']:5.1f} (medians of {a.repeats}: {[s['total'] for s in r['steps']]})   peak RSS "
               f"{r['peak_rss_gib']:5.2f} GiB   load {before:.1f} -> {r['load_after']:.1f}", flush=True)
+        skipped = [i + 1 for i, s in enumerate(r["steps"]) if s.get("skipped_update")]
+        r["skipped_update_steps"] = skipped
+        if skipped:  # agentrl skips a step's update when no group has a return spread; TRL's update runs anyway
+            print(f"     {side} skipped the update of timed step(s) {skipped}: every group's returns were equal (no "
+                  "GRPO signal), so those steps hold no minibatch update; compare the steps that updated, or pick "
+                  "games whose episodes disagree (--game-names)", flush=True)
     if "ours" in result and "trl" in result:
         o, t = result["ours"], result["trl"]
         for k in ("total", "rollout", "update"):

@@ -26,7 +26,9 @@ import statistics
 import sys
 import time
 
-import torch
+# OpenMP's busy-waiting threads collapse on a shared CPU (README, vLLM speed); read when torch loads, so set it first
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import torch  # noqa: E402
 
 from agentrl_lib.generation import HFGenerator, TurnSample, _left_pad
 
