@@ -1,0 +1,181 @@
+"""Speed of the batched multi-turn rollout (HFGenerator: all live episodes in one `generate` call per turn, the KV
+cache kept across turns) against two slower ways to play the same episodes, measured side by side in one run:
+
+    python benchmarks/bench_rollout.py --games DIR [--model embedded] [--episodes 8] [--group-size 4]
+        [--max-turns 8] [--new-tokens 24] [--repeats 3] [--threads 2] [--machine TEXT] [--out FILE.jsonl]
+
+- batched:    `rollout.rollout(HFGenerator(...), ...)`, the library's rollout (what the trainer runs);
+- sequential: the same rollout called once per episode (one episode at a time, still with its KV cache);
+- reencode:   the same batched rollout through `ReencodeGenerator`, which re-encodes every live episode's whole
+              conversation at each turn (one batched `generate` over the history, no cache across turns), the way a
+              rollout built on a stateless `generate(prompt)` call works (e.g. a TRL `rollout_func`).
+
+The episodes: `episodes / group_size` games of DIR (its first ones, in manifest order), each played `group_size`
+times, at most `max_turns` turns of at most `new_tokens` sampled tokens (T = 0.7), env steps in the default process
+pool. After one short untimed warm-up of each method, the repeats alternate between the methods (on a shared machine
+all see the same load), each method started from the same torch seed per repeat. A repeat's speed is generated
+tokens / rollout wall seconds (env steps included: what a training step waits for); the JSON also has tokens per
+second of `generate` alone, the load average around each repeat and the peak RSS. Prints per-repeat speeds, medians
+and the ratios batched / sequential and batched / reencode.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+# OpenMP's busy-waiting threads collapse on a shared CPU (README, vLLM speed); read when torch loads, so set it first
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import torch  # noqa: E402
+
+from agentrl_lib.generation import HFGenerator, TurnSample, _left_pad
+
+METHODS = ("batched", "sequential", "reencode")
+
+
+class ReencodeGenerator(HFGenerator):
+    """The baseline without a KV cache across turns: each `generate` call left-pads every live row's whole token
+    history (no padding holes: each row's ids as played) and encodes it from scratch, as a stateless
+    `model.generate(prompt_ids)` per turn does. Sampling and log-probs are HFGenerator's (plain softmax(logits / T)).
+
+    Attributes: rows — list of token-id lists, one per live episode (the conversation so far).
+    """
+
+    def start(self, contexts: list[list[int]]) -> None:
+        """A new batch: the rows are the contexts (token ids); nothing is encoded yet."""
+        self.device = next(self.model.parameters()).device
+        self.rows = [list(c) for c in contexts]
+
+    @torch.no_grad()
+    def generate(self, max_new_tokens: int, temperature: float) -> TurnSample:
+        """One batched `generate` over the full histories (left-padded, empty cache); each row's sampled ids are
+        appended to it. Returns HFGenerator.generate's TurnSample."""
+        self.ids, self.attn = _left_pad(self.rows, self.pad_id, self.device)
+        self.cache = None  # the whole conversation is encoded again
+        sample = super().generate(max_new_tokens, temperature)
+        for row, ids in zip(self.rows, sample.ids):
+            row.extend(ids)
+        return sample
+
+    def keep(self, rows: list[int]) -> None:
+        """Keep only `rows` (indices into the current rows, in order)."""
+        self.rows = [self.rows[r] for r in rows]
+
+    def append(self, blocks: list[list[int]]) -> None:
+        """Append each kept row's next environment turn (token ids)."""
+        for row, block in zip(self.rows, blocks):
+            row.extend(block)
+
+
+def episode_games(games, episodes: int, group_size: int) -> tuple[list[str], list[int]]:
+    """The benchmark's episodes: the first episodes // group_size games of the GameSet (cycled if it has fewer), each
+    repeated group_size times. Returns (game path per episode, group id per episode)."""
+    if episodes % group_size:
+        raise ValueError(f"--episodes ({episodes}) must be a multiple of --group-size ({group_size})")
+    n = episodes // group_size
+    chosen = [games.games[k % len(games)].path for k in range(n)]
+    return [g for g in chosen for _ in range(group_size)], [k for k in range(n) for _ in range(group_size)]
+
+
+def run_method(method: str, model, tok, pool, games: list[str], groups: list[int], system_prompt: str,
+               max_turns: int, new_tokens: int, seed: int) -> dict:
+    """Play `games` once with `method` (one of METHODS). Returns generated tokens, wall / generate seconds, turns,
+    tokens_per_s (tokens / wall s), gen_tokens_per_s (tokens / generate s), mean trajectory length (tokens)."""
+    from agentrl_lib.rollout import RolloutStats, rollout
+
+    torch.manual_seed(seed)
+    kw = dict(max_turns=max_turns, max_new_tokens=new_tokens, temperature=0.7, system_prompt=system_prompt)
+    t0 = time.perf_counter()
+    if method == "sequential":
+        trajs, stats = [], RolloutStats()
+        for g, k in zip(games, groups):
+            tr, st = rollout(HFGenerator(model, tok), tok, pool, [g], groups=[k], **kw)
+            trajs += tr
+            stats.generated_tokens += st.generated_tokens
+            stats.generate_seconds += st.generate_seconds
+            stats.turns += st.turns
+    else:
+        gen = HFGenerator(model, tok) if method == "batched" else ReencodeGenerator(model, tok)
+        trajs, stats = rollout(gen, tok, pool, games, groups=groups, **kw)
+    wall = time.perf_counter() - t0
+    return {"tokens": stats.generated_tokens, "seconds": round(wall, 3), "generate_seconds": round(
+        stats.generate_seconds, 3), "turns": stats.turns, "tokens_per_s": round(stats.generated_tokens / wall, 2),
+        "gen_tokens_per_s": round(stats.generated_tokens / max(stats.generate_seconds, 1e-9), 2),
+        "mean_len": round(statistics.mean(len(t.ids) for t in trajs), 1), "won": sum(t.won for t in trajs)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--games", required=True, help="a games dir (agentrl make-games), e.g. tw-cooking games")
+    p.add_argument("--game-names", default="", help="comma-separated manifest names: play only these games of "
+                   "--games (e.g. game_100002,game_100005)")
+    p.add_argument("--model", default="embedded", help="'embedded', a model dir or a run dir (e.g. an SFT output)")
+    p.add_argument("--episodes", type=int, default=8)
+    p.add_argument("--group-size", type=int, default=4)
+    p.add_argument("--max-turns", type=int, default=8)
+    p.add_argument("--new-tokens", type=int, default=24)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2, help="torch threads (0: torch's own)")
+    p.add_argument("--machine", default="", help='how the results name this machine, e.g. "2-core shared CPU"')
+    p.add_argument("--out", help="append one JSON line here (e.g. results/rollout_speed.jsonl)")
+    a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+
+    import tempfile
+
+    from benchutil import game_subset, load1, machine_info, peak_rss_gib, write_result
+
+    from agentrl_lib.config import EnvConfig
+    from agentrl_lib.envs.base import load_game_set
+    from agentrl_lib.envs.pool import open_pool
+    from agentrl_lib.models import load_policy
+    from agentrl_lib.prompts import system_prompt_for
+
+    tmp = tempfile.TemporaryDirectory()  # the subset's manifest lives until the end of the run
+    game_set = load_game_set(game_subset(a.games, a.game_names.split(","), tmp.name) if a.game_names else a.games)
+    games, groups = episode_games(game_set, a.episodes, a.group_size)
+    model, tok = load_policy(a.model, "cpu", "float32")
+    system_prompt = system_prompt_for(game_set.family)
+    pool = open_pool(EnvConfig(games=str(game_set.root)), a.episodes, game_set)
+    result = {"bench": "rollout", "model": a.model, "games": os.path.abspath(a.games),
+              "game_names": a.game_names, "episodes": a.episodes,
+              "group_size": a.group_size, "max_turns": a.max_turns, "new_tokens": a.new_tokens, "temperature": 0.7,
+              "dtype": "float32", "repeats": a.repeats, **machine_info(a.machine),
+              **{m: {"runs": []} for m in METHODS}}
+    try:
+        for m in METHODS:  # warm-up: first-call allocations, env workers' first reset
+            run_method(m, model, tok, pool, games, groups, system_prompt, 1, 4, seed=99)
+        for seed in range(a.repeats):  # interleaved: on a shared machine every method sees the same load
+            for m in METHODS:
+                before = load1()
+                r = run_method(m, model, tok, pool, games, groups, system_prompt, a.max_turns, a.new_tokens, seed)
+                result[m]["runs"].append({**r, "load_before": before, "load_after": load1()})
+    finally:
+        pool.close()
+        tmp.cleanup()
+    for m in METHODS:
+        row = result[m]
+        row["median_tokens_per_s"] = statistics.median(r["tokens_per_s"] for r in row["runs"])
+        row["median_gen_tokens_per_s"] = statistics.median(r["gen_tokens_per_s"] for r in row["runs"])
+        row["median_seconds"] = statistics.median(r["seconds"] for r in row["runs"])
+        print(f"{m:10s} {[r['tokens_per_s'] for r in row['runs']]} tok/s, median {row['median_tokens_per_s']} "
+              f"(generate alone: median {row['median_gen_tokens_per_s']} tok/s; rollout median "
+              f"{row['median_seconds']} s)", flush=True)
+    b = result["batched"]
+    for m in ("sequential", "reencode"):
+        result[f"speedup_vs_{m}"] = round(b["median_tokens_per_s"] / result[m]["median_tokens_per_s"], 2)
+        result[f"gen_speedup_vs_{m}"] = round(b["median_gen_tokens_per_s"] / result[m]["median_gen_tokens_per_s"], 2)
+    result["peak_rss_gib"] = round(peak_rss_gib(), 2)
+    print(f"batched / sequential: {result['speedup_vs_sequential']}x, batched / reencode: "
+          f"{result['speedup_vs_reencode']}x (tokens per rollout second; generate alone: "
+          f"{result['gen_speedup_vs_sequential']}x, {result['gen_speedup_vs_reencode']}x); peak RSS "
+          f"{result['peak_rss_gib']} GiB, load {os.getloadavg()[0]:.1f}")
+    write_result(a.out, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

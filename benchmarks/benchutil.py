@@ -1,0 +1,83 @@
+"""What every side-by-side benchmark records next to its numbers: the machine, the library versions, the commit, the
+load, the peak memory; and how a result line is written. Imported by bench_rl_step_vs_trl.py and bench_rollout.py
+(run as scripts, this folder is on sys.path)."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import resource
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+
+def machine_info(machine: str = "") -> dict:
+    """The run's context: machine (`machine`, e.g. "2-core shared CPU", else "<n>-core CPU"), CPU model, cores, RAM
+    (GiB), `versions` of Python, torch, transformers, trl, peft; torch threads, OMP_WAIT_POLICY, git commit, UTC
+    time."""
+    import torch
+
+    from agentrl_lib.paths import git_commit
+
+    def ver(pkg: str) -> str:
+        try:
+            return version(pkg)
+        except PackageNotFoundError:
+            return ""
+
+    cpu = next((line.split(":", 1)[1].strip() for line in _read("/proc/cpuinfo").splitlines()
+                if line.startswith("model name")), platform.processor())
+    mem_kb = next((int(line.split()[1]) for line in _read("/proc/meminfo").splitlines()
+                   if line.startswith("MemTotal:")), 0)
+    return {"device": machine or f"{os.cpu_count()}-core CPU", "cpu": cpu, "cpus": os.cpu_count(),
+            "ram_gib": round(mem_kb / 1024 ** 2, 1), "arch": platform.machine(),
+            "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                         "transformers": ver("transformers"), "trl": ver("trl"), "peft": ver("peft")},
+            "torch_threads": torch.get_num_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
+            "commit": git_commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def peak_rss_gib() -> float:
+    """Peak resident memory of this process so far (ru_maxrss), in GiB (1024^3 bytes); child processes (env
+    workers) are not counted."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2  # Linux: ru_maxrss is in KiB
+
+
+def load1() -> float:
+    """The 1-minute load average (how busy a shared machine was), rounded to 0.01."""
+    return round(os.getloadavg()[0], 2)
+
+
+def write_result(path: str | None, row: dict) -> None:
+    """Append `row` as one JSON line to `path` (parent folders created); nothing when path is None or ''."""
+    if not path:
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def game_subset(games_dir: str, names: list[str], out: str) -> str:
+    """A game set at `out` holding only the games `names` (manifest names, e.g. game_100002) of `games_dir`, in that
+    order: a manifest.json whose paths point at the original files (nothing is copied). Returns `out`.
+
+    Raises: KeyError naming a game that `games_dir` does not hold."""
+    from agentrl_lib.envs.base import load_game_set, write_manifest
+
+    games = load_game_set(games_dir)
+    by_name = {g.name: g for g in games.games}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise KeyError(f"{games.root} has no game named {', '.join(missing)}; it holds {', '.join(by_name)}")
+    Path(out).mkdir(parents=True, exist_ok=True)
+    write_manifest(Path(out), games.family, [by_name[n] for n in names],
+                   {**games.params, "subset_of": str(games.root), "names": list(names)})
+    return out
