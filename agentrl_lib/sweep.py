@@ -456,7 +456,7 @@ def make_record(run: PlannedRun, summary: dict, base_hash: str, started: datetim
         "commit": commit, "device": machine.get("torch_device"), "machine": machine,
         "started": started.isoformat(timespec="seconds"), "finished": finished.isoformat(timespec="seconds"),
         "wall_seconds": round(wall_seconds, 1),
-        "train_seconds": round(sum(r.get("step_seconds") or 0.0 for r in summary.get("rows") or []), 1),
+        "train_seconds": round(sum(r.get("step_seconds") or 0.0 for r in summary.get("rows") or []), 3),
         "resumed": resumed, "run_dir": str(run.run_dir),
         "steps": [{k: _round(row.get(k)) for k in STEP_KEYS} for row in summary.get("rows") or []],
         "eval": compact_eval(ev),
