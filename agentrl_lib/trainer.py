@@ -137,6 +137,28 @@ def microbatches(lengths: list[int], max_tokens: int) -> list[list[int]]:
     return out
 
 
+def forward_in_chunks(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor,
+                      temperature: float, value_head: ValueHead | None, max_tokens: int) -> dict[str, torch.Tensor]:
+    """policy.token_forward over a right-padded batch in chunks of rows of similar length (microbatches: longest rows
+    first, at most `max_tokens` padded tokens each), each chunk cut to its own longest row, the results scattered back
+    into (B, T): the padding that the batch's longest episode puts on shorter rows costs no work. Used for the no-grad
+    passes (π_old, V_old, π_ref); the same results as one token_forward over the batch up to float rounding.
+
+    Args: input_ids, attention_mask (B, T) long; mask (B, T) float policy tokens; max_tokens > 0.
+    Returns: token_forward's dict ('logprobs' [, 'values']), each (B, T) float32, 0 off the policy tokens.
+    """
+    out: dict[str, torch.Tensor] = {}
+    lengths = attention_mask.sum(1)
+    for part in microbatches(lengths.tolist(), max_tokens):
+        rows = torch.tensor(part, device=lengths.device)
+        T = int(lengths[rows].max())
+        res = token_forward(model, input_ids[rows, :T], attention_mask[rows, :T], mask[rows, :T], temperature,
+                            value_head)
+        for k, v in res.items():
+            out.setdefault(k, torch.zeros_like(mask))[rows, :T] = v
+    return out
+
+
 def accumulate_microbatches(policy, value_head: ValueHead | None, batch: dict[str, torch.Tensor],
                             idx: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, algo: AlgoConfig,
                             temperature: float, max_tokens_per_microbatch: int, returns: torch.Tensor | None = None,
@@ -523,22 +545,15 @@ class Trainer:
             return self._no_grad_forward(self.policy, batch)["logprobs"]
 
     def _no_grad_forward(self, model, batch, value_head: ValueHead | None = None) -> dict[str, torch.Tensor]:
-        """plumbing: token_forward over the whole batch (called under no_grad). With data parallelism each rank
-        forwards its rows (DataParallel.rows) and the results are gathered: every rank gets the whole batch's."""
+        """plumbing: token_forward over the whole batch (called under no_grad): forward_in_chunks (budget
+        max_tokens_per_microbatch, or minibatch_size × the longest row when that is 0: never more than a training
+        minibatch holds). With data parallelism each rank forwards its rows (DataParallel.rows) and the results are
+        gathered: every rank gets the whole batch's."""
         args = (batch["input_ids"], batch["attention_mask"], batch["mask"])
-        budget = self.cfg.train.max_tokens_per_microbatch
-        if self.dp is None and budget > 0:  # plumbing: micro-batches of the token budget, scattered back into (B, T)
-            out: dict[str, torch.Tensor] = {}
-            lengths = batch["attention_mask"].sum(1)
-            for part in microbatches(lengths.tolist(), budget):
-                rows = torch.tensor(part, device=lengths.device)
-                T = int(lengths[rows].max())
-                res = token_forward(model, *(a[rows, :T] for a in args), self.cfg.train.temperature, value_head)
-                for k, v in res.items():
-                    out.setdefault(k, torch.zeros_like(batch["mask"]))[rows, :T] = v
-            return out
         if self.dp is None:
-            return token_forward(model, *args, self.cfg.train.temperature, value_head)
+            budget = self.cfg.train.max_tokens_per_microbatch or \
+                self.cfg.train.minibatch_size * int(batch["attention_mask"].sum(1).max())
+            return forward_in_chunks(model, *args, self.cfg.train.temperature, value_head, budget)
         B = args[0].shape[0]
         rows = self.dp.rows(torch.arange(B, device=args[0].device))
         if len(rows):
@@ -596,35 +611,34 @@ class Trainer:
 
     def _loss_and_backward(self, batch, idx, old_logp, adv, ret, old_values, ref_logp, is_w
                            ) -> tuple[torch.Tensor, dict[str, float]]:
-        """The loss of minibatch `idx` (rows of the batch) and its backward pass; returns (loss, metrics).
+        """The loss of minibatch `idx` (rows of the batch) and its backward pass; returns (loss, metrics). The rows are
+        cut to their longest (right padding: the tokens after it change nothing), so no forward or backward works on
+        the padding that the rollout batch's longest episode put on shorter ones.
 
         With data parallelism (distributed.py) rank r computes L_r over its rows idx[r::W] with the minibatch's global
         token and episode counts as denominators (Σ_r L_r = L, the single-process loss), DDP averages the gradients
         of W · L_r to ∇L, and the returned loss and metrics are the sums over ranks: the single-process values."""
         cfg = self.cfg
         mask = batch["mask"]
-        if self.dp is None and cfg.train.max_tokens_per_microbatch > 0:
+        if self.dp is None:  # budget 0: one micro-batch, the whole minibatch cut to its longest row
             return accumulate_microbatches(self.policy, self.value_head, batch, idx, old_logp, adv, cfg.algo,
                                            cfg.train.temperature, cfg.train.max_tokens_per_microbatch, ret,
                                            old_values, ref_logp, is_w, cfg.env.max_turns * cfg.train.max_new_tokens)
-        n_tokens = n_episodes = forward = None
-        mb_mask = None
-        if self.dp is not None:
-            n_tokens, n_episodes, forward = mask[idx].sum().item(), len(idx), self.ddp_model
-            mine = self.dp.rows(idx)
-            # an empty share (a minibatch with fewer rows than ranks) forwards one row with its mask zeroed: every
-            # rank must join every gradient all-reduce, and that row adds nothing to L_r
-            mb_mask = mask[mine] if len(mine) else mask[idx[:1]] * 0.0
-            idx = mine if len(mine) else idx[:1]
-        loss, pm = minibatch_loss(self.policy, self.value_head, batch["input_ids"][idx], batch["attention_mask"][idx],
-                                  mask[idx] if mb_mask is None else mb_mask, old_logp[idx], adv[idx], cfg.algo,
-                                  cfg.train.temperature, None if ret is None else ret[idx],
-                                  None if old_values is None else old_values[idx],
-                                  None if ref_logp is None else ref_logp[idx], None if is_w is None else is_w[idx],
-                                  cfg.env.max_turns * cfg.train.max_new_tokens, n_tokens, n_episodes, forward)
-        if self.dp is None:
-            loss.backward()
-            return loss, pm
+        n_tokens, n_episodes = mask[idx].sum().item(), len(idx)
+        mine = self.dp.rows(idx)
+        # an empty share (a minibatch with fewer rows than ranks) forwards one row with its mask zeroed: every rank
+        # must join every gradient all-reduce, and that row adds nothing to L_r
+        mb_mask = mask[mine] if len(mine) else mask[idx[:1]] * 0.0
+        idx = mine if len(mine) else idx[:1]
+        T = int(batch["attention_mask"][idx].sum(1).max())  # this rank's rows cut to their longest: no work on padding
+
+        def cut(x):
+            return None if x is None else x[idx, :T]
+
+        loss, pm = minibatch_loss(self.policy, self.value_head, cut(batch["input_ids"]), cut(batch["attention_mask"]),
+                                  mb_mask[:, :T], cut(old_logp), cut(adv), cfg.algo, cfg.train.temperature, cut(ret),
+                                  cut(old_values), cut(ref_logp), cut(is_w), cfg.env.max_turns * cfg.train.max_new_tokens,
+                                  n_tokens, n_episodes, self.ddp_model)
         self.dp.backward(loss)
         total = self.dp.sum([loss.item(), *pm.values()])
         return torch.tensor(total[0]), dict(zip(pm, total[1:]))

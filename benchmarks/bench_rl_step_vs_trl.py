@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         games = game_subset(a.games, a.game_names.split(","), tmp) if a.game_names else a.games
         result = run_sides(a, games)
-    write_result(a.out, result)
+    write_result(a.out, result, a, seed=0)
     return 0
 
 

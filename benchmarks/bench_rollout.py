@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{result['speedup_vs_reencode']}x (tokens per rollout second; generate alone: "
           f"{result['gen_speedup_vs_sequential']}x, {result['gen_speedup_vs_reencode']}x); peak RSS "
           f"{result['peak_rss_gib']} GiB, load {os.getloadavg()[0]:.1f}")
-    write_result(a.out, result)
+    write_result(a.out, result, a, seed="per repeat")
     return 0
 
 

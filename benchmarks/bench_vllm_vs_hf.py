@@ -104,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     if "hf" in result and "vllm" in result:
         result["speedup"] = round(result["vllm"]["median_tokens_per_s"] / result["hf"]["median_tokens_per_s"], 2)
         print(f"vLLM / HF: {result['speedup']}x")
+    result.setdefault("config", {k: v for k, v in vars(a).items() if k != "out"})
+    result.setdefault("seed", "per repeat")  # repeat r samples with torch seed r
     if a.out:  # a .jsonl file gets one more line; any other path is written as one JSON object
         with open(a.out, "a" if a.out.endswith(".jsonl") else "w") as f:
             f.write(json.dumps(result) + "\n" if a.out.endswith(".jsonl") else json.dumps(result, indent=1))

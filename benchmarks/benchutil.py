@@ -56,8 +56,15 @@ def load1() -> float:
     return round(os.getloadavg()[0], 2)
 
 
-def write_result(path: str | None, row: dict) -> None:
-    """Append `row` as one JSON line to `path` (parent folders created); nothing when path is None or ''."""
+def write_result(path: str | None, row: dict, args=None, seed: int | str = 0) -> None:
+    """Append `row` as one JSON line to `path` (parent folders created); nothing when path is None or ''.
+
+    Every results line says how to regenerate it: `config` (the script's parsed arguments, `args`, an
+    argparse.Namespace, less --out) and `seed` (the torch / game seed the script fixes; "per repeat" where each
+    repeat r seeds r) are added to `row` when absent."""
+    if args is not None:
+        row.setdefault("config", {k: v for k, v in vars(args).items() if k != "out" and not k.startswith("_")})
+    row.setdefault("seed", seed)
     if not path:
         return
     Path(path).parent.mkdir(parents=True, exist_ok=True)

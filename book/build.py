@@ -61,7 +61,7 @@ FONT_SUFFIXES = (".woff2", ".woff", ".ttf")  # what the bundled CSS offers a cur
 REGISTRY = os.environ.get("NPM_REGISTRY", "https://registry.npmjs.org").rstrip("/")
 
 # the pages after the chapters, in order (book/NAME.md or .ipynb, or generated below)
-BACK_MATTER = ["findings", "glossary", "papers", "widgets_without_a_kernel", "api"]
+BACK_MATTER = ["findings", "benchmarks", "glossary", "papers", "widgets_without_a_kernel", "api"]
 
 
 def log(msg: str) -> None:
@@ -142,6 +142,15 @@ def _import_findings():
     return mod
 
 
+def _import_script(rel: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(Path(rel).stem, ROOT / rel)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def generated_pages(present: set[str]) -> dict[str, str]:
     """The pages written from the library and the results at build time: {name: MyST Markdown}."""
     sys.path.insert(0, str(ROOT))
@@ -180,7 +189,17 @@ chapter shows the rows it reads.
 
 {metrics.glossary_markdown()}
 """
-    return {"findings": findings, "glossary": glossary}
+    benchmarks = f"""# Benchmarks
+
+What the library's design buys in time and memory, measured side by side in one run on one machine (medians of
+repeats; each table names its machine, date and commit). The tables are rendered when the book is built by
+`benchmark_tables()` of `benchmarks/report.py` from the results files the scripts under `benchmarks/` write (the same
+tables as in the README, which a test keeps current); the README's "Benchmarks" section has the commands that
+regenerate each file. No GPU was lent to this project's machine when these ran: every number is a CPU's.
+
+{_import_script("benchmarks/report.py").benchmark_tables()}
+"""
+    return {"findings": findings, "benchmarks": benchmarks, "glossary": glossary}
 
 
 def toc(chapter_names: list[str], back: list[str]) -> str:

@@ -39,6 +39,7 @@ def test_bench_rl_step_vs_trl_tiny(tmp_path, tiny_model_dir, cooking_games):
         assert len(r["steps"]) == 1 and positive(r["median_total"], r["median_rollout"], r["peak_rss_gib"])
         assert r["steps"][0]["generated_tokens"] > 0
     assert res["versions"]["trl"] and res["commit"] and res["repeats"] == 1
+    assert res["config"]["episodes"] == 4 and res["seed"] == 0  # how to regenerate the line
 
 
 def test_bench_rollout_tiny(tmp_path, tiny_model_dir, cooking_games):
@@ -46,7 +47,42 @@ def test_bench_rollout_tiny(tmp_path, tiny_model_dir, cooking_games):
                                           *TINY_WORKLOAD], tmp_path / "rollout.jsonl")
     assert positive(res["speedup_vs_sequential"], res["speedup_vs_reencode"], res["gen_speedup_vs_sequential"],
                     res["gen_speedup_vs_reencode"], res["peak_rss_gib"])
+    assert res["config"]["max_turns"] == 2 and res["seed"] == "per repeat"
     for m in ("batched", "sequential", "reencode"):
         assert len(res[m]["runs"]) == 1 and positive(res[m]["median_tokens_per_s"], res[m]["runs"][0]["tokens"])
     # the three methods played the same episodes: as many episodes, each for at least one turn
     assert all(res[m]["runs"][0]["turns"] >= res["episodes"] for m in ("batched", "sequential", "reencode"))
+
+
+def test_bench_update_speed_tiny(tmp_path, tiny_model_dir):
+    res = run_script("bench_update_speed.py", ["--model", tiny_model_dir, "--lengths", "40,31,22,12",
+                                               "--policy-tokens", "8,6,5,3", "--minibatch", "2", "--repeats", "1",
+                                               "--threads", "1"], tmp_path / "update.jsonl")
+    assert positive(res["speedup"], res["padded"]["median_seconds"], res["cut"]["median_seconds"])
+    assert res["padded_tokens"] == 4 * 40 and res["tokens"] == 40 + 31 + 22 + 12
+    # the two layouts computed the same minibatch losses: cutting the padding changes the work, not the numbers
+    assert len(res["cut"]["runs"][0]["losses"]) == 2 and res["max_loss_difference"] < 1e-4
+    assert res["config"]["minibatch"] == 2 and res["seed"] == 0
+
+
+def test_readme_benchmark_tables_are_rendered_from_the_results_files():
+    """README's benchmark tables are benchmarks/report.py's output on the committed results (no number typed by
+    hand); after a new benchmark line, `python benchmarks/report.py --write`."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("report", ROOT / "benchmarks" / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    block = report.readme_block()
+    assert "| rollout, s |" in block and "vLLM / HF" in block  # the results files were read
+    assert block in (ROOT / "README.md").read_text(), "README's benchmark tables are stale: python " \
+        "benchmarks/report.py --write"
+
+
+def test_bench_env_step_tiny(tmp_path):
+    res = run_script("bench_env_step.py", ["--families", "bandit,frozenlake,sokoban", "--games", "2", "--turns", "3"],
+                     tmp_path / "env.jsonl")
+    assert list(res["families"]) == ["bandit", "frozenlake", "sokoban"]
+    for r in res["families"].values():
+        assert r["games"] == 2 and r["steps"] >= 2 and positive(r["step_ms_median"], r["reset_ms_median"])
+    assert res["config"]["turns"] == 3 and res["seed"] == 0

