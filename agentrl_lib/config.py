@@ -38,10 +38,12 @@ ACTION_FORMATS = ("plain", "ragen")
 """EnvConfig.action_format values (prompts.ACTION_FORMATS, kept here so config imports no env module)."""
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 TIS_MODES = ("auto", "on", "off")
+OLD_LOGPROBS = ("recompute", "behaviour")
 LOSS_AGGS = ("token_mean", "seq_mean_token_sum_norm")
 """algo.loss_agg's values (losses.LOSS_AGGS, repeated here so that `import agentrl_lib.config` stays free of torch)."""
 CHOICES = {"reward.kind": REWARDS, "env.action_format": ACTION_FORMATS, "algo.tis": TIS_MODES,
-           "model.dtype": DTYPES, "algo.loss_agg": LOSS_AGGS}
+           "model.dtype": DTYPES, "algo.loss_agg": LOSS_AGGS,
+           "algo.old_logprobs": OLD_LOGPROBS}
 """Fields that take one of a closed set of values (`section.field` → values): the CLI offers them as choices.
 algo.advantage's and model.generator's sets are registries: see `choices_for`."""
 DEVICE_PATTERN = r"auto|(cpu|cuda|mps)(:\d+)?"
@@ -165,6 +167,13 @@ class AlgoConfig:
     """Truncated importance sampling between the rollout's and the trainer's log-probs (Yao et al. 2025): 'on', 'off',
     or 'auto' (on when the policy runs in bf16/fp16, where the two differ; off in fp32 on a CPU, where they agree to
     ~1e-6)."""
+    old_logprobs: str = "recompute"
+    """Where π_old, the denominator of the clipped ratio, comes from: 'recompute' (a no-grad forward of the trainer
+    over the rollout batch before the update: the first ratio is exactly 1 whatever the rollout's kernels or
+    precision; verl's and TRL's default) or 'behaviour' (the log-probs the rollout sampled with, the behaviour
+    policy's: no such forward, GRPO updates 1.37x faster in benchmarks/bench_update_speed.py; equal to 'recompute'
+    up to the rollout/trainer mismatch, ~1e-6 with the HF backend in fp32 on a CPU, larger in bf16 or with vLLM).
+    A critic ('gae') still needs the forward for its values."""
     tis_cap: float = 2.0
     """C of truncated importance sampling, w = min(pi_old / pi_rollout, C), > 0; 1.5-5 (Yao et al. 2025 use 2)."""
     entropy_coef: float = 0.001
@@ -241,6 +250,12 @@ class AlgoConfig:
             raise ConfigError(f"algo.loss_agg must be one of {LOSS_AGGS} (got {self.loss_agg!r})")
         if self.tis not in ("auto", "on", "off"):
             raise ConfigError(f"algo.tis must be 'auto', 'on' or 'off' (got {self.tis!r})")
+        if self.old_logprobs not in OLD_LOGPROBS:
+            raise ConfigError(f"algo.old_logprobs must be one of {OLD_LOGPROBS} (got {self.old_logprobs!r})")
+        if self.old_logprobs == "behaviour" and self.tis == "on":
+            raise ConfigError("algo.tis 'on' corrects π_old (the trainer's) for the rollout's log-probs, and "
+                              "algo.old_logprobs 'behaviour' makes π_old the rollout's: the weights would all be 1. "
+                              "Use --old-logprobs recompute with TIS, or --tis off")
         if not self.tis_cap > 0:
             raise ConfigError(f"algo.tis_cap must be > 0 (got {self.tis_cap}); Yao et al. 2025 use 2")
         for name, why in [("kl_coef", "0 disables the KL term; the paper uses 0.001-0.01"),

@@ -295,7 +295,8 @@ class Trainer:
                 self.ref = (load_reference(config.model.name, mc.device, mc.dtype) if state is not None
                             else frozen_reference(self.policy))
         policy_dtype = next(self.policy.parameters()).dtype
-        self.use_tis = config.algo.tis == "on" or (config.algo.tis == "auto" and policy_dtype != torch.float32)
+        self.use_tis = config.algo.tis == "on" or (config.algo.tis == "auto" and policy_dtype != torch.float32
+                                                    and config.algo.old_logprobs == "recompute")
         groups = [{"params": [p for p in self.policy.parameters() if p.requires_grad], "lr": config.train.lr}]
         if self.value_head is not None:
             groups.append({"params": list(self.value_head.parameters()), "lr": config.train.value_lr})
@@ -491,16 +492,24 @@ class Trainer:
         """π_old (and V_old) from the training forward: the ratio of the first minibatch starts at exactly 1, whatever
         kernels or precision the rollout used; the rollout's own log-probs are the behaviour policy (their gap is
         logged, and weights the loss with truncated IS when TIS is on). Then π_ref when kl_coef > 0.
+        With algo.old_logprobs 'behaviour' π_old is the rollout's log-probs and, without a critic, no forward runs
+        (logprob_mismatch is then not logged: nothing was recomputed to compare).
 
         Returns: (token_forward output: logprobs [, values], ref log-probs or None, TIS weights or None, metrics).
         """
         cfg, mask, m = self.cfg, batch["mask"], {}
         self.policy.train()  # dropout is off (disable_dropout): train mode only switches on gradient checkpointing
-        old = self._no_grad_forward(self.policy, batch, self.value_head)
-        gap = (old["logprobs"] - batch["behaviour_logprobs"]).abs() * mask
-        m["logprob_mismatch"] = gap.max().item()
-        m["logprob_mismatch_mean"] = (gap.sum() / mask.sum().clamp(min=1)).item()
         m["sampler_gap"] = rstats.sampler_gap
+        behaviour = cfg.algo.old_logprobs == "behaviour"
+        if behaviour and not self.estimator.needs_critic:  # π_old is the behaviour policy: no forward at all
+            old = {"logprobs": batch["behaviour_logprobs"]}
+        else:
+            old = self._no_grad_forward(self.policy, batch, self.value_head)
+            gap = (old["logprobs"] - batch["behaviour_logprobs"]).abs() * mask
+            m["logprob_mismatch"] = gap.max().item()
+            m["logprob_mismatch_mean"] = (gap.sum() / mask.sum().clamp(min=1)).item()
+            if behaviour:  # the forward ran for the critic's values only
+                old["logprobs"] = batch["behaviour_logprobs"]
         is_w = None
         if self.use_tis:
             is_w = truncated_is_weights(old["logprobs"], batch["behaviour_logprobs"], mask, cfg.algo.tis_cap)

@@ -1,14 +1,18 @@
 """Time of the update stage of one RL step — the no-grad π_old (and V_old) forward over the rollout batch, then one
-epoch of minibatch gradient steps — in two layouts, on the same batch, weights and minibatches:
+epoch of minibatch gradient steps — in two or three layouts, on the same batch, weights and minibatches:
 
 - padded: every forward padded to the rollout batch's longest episode (one token_forward over the batch; each
   minibatch's rows at the batch's full width): the trainer's layout before this benchmark's change.
 - cut:    the trainer's layout (trainer.forward_in_chunks for the no-grad pass: rows of similar length together, each
   chunk cut to its longest row; each minibatch cut to its own longest row by accumulate_microbatches): the same
   numbers up to float rounding (tests/test_microbatch.py), no work on padding.
+- behaviour (GRPO only; `--layouts padded,cut,behaviour`): cut, with algo.old_logprobs 'behaviour': π_old is the
+  rollout's log-probs, so no no-grad pass runs (here the cut layout's π_old stands in for the rollout's; a critic
+  would still need the pass for its values).
 
     python benchmarks/bench_update_speed.py [--model embedded] [--lengths L1,L2,...] [--policy-tokens P1,P2,...]
-        [--algo ppo] [--minibatch 4] [--repeats 3] [--threads 2] [--machine TEXT] [--out results/update_speed.jsonl]
+        [--algo ppo] [--layouts padded,cut] [--minibatch 4] [--repeats 3] [--threads 2] [--machine TEXT]
+        [--out results/update_speed.jsonl]
 
 The default lengths are a real rollout batch's: configs/cooking.yaml (4 games × group 4, ≤ 8 turns × ≤ 24 tokens)
 from the 16-walkthrough SFT model, step 0 of seed 0 (tokens per episode and policy tokens per episode as the trainer
@@ -60,6 +64,7 @@ def main() -> None:
     p.add_argument("--policy-tokens", default=COOKING_POLICY_TOKENS, help="policy tokens of each episode")
     p.add_argument("--algo", default="ppo", choices=["ppo", "grpo"], help="ppo: with the value head (V_old, value "
                    "loss); grpo: without")
+    p.add_argument("--layouts", default="padded,cut", help="comma-separated, of padded, cut, behaviour (grpo)")
     p.add_argument("--minibatch", type=int, default=4, help="episodes per gradient step (train.minibatch_size)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
@@ -76,6 +81,11 @@ def main() -> None:
     from agentrl_lib.policy import ValueHead, token_forward
     from agentrl_lib.trainer import accumulate_microbatches, forward_in_chunks, minibatch_loss
 
+    layouts = tuple(a.layouts.split(","))
+    if not set(layouts) <= {"padded", "cut", "behaviour"} or "cut" not in layouts:
+        raise SystemExit(f"--layouts must list cut and any of padded, behaviour (got {a.layouts})")
+    if "behaviour" in layouts and a.algo != "grpo":
+        raise SystemExit("--layouts behaviour needs --algo grpo: with a critic the no-grad pass runs for its values")
     torch.set_num_threads(a.threads)
     lengths = [int(x) for x in a.lengths.split(",")]
     policy_tokens = [int(x) for x in a.policy_tokens.split(",")]
@@ -108,8 +118,10 @@ def main() -> None:
         with torch.no_grad():
             if layout == "padded":
                 old = token_forward(policy, ids, attn, mask, temp, head)
-            else:
+            elif layout == "cut":
                 old = forward_in_chunks(policy, ids, attn, mask, temp, head, a.minibatch * int(attn.sum(1).max()))
+            else:  # behaviour: the rollout's log-probs, no pass
+                old = behaviour_logprobs
         t1 = time.perf_counter()
         losses = []
         for idx in minibatches:
@@ -128,7 +140,8 @@ def main() -> None:
         return {"seconds": round(t2 - t0, 3), "no_grad_seconds": round(t1 - t0, 3),
                 "minibatch_seconds": round(t2 - t1, 3), "losses": [round(x, 6) for x in losses]}
 
-    layouts = ("padded", "cut")
+    with torch.no_grad():  # what the rollout would have sampled with: π at the starting weights
+        behaviour_logprobs = forward_in_chunks(policy, ids, attn, mask, temp, None, a.minibatch * T)
     runs = {k: [] for k in layouts}
     update("cut")  # warm-up: first-call allocations
     for r in range(a.repeats):
@@ -147,13 +160,18 @@ def main() -> None:
                         "median_no_grad_seconds": statistics.median(x["no_grad_seconds"] for x in runs[name]),
                         "median_minibatch_seconds": statistics.median(x["minibatch_seconds"] for x in runs[name]),
                         "tokens_per_s": round(tokens / med, 1)}
-    drift = max(abs(x - y) for x, y in zip(runs["padded"][0]["losses"], runs["cut"][0]["losses"]))
+    drift = max(abs(x - y) for name in layouts for x, y in zip(runs[name][0]["losses"], runs["cut"][0]["losses"]))
     result["max_loss_difference"] = drift
-    result["speedup"] = round(result["padded"]["median_seconds"] / result["cut"]["median_seconds"], 2)
-    print(f"{B} episodes, {tokens} tokens ({B * T} padded to the longest), {a.algo}, minibatch {a.minibatch}: "
-          f"padded {result['padded']['median_seconds']:.1f} s, cut {result['cut']['median_seconds']:.1f} s "
-          f"(median of {a.repeats}): cut is {result['speedup']}x faster; update tokens/s "
-          f"{result['padded']['tokens_per_s']} -> {result['cut']['tokens_per_s']}; largest loss difference {drift:.1e}")
+    print(f"{B} episodes, {tokens} tokens ({B * T} padded to the longest), {a.algo}, minibatch {a.minibatch}, "
+          f"medians of {a.repeats}; largest loss difference between layouts {drift:.1e}")
+    for name in layouts:
+        if name != "padded" and "padded" in layouts:
+            result[name]["speedup_vs_padded"] = round(result["padded"]["median_seconds"] /
+                                                      result[name]["median_seconds"], 2)
+        print(f"  {name:9s} {result[name]['median_seconds']:6.1f} s  {result[name]['tokens_per_s']:6.1f} tokens/s"
+              + (f"  {result[name]['speedup_vs_padded']}x padded" if "speedup_vs_padded" in result[name] else ""))
+    if "padded" in layouts:
+        result["speedup"] = result["cut"]["speedup_vs_padded"]
     write_result(a.out, result, a, seed=0)
 
 

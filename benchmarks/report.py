@@ -28,6 +28,14 @@ def newest(name: str) -> dict | None:
     return json.loads(lines[-1]) if lines else None
 
 
+def newest_per(name: str, key: str) -> list[dict]:
+    """The last line of results/NAME.jsonl for each value of `key` (in order of first appearance)."""
+    path = RESULTS / f"{name}.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    last = {r.get(key): r for r in rows}
+    return list(last.values())
+
+
 def where(r: dict) -> str:
     """'device, date, commit abc12345' of one results line."""
     date = (r.get("date") or "")[:10]
@@ -86,16 +94,20 @@ def update_speed_table(r: dict) -> str:
     n_runs = len(r["cut"]["runs"])
     out = [f"The update stage of one {r['algo'].upper()} step on a real rollout batch's lengths ({r['episodes']} "
            f"episodes, {r['tokens']} tokens, {r['padded_tokens']} padded to the longest; minibatches of "
-           f"{r['minibatch']}), medians of {n_runs}, the two layouts alternating; {where(r)}.", "",
+           f"{r['minibatch']}), medians of {n_runs}, the layouts alternating; {where(r)}.", "",
            "| layout | update, s | of which no-grad π_old/V_old, s | tokens / s | speed-up |", "|---|---|---|---|---|"]
     for name, label in (("padded", "every forward padded to the batch's longest episode (before)"),
-                        ("cut", "chunks and minibatches cut to their longest row (`forward_in_chunks`)")):
+                        ("cut", "chunks and minibatches cut to their longest row (`forward_in_chunks`)"),
+                        ("behaviour", "cut, and π_old the rollout's log-probs (`--old-logprobs behaviour`): no "
+                                      "no-grad pass")):
+        if name not in r:
+            continue
         x = r[name]
-        sp = "—" if name == "padded" else f"**{r['speedup']:.2f}×**"
+        sp = "—" if name == "padded" else f"**{r['padded']['median_seconds'] / x['median_seconds']:.2f}×**"
         out.append(f"| {label} | {x['median_seconds']:.1f} | {x['median_no_grad_seconds']:.1f} | "
                    f"{x['tokens_per_s']:.0f} | {sp} |")
     out.append("")
-    out.append(f"Largest difference between the two layouts' minibatch losses: {r['max_loss_difference']:.1e}.")
+    out.append(f"Largest difference between the layouts' minibatch losses: {r['max_loss_difference']:.1e}.")
     return "\n".join(out) + "\n"
 
 
@@ -136,7 +148,7 @@ def env_step_table(r: dict) -> str:
 SECTIONS = [  # (results file, title, renderer, the script that writes it)
     ("rl_step_vs_trl", "An RL step against TRL", rl_step_table, "bench_rl_step_vs_trl.py"),
     ("rollout_speed", "The batched multi-turn rollout against simpler loops", rollout_table, "bench_rollout.py"),
-    ("update_speed", "The update: padding cut", update_speed_table, "bench_update_speed.py"),
+    ("update_speed", "The update: padding cut, π_old from the rollout", update_speed_table, "bench_update_speed.py"),
     ("bench_update_memory", "The update: memory", update_memory_table, "bench_update_memory.py"),
     ("vllm_vs_hf", "vLLM against HF generation", vllm_table, "bench_vllm_vs_hf.py"),
     ("env_step", "Env step time of each family", env_step_table, "bench_env_step.py"),
@@ -144,13 +156,13 @@ SECTIONS = [  # (results file, title, renderer, the script that writes it)
 
 
 def benchmark_tables() -> str:
-    """Markdown: one titled table per results file present (SECTIONS order), each naming its machine and commit."""
+    """Markdown: one titled table per results file present (SECTIONS order; update_speed: one per algorithm), each
+    naming its machine and commit."""
     parts = []
     for name, title, render, script in SECTIONS:
-        r = newest(name)
-        if r is None:
-            continue
-        parts.append(f"#### {title}\n\n`results/{name}.jsonl` (`benchmarks/{script}`). {render(r)}")
+        lines = newest_per(name, "algo") if name == "update_speed" else [newest(name)]  # one table per algorithm
+        for r in filter(None, lines):
+            parts.append(f"#### {title}\n\n`results/{name}.jsonl` (`benchmarks/{script}`). {render(r)}")
     return "\n".join(parts)
 
 

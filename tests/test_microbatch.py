@@ -24,12 +24,13 @@ def test_microbatches_partition_the_rows_within_the_budget():
         TrainConfig(max_tokens_per_microbatch=-1).validate()
 
 
-def _gradients(algo: str, budget: int, tiny_model_dir, tmp_path, name: str) -> tuple[dict, dict, list]:
+def _gradients(algo: str, budget: int, tiny_model_dir, tmp_path, name: str, **algo_fields) -> tuple[dict, dict, list]:
     """One RL step on the scripted game; the gradients the optimizer was about to apply, the metrics row, and the
     micro-batches cut."""
     games = _scripted_games(tmp_path / "games")
+    algo_fields = {"kl_coef": 0.01, **algo_fields}
     cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2), reward=RewardConfig(kind="dense"),
-                    algo=AlgoConfig.from_preset(algo, group_size=4, kl_coef=0.01), model=ModelConfig(device="cpu"),
+                    algo=AlgoConfig.from_preset(algo, group_size=4, **algo_fields), model=ModelConfig(device="cpu"),
                     train=TrainConfig(steps=1, games_per_step=2, minibatch_size=8, lr=1e-3, max_new_tokens=6,
                                       temperature=1.0, seed=1, max_tokens_per_microbatch=budget))
     trainer = Trainer(cfg, tmp_path / name, init=tiny_model_dir, pool=SerialPool(8, factory=ParityEnv),
@@ -135,3 +136,43 @@ def test_rows_cut_to_their_longest_give_the_padded_update(tiny_model_dir, monkey
                                                      for x in a)))
     loss_short, g_short = grads_of(cut)
     assert loss_short != pytest.approx(loss_pad, rel=1e-5) or _max_rel_diff(g_short, g_pad) > 1e-3
+
+
+def test_old_logprobs_from_the_behaviour_policy_skip_the_forward_and_give_the_same_update(tiny_model_dir, tmp_path,
+                                                                                          monkeypatch):
+    """algo.old_logprobs 'behaviour': π_old is the rollout's log-probs, no no-grad forward runs (GRPO: nothing else
+    needs it; a critic still does, for its values), and in fp32 on a CPU the update is the recomputed one's. Negative
+    control: behaviour log-probs shifted by one token are not π_old, and the gradient shows it."""
+    calls: list[bool] = []
+    real_forward = trainer_mod.token_forward
+
+    def spy(*a, **k):
+        calls.append(torch.is_grad_enabled())
+        return real_forward(*a, **k)
+
+    monkeypatch.setattr(trainer_mod, "token_forward", spy)
+    recomputed, row_r, _ = _gradients("grpo", 0, tiny_model_dir, tmp_path, "recompute", kl_coef=0.0)
+    assert calls.count(False) >= 1 and "logprob_mismatch" in row_r
+    calls.clear()
+    behaviour, row_b, _ = _gradients("grpo", 0, tiny_model_dir, tmp_path, "behaviour", kl_coef=0.0,
+                                     old_logprobs="behaviour")
+    assert calls and calls.count(False) == 0, "a no-grad forward ran although π_old came from the rollout"
+    assert _max_rel_diff(behaviour, recomputed) < 1e-3
+    assert row_b["ratio_mean"] == pytest.approx(1.0, abs=1e-4) and row_b["clip_frac"] == 0.0
+    calls.clear()
+    _gradients("ppo", 0, tiny_model_dir, tmp_path, "behaviour-ppo", old_logprobs="behaviour")
+    assert calls.count(False) >= 1, "the critic's values need the no-grad forward"
+    with pytest.raises(ConfigError, match="old_logprobs"):
+        AlgoConfig(old_logprobs="behaviour", tis="on").validate()
+
+    # negative control: the rollout's log-probs one token off
+    real_collate = trainer_mod.collate
+
+    def shifted(*a, **k):
+        batch = real_collate(*a, **k)
+        batch["behaviour_logprobs"] = torch.roll(batch["behaviour_logprobs"], 1, dims=1)
+        return batch
+
+    monkeypatch.setattr(trainer_mod, "collate", shifted)
+    wrong, _, _ = _gradients("grpo", 0, tiny_model_dir, tmp_path, "shifted", kl_coef=0.0, old_logprobs="behaviour")
+    assert _max_rel_diff(wrong, recomputed) > 1e-2
