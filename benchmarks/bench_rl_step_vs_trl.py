@@ -50,6 +50,7 @@ def run_config(a):
         env=EnvConfig(games=a.games, max_turns=a.max_turns),
         reward=RewardConfig(kind="sparse", format_penalty=0.1),
         algo=AlgoConfig.from_preset("grpo", group_size=a.group_size, clip_low=0.2, clip_high=0.28, kl_coef=0.0,
+                                    old_logprobs=a.old_logprobs,
                                     entropy_coef=0.001),
         model=ModelConfig(name=a.model, device="cpu", dtype="float32"),
         train=TrainConfig(steps=a.warmup + a.repeats, games_per_step=a.episodes // a.group_size, epochs=1,
@@ -201,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first (>= 0)")
     p.add_argument("--repeats", type=int, default=3, help="timed steps (>= 1)")
     p.add_argument("--threads", type=int, default=2, help="torch threads per side (0: torch's own)")
+    p.add_argument("--old-logprobs", default="recompute", choices=["recompute", "behaviour"],
+                   help="agentrl's algo.old_logprobs: behaviour takes π_old from the rollout (no no-grad forward); "
+                   "TRL's side recomputes it either way (steps_per_generation > gradient_accumulation_steps)")
     p.add_argument("--sides", default="ours,trl", help="comma-separated, run in this order")
     p.add_argument("--machine", default="", help='how the results name this machine, e.g. "2-core shared CPU"')
     p.add_argument("--out", help="append one JSON line here (e.g. results/rl_step_vs_trl.jsonl)")
@@ -232,6 +236,7 @@ def run_sides(a, games: str) -> dict:
               "game_names": a.game_names, "episodes": a.episodes,
               "group_size": a.group_size, "max_turns": a.max_turns, "new_tokens": a.new_tokens,
               "minibatch": a.minibatch, "warmup": a.warmup, "repeats": a.repeats, "dtype": "float32",
+              "old_logprobs": a.old_logprobs,
               **machine_info(a.machine), "omp_wait_policy": env["OMP_WAIT_POLICY"]}
     forwarded = [f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items()
                  if k not in ("games", "game_names", "sides", "machine", "out", "_side")] + [f"--games={games}"]

@@ -62,9 +62,11 @@ def rl_step_table(r: dict) -> str:
 
     rows = [("rollout, s", "rollout"), ("update, s (π_old forward + minibatch steps)", "update"),
             ("step, s", "total")]
+    pi_old = ", agentrl's π_old from the rollout (`--old-logprobs behaviour`)" \
+        if r.get("old_logprobs") == "behaviour" else ""
     out = [f"One GRPO step of {r['episodes']} episodes ({r['episodes'] // r['group_size']} games × "
            f"{r['group_size']}, ≤ {r['max_turns']} turns × ≤ {r['new_tokens']} tokens, minibatches of "
-           f"{r['minibatch']}); update and step: medians of the {len(ours)} agentrl step(s) that updated"
+           f"{r['minibatch']}{pi_old}); update and step: medians of the {len(ours)} agentrl step(s) that updated"
            + (f" ({n_skipped} skipped: every group agreed)" if n_skipped else "")
            + f" and of {len(trl)} TRL steps, rollout: of every step; {where(r)}, load {r['ours'].get('load_before', '?')}–"
            f"{r['trl'].get('load_after', '?')}.", "",
@@ -155,14 +157,16 @@ SECTIONS = [  # (results file, title, renderer, the script that writes it)
 ]
 
 
-def benchmark_tables() -> str:
-    """Markdown: one titled table per results file present (SECTIONS order; update_speed: one per algorithm), each
-    naming its machine and commit."""
+def benchmark_tables(level: int = 3) -> str:
+    """Markdown: one titled table per results file present (SECTIONS order; update_speed: one per algorithm,
+    rl_step_vs_trl: one per agentrl π_old source), each naming its machine and commit; titles are headings of
+    `level` (README: 3, under its "## Benchmarks"; the book's page: 2, under its title)."""
     parts = []
     for name, title, render, script in SECTIONS:
-        lines = newest_per(name, "algo") if name == "update_speed" else [newest(name)]  # one table per algorithm
+        per = {"update_speed": "algo", "rl_step_vs_trl": "old_logprobs"}.get(name)  # one table per algo / π_old
+        lines = newest_per(name, per) if per else [newest(name)]
         for r in filter(None, lines):
-            parts.append(f"#### {title}\n\n`results/{name}.jsonl` (`benchmarks/{script}`). {render(r)}")
+            parts.append(f"{'#' * level} {title}\n\n`results/{name}.jsonl` (`benchmarks/{script}`). {render(r)}")
     return "\n".join(parts)
 
 

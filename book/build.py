@@ -197,7 +197,7 @@ repeats; each table names its machine, date and commit). The tables are rendered
 tables as in the README, which a test keeps current); the README's "Benchmarks" section has the commands that
 regenerate each file. No GPU was lent to this project's machine when these ran: every number is a CPU's.
 
-{_import_script("benchmarks/report.py").benchmark_tables()}
+{_import_script("benchmarks/report.py").benchmark_tables(level=2)}
 """
     return {"findings": findings, "benchmarks": benchmarks, "glossary": glossary}
 
