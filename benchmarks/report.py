@@ -60,7 +60,7 @@ def rl_step_table(r: dict) -> str:
     def med(steps, key):
         return statistics.median(s[key] for s in steps)
 
-    rows = [("rollout, s", "rollout"), ("update, s (π_old forward + minibatch steps)", "update"),
+    rows = [("rollout, s", "rollout"), ("update, s (π_old forward if any, advantages, minibatch steps)", "update"),
             ("step, s", "total")]
     pi_old = ", agentrl's π_old from the rollout (`--old-logprobs behaviour`)" \
         if r.get("old_logprobs") == "behaviour" else ""
@@ -166,7 +166,10 @@ def benchmark_tables(level: int = 3) -> str:
         per = {"update_speed": "algo", "rl_step_vs_trl": "old_logprobs"}.get(name)  # one table per algo / π_old
         lines = newest_per(name, per) if per else [newest(name)]
         for r in filter(None, lines):
-            parts.append(f"{'#' * level} {title}\n\n`results/{name}.jsonl` (`benchmarks/{script}`). {render(r)}")
+            variant = {"ppo": "PPO", "grpo": "GRPO", "behaviour": "agentrl's π_old from the rollout"}.get(
+                r.get(per) if per else None)
+            heading = f"{title} ({variant})" if variant else title
+            parts.append(f"{'#' * level} {heading}\n\n`results/{name}.jsonl` (`benchmarks/{script}`). {render(r)}")
     return "\n".join(parts)
 
 

@@ -114,7 +114,7 @@ def test_rows_cut_to_their_longest_give_the_padded_update(tiny_model_dir, monkey
     def grads_of(loss_fn) -> tuple[float, dict]:
         policy.zero_grad(set_to_none=True)
         loss = loss_fn()
-        return float(loss), {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
+        return loss.item(), {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
 
     def padded():  # the rows as the rollout batch holds them: 40 columns
         loss, _ = trainer_mod.minibatch_loss(policy, None, b["input_ids"], b["attention_mask"], b["mask"], b["old"],
