@@ -104,15 +104,14 @@ def main() -> None:
     if a.out:
         import platform
 
+        from benchutil import write_result
+
         from agentrl_lib.paths import git_commit
 
         line = {"bench": "update_memory", "model": a.model, "lengths": lengths, "budget": a.budget,
                 "repeats": a.repeats, "commit": git_commit(), "machine": platform.platform(),
-                "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "settings": res,
-                "config": {k: v for k, v in vars(a).items() if k != "out" and not k.startswith("_")},
-                "seed": 0}  # torch.manual_seed(0): the same ids, value head and layout in every setting
-        with open(a.out, "a") as f:
-            f.write(json.dumps(line) + "\n")
+                "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "settings": res}
+        write_result(a.out, line, a, seed=0)  # torch.manual_seed(0): the same ids, head and layout in every setting
 
 
 if __name__ == "__main__":

@@ -19,17 +19,9 @@ RESULTS = ROOT / "results"
 START, END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
 
 
-def newest(name: str) -> dict | None:
-    """The last JSON line of results/NAME.jsonl, or None when the file is absent or empty."""
-    path = RESULTS / f"{name}.jsonl"
-    if not path.exists():
-        return None
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    return json.loads(lines[-1]) if lines else None
-
-
-def newest_per(name: str, key: str) -> list[dict]:
-    """The last line of results/NAME.jsonl for each value of `key` (in order of first appearance)."""
+def newest_per(name: str, key: str | None = None) -> list[dict]:
+    """The last line of results/NAME.jsonl for each value of `key` (in order of first appearance); key None: the
+    last line only. [] when the file is absent or empty."""
     path = RESULTS / f"{name}.jsonl"
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
     last = {r.get(key): r for r in rows}
@@ -164,8 +156,7 @@ def benchmark_tables(level: int = 3) -> str:
     parts = []
     for name, title, render, script in SECTIONS:
         per = {"update_speed": "algo", "rl_step_vs_trl": "old_logprobs"}.get(name)  # one table per algo / π_old
-        lines = newest_per(name, per) if per else [newest(name)]
-        for r in filter(None, lines):
+        for r in newest_per(name, per):
             variant = {"ppo": "PPO", "grpo": "GRPO", "behaviour": "agentrl's π_old from the rollout"}.get(
                 r.get(per) if per else None)
             heading = f"{title} ({variant})" if variant else title

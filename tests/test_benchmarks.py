@@ -86,3 +86,14 @@ def test_bench_env_step_tiny(tmp_path):
     for r in res["families"].values():
         assert r["games"] == 2 and r["steps"] >= 2 and positive(r["step_ms_median"], r["reset_ms_median"])
     assert res["config"]["turns"] == 3 and res["seed"] == 0
+
+
+def test_bench_update_memory_tiny(tmp_path, tiny_model_dir):
+    res = run_script("bench_update_memory.py", ["--model", tiny_model_dir, "--lengths", "40,20", "--budget", "40",
+                                                "--repeats", "1", "--settings", "plain,microbatch"],
+                     tmp_path / "memory.jsonl")
+    plain, micro = res["settings"]["plain"], res["settings"]["microbatch"]
+    assert set(res["settings"]) == {"plain", "microbatch"}
+    assert plain["microbatches"] == [[0, 1]] and micro["microbatches"] == [[0], [1]]  # the budget split the rows
+    assert positive(micro["peak_rss_gb"], plain["step_seconds_median"])
+    assert res["config"]["budget"] == 40 and res["seed"] == 0
