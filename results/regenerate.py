@@ -55,10 +55,21 @@ for _lvl, (_w, _o, _q) in LEVELS.items():
     GAMES[f"{_lvl}-heldout"] = [*_knobs, "--n", "64", "--seed", "100000"]
 
 SEEDS = (0, 1, 2)
-SFT_CANDIDATES = (10, 12, 14)
-"""Walkthroughs (1 epoch, batch 4, lr 5e-5) tried for the main sweep's start; piloted on 2 CPU cores on the validation
-games: 8 -> 0%, 12 -> 28%, 16 -> 69% (a step function of the optimizer steps)."""
-TARGET_SFT_SUCCESS = 0.30
+SFT_LR = 5e-5
+"""The SFT learning rate of every SFT model but the main sweep's candidates (1 epoch, batch 4)."""
+SFT_CANDIDATES = ((64, 6e-6), (64, 9e-6), (64, 1.2e-5), (64, 1.5e-5))
+"""(walkthroughs, learning rate) tried for the main sweep's RL start: all 64 training walkthroughs (16 optimizer
+steps) at a small learning rate. The first design (12 walkthroughs at 5e-5, 3 optimizer steps) sat on a cliff --
+10 -> 0%, 12 -> 28%, 14 -> 75% validation success -- and its RL runs were bimodal: the runs that won nothing in
+their first rollouts learned only to avoid the format penalty and collapsed (5 of 7). Sixteen small steps over four
+times the demonstrations move the model by about the same amount in finer increments."""
+TARGET_SFT_SUCCESS = 0.45
+"""Validation success aimed at (0.35-0.55): wins and losses inside most groups of 4 from the first rollouts on
+(P(a group of 4 all lost) = 0.55^4 = 9% at 45%), and room to improve."""
+PILOT = {"cells": [["algo=ppo", "reward.kind=dense"], ["algo=rloo", "reward.kind=dense"]], "seeds": (0, 1)}
+"""Two cells of the main sweep x 2 seeds, run first: their seed-to-seed spread of held-out success sets the number
+of seeds (a 95% interval of a difference between two cells of at most about +-15 points). They are ordinary records
+of the main sweep: `main` skips them."""
 SPLIT_BUDGET = 600
 """Units of the SFT:RL split: demonstrations x 10 + RL episodes (the paper: 60 demos + 400 episodes = 1000)."""
 SPLIT_DEMOS = (8, 12, 24, 36, 48)
@@ -137,18 +148,20 @@ def games(names) -> list[tuple[str, list[str]]]:
             for g in names if not (ROOT / "games" / g / "manifest.json").exists()]
 
 
-def sft_dir(games_name: str, demos: int, epochs: float, seed: int) -> str:
-    return f"runs/sft/{games_name}-d{demos}-e{epochs:g}-s{seed}"
+def sft_dir(games_name: str, demos: int, epochs: float, seed: int, lr: float = SFT_LR) -> str:
+    lr_part = "" if lr == SFT_LR else f"-lr{lr:g}"
+    return f"runs/sft/{games_name}-d{demos}-e{epochs:g}{lr_part}-s{seed}"
 
 
-def sft(games_name: str, demos: int, epochs: float, seed: int, *more_games: str) -> list[tuple[str, list[str]]]:
+def sft(games_name: str, demos: int, epochs: float, seed: int, *more_games: str, lr: float = SFT_LR
+        ) -> list[tuple[str, list[str]]]:
     """The `agentrl sft` job of one SFT model (none when it exists); `more_games`: game sets pooled with the first."""
-    out = sft_dir("+".join((games_name, *more_games)), demos, epochs, seed)
+    out = sft_dir("+".join((games_name, *more_games)), demos, epochs, seed, lr)
     if (ROOT / out / "sft_summary.json").exists():
         return []
     more = [x for g in more_games for x in ("--more-games", f"games/{g}")]
     return [(f"sft-{Path(out).name}", [*AGENTRL, "sft", "--games", f"games/{games_name}", *more, "--demos",
-                                       str(demos), "--epochs", f"{epochs:g}", "--lr", "5e-5", "--batch-size", "4",
+                                       str(demos), "--epochs", f"{epochs:g}", "--lr", f"{lr:g}", "--batch-size", "4",
                                        "--seed", str(seed), "--dtype", "float32", "--out", out])]
 
 
@@ -170,7 +183,7 @@ def stage_eval(model: str, games_name: str, max_turns: int, stage: str, **meta) 
 
 def collect_evals() -> int:
     """Append every finished runs/evals/*.json (with its meta) to results/stage_evals.jsonl once."""
-    path = ROOT / "results" / "stage_evals.jsonl"
+    path = RESULTS / "stage_evals.jsonl"
     have = {json.dumps([r["stage"], r["model"], r["games"]]) for r in map(json.loads, path.read_text().splitlines())
             } if path.exists() else set()
     sys.path.insert(0, str(ROOT))
@@ -199,65 +212,81 @@ def sweep(base: str, out: str, grid: list[str], seed: int, init: str, *extra: st
                    "--out", out, *extra])
 
 
+def candidate_name(demos: int, lr: float) -> str:
+    return f"{demos}@{lr:g}"
+
+
 def choose_sft(jobs: int) -> str:
-    """The main sweep's SFT start: the candidate whose VALIDATION success is nearest TARGET_SFT_SUCCESS (ties: fewer
-    demos); written to results/sft_choice.json with every candidate's numbers."""
-    choice = ROOT / "results" / "sft_choice.json"
+    """The main sweep's SFT start: the candidate whose VALIDATION success is nearest TARGET_SFT_SUCCESS (ties: the
+    smaller learning rate); written to RESULTS/sft_choice.json with every candidate's numbers."""
+    choice = RESULTS / "sft_choice.json"
     if choice.exists():  # chosen before: (re)make that SFT model if this machine lacks it, and use it
         chosen = json.loads(choice.read_text())
-        parallel(sft("cooking-train", chosen["chosen_demos"], 1.0, 0), jobs)
+        parallel(sft("cooking-train", chosen["chosen_demos"], 1.0, 0, lr=chosen.get("chosen_lr", SFT_LR)), jobs)
         return chosen["chosen"]
     if DRY_RUN:
-        return sft_dir("cooking-train", SFT_CANDIDATES[0], 1.0, 0) + "-OR-ANOTHER-CANDIDATE"
-    todo = [j for d in SFT_CANDIDATES for j in sft("cooking-train", d, 1.0, 0)]
+        return sft_dir("cooking-train", *SFT_CANDIDATES[0][:1], 1.0, 0, SFT_CANDIDATES[0][1]) + "-OR-ANOTHER-CANDIDATE"
+    todo = [j for d, lr in SFT_CANDIDATES for j in sft("cooking-train", d, 1.0, 0, lr=lr)]
     parallel(todo, jobs)
-    evals = [j for d in SFT_CANDIDATES for j in stage_eval(sft_dir("cooking-train", d, 1.0, 0), "cooking-valid", 8,
-                                                           "sft-candidate", demos=d, epochs=1.0, seed=0)]
+    evals = [j for d, lr in SFT_CANDIDATES
+             for j in stage_eval(sft_dir("cooking-train", d, 1.0, 0, lr), "cooking-valid", 8, "sft-candidate",
+                                 demos=d, epochs=1.0, seed=0, lr=lr)]
     parallel(evals, jobs)
     cands = {}
-    for d in SFT_CANDIDATES:
-        res = json.loads((ROOT / "runs" / "evals" / f"sft-candidate-{Path(sft_dir('cooking-train', d, 1.0, 0)).name}"
+    for d, lr in SFT_CANDIDATES:
+        res = json.loads((ROOT / "runs" / "evals" / f"sft-candidate-{Path(sft_dir('cooking-train', d, 1.0, 0, lr)).name}"
                           f"-on-cooking-valid.json").read_text())
-        cands[d] = res["success_rate"]
-    best = min(SFT_CANDIDATES, key=lambda d: (abs(cands[d] - TARGET_SFT_SUCCESS), d))
-    chosen = sft_dir("cooking-train", best, 1.0, 0)
-    choice.write_text(json.dumps({"rule": f"validation success nearest {TARGET_SFT_SUCCESS} (ties: fewer demos)",
-                                  "validation_success": {str(k): v for k, v in cands.items()},
-                                  "chosen_demos": best, "chosen": chosen}, indent=1) + "\n")
-    log(f"SFT start: {best} walkthroughs (validation success {cands})")
+        cands[(d, lr)] = res["success_rate"]
+    best = min(SFT_CANDIDATES, key=lambda c: (abs(cands[c] - TARGET_SFT_SUCCESS), c[1], c[0]))
+    chosen = sft_dir("cooking-train", best[0], 1.0, 0, best[1])
+    choice.write_text(json.dumps({"rule": f"validation success nearest {TARGET_SFT_SUCCESS} (ties: smaller lr)",
+                                  "validation_games": "games/cooking-valid",
+                                  "validation_success": {candidate_name(*c): v for c, v in cands.items()},
+                                  "chosen_demos": best[0], "chosen_lr": best[1], "chosen": chosen}, indent=1) + "\n")
+    log(f"SFT start: {candidate_name(*best)} (validation success {cands})")
     return chosen
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("part", choices=["all", "main", "split", "complexity", "evals", "stability"])
+    p.add_argument("part", choices=["all", "pilot", "main", "split", "complexity", "evals", "stability"])
     p.add_argument("--jobs", type=int, default=1,
                    help="commands at once (1 on a laptop; 7 on a 16-core machine with an 80 GB GPU: one RL run of "
                         "configs/cooking.yaml holds ~9.5 GB of GPU memory, 8 at once ran out)")
     p.add_argument("--dry-run", action="store_true", help="print the commands that would run; run nothing")
+    p.add_argument("--results", default=str(ROOT / "results"),
+                   help="folder of the results files (default: this checkout's results/); a sweep run from a pinned "
+                        "worktree writes into the main checkout's (the appends are locked)")
     a = p.parse_args()
-    global ENV, DRY_RUN
+    global ENV, DRY_RUN, RESULTS
     DRY_RUN = a.dry_run
+    RESULTS = Path(a.results).resolve()
+    RESULTS.mkdir(parents=True, exist_ok=True)
     ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "TOKENIZERS_PARALLELISM": "false", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
            "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // a.jobs))}
     parts = ["main", "split", "complexity", "evals", "stability"] if a.part == "all" else [a.part]
     t0 = time.perf_counter()
-    parallel(games([*(GAMES if set(parts) - {"stability"} else ()), *OTHER_GAMES]), a.jobs)
+    need = [] if parts == ["stability"] else [g for g in GAMES if g.startswith("cooking")] if parts == ["pilot"] \
+        else list(GAMES)
+    parallel(games([*need, *(OTHER_GAMES if "stability" in parts else ())]), a.jobs)
     if not DRY_RUN:
         subprocess.run([*AGENTRL[:1], "-c", "from agentrl_lib.models import embedded_model_dir as e; e()"], cwd=ROOT,
                        env=ENV, check=True)  # convert the embedded model once, before parallel jobs load it
-    main_init = choose_sft(a.jobs) if {"main", "evals"} & set(parts) else None
+    main_init = choose_sft(a.jobs) if {"pilot", "main", "evals"} & set(parts) else None
     sfts, jobs, evals = [], [], []
+    if "pilot" in parts:
+        jobs += [sweep("configs/cooking.yaml", str(RESULTS / "algo_reward.jsonl"), cell, s, main_init)
+                 for s in PILOT["seeds"] for cell in PILOT["cells"]]
     if "main" in parts:
-        jobs += [sweep("configs/cooking.yaml", "results/algo_reward.jsonl", [f"algo={algo}", f"reward.kind={r}"],
+        jobs += [sweep("configs/cooking.yaml", str(RESULTS / "algo_reward.jsonl"), [f"algo={algo}", f"reward.kind={r}"],
                        s, main_init) for s in SEEDS for algo in ("ppo", "grpo", "rloo") for r in ("sparse", "dense")]
     if "split" in parts:
         for s in SPLIT_SEEDS:
             for d in SPLIT_DEMOS:
                 episodes = SPLIT_BUDGET - 10 * d
                 sfts += sft("cooking-train", d, 1.0, s)
-                jobs.append(sweep("configs/cooking.yaml", "results/sft_rl_split.jsonl",
+                jobs.append(sweep("configs/cooking.yaml", str(RESULTS / "sft_rl_split.jsonl"),
                                   [f"train.steps={episodes // SPLIT_EPISODES_PER_STEP}", "train.games_per_step=2"],
                                   s, sft_dir("cooking-train", d, 1.0, s), "--tag", f"sft.demos={d}",
                                   f"rl.episodes={episodes}", "--also-eval",
@@ -266,15 +295,19 @@ def main() -> None:
         for s in COMPLEXITY_SEEDS:
             for lvl in LEVELS:
                 sfts += sft(f"{lvl}-train", COMPLEXITY_SFT["demos"], COMPLEXITY_SFT["epochs"], s)
-                jobs.append(sweep("configs/custom.yaml", "results/complexity.jsonl", [f"env.games=games/{lvl}-train"],
+                jobs.append(sweep("configs/custom.yaml", str(RESULTS / "complexity.jsonl"), [f"env.games=games/{lvl}-train"],
                                   s, sft_dir(f"{lvl}-train", COMPLEXITY_SFT["demos"], COMPLEXITY_SFT["epochs"], s),
                                   "--eval-games", f"games/{lvl}-heldout", "--tag", f"level={lvl}"))
     if "evals" in parts:
         for g, turns in [("cooking-heldout", 8), ("cooking2-heldout", HARD_TURNS)]:
             evals += stage_eval("embedded", g, turns, "base")
-            for d in sorted({*SPLIT_DEMOS, *SFT_CANDIDATES}):
+            for d in SPLIT_DEMOS:
                 evals += stage_eval(sft_dir("cooking-train", d, 1.0, 0), g, turns, "sft", demos=d, epochs=1.0, seed=0)
                 sfts += sft("cooking-train", d, 1.0, 0)
+            if main_init:
+                chosen = json.loads((RESULTS / "sft_choice.json").read_text()) if not DRY_RUN else {}
+                evals += stage_eval(main_init, g, turns, "sft", demos=chosen.get("chosen_demos"), epochs=1.0, seed=0,
+                                    lr=chosen.get("chosen_lr"), main_start=True)
         for lvl in LEVELS:
             evals += stage_eval("embedded", f"{lvl}-heldout", 10, "base", level=lvl)
             for s in COMPLEXITY_SEEDS:
@@ -285,10 +318,10 @@ def main() -> None:
         sft_args = ("bandit-train", STABILITY_SFT["demos"], 1.0, STABILITY_SFT["seed"], "bandit-reversed-train")
         sfts += sft(*sft_args)
         init = sft_dir("+".join((sft_args[0], sft_args[4])), *sft_args[1:4])
-        jobs += [sweep("configs/bandit.yaml", "results/stability.jsonl", grid, s, init)
+        jobs += [sweep("configs/bandit.yaml", str(RESULTS / "stability.jsonl"), grid, s, init)
                  for grids in (STABILITY_SWEEPS, [STABILITY_LAST], [STABILITY_MORE]) for s in STABILITY_SEEDS
                  for grid in grids]
-        jobs.append(sweep("configs/bandit.yaml", "results/stability_long.jsonl", STABILITY_LONG, 0, init))
+        jobs.append(sweep("configs/bandit.yaml", str(RESULTS / "stability_long.jsonl"), STABILITY_LONG, 0, init))
     failed = parallel(list(dict(sfts).items()), a.jobs)
     failed += parallel(jobs + evals, a.jobs)
     if DRY_RUN:
@@ -300,5 +333,6 @@ def main() -> None:
 
 ENV: dict[str, str] = {}
 DRY_RUN = False
+RESULTS = ROOT / "results"
 if __name__ == "__main__":
     main()
