@@ -4,7 +4,8 @@
     accelerate launch --config_file configs/accelerate/gpu_1node.yaml --num_processes 4 -m agentrl_lib.cli train ...
 
 A process started without a launcher (no WORLD_SIZE > 1 in its environment) never builds an `Accelerator`:
-`data_parallel()` returns None and the trainer runs its single-process code unchanged.
+`data_parallel()` returns a `SingleProcess`, a stand-in with the same methods (shard, gather and sum return their
+input; backward is `loss.backward()`), so the trainer has one code path for one process and many.
 
 What is sharded, and why (W processes, rank r = 0 … W−1, one RL step):
 
@@ -66,10 +67,52 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0") or 0) == 0
 
 
-def data_parallel(device: str = "auto") -> "DataParallel | None":
+def data_parallel(device: str = "auto") -> "DataParallel | SingleProcess":
     """The job's DataParallel when this process was started by a launcher with WORLD_SIZE > 1
-    (`accelerate launch`, `torchrun`), else None (the single-process path: no accelerate, no process group)."""
-    return DataParallel(device) if world_size() > 1 else None
+    (`accelerate launch`, `torchrun`), else a SingleProcess (no accelerate, no process group)."""
+    return DataParallel(device) if world_size() > 1 else SingleProcess()
+
+
+class SingleProcess:
+    """The data-parallel interface for a job of one process: every collective returns its input, the rank's rows are
+    all rows, backward is `loss.backward()`. The trainer calls these methods unconditionally (DataParallel's
+    docstrings say what each does with several processes)."""
+
+    rank, world_size, is_main = 0, 1, True
+
+    def check_games_per_step(self, games_per_step: int) -> None:
+        pass
+
+    def shard_episodes(self, episode_games: list[str], group_ids: list[int], group_size: int
+                       ) -> tuple[list[str], list[int]]:
+        return episode_games, group_ids
+
+    def seed_rollout(self, base_seed: int) -> None:
+        pass
+
+    def gather_rollout(self, trajs: list, stats):
+        return trajs, stats
+
+    def rows(self, idx: torch.Tensor) -> torch.Tensor:
+        return idx
+
+    def gather_rows(self, local: torch.Tensor, n: int) -> torch.Tensor:
+        return local
+
+    def broadcast(self, t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def sum(self, values: list[float]) -> list[float]:
+        return list(values)
+
+    def barrier(self) -> None:
+        pass
+
+    def prepare(self, module: torch.nn.Module) -> torch.nn.Module:
+        return module
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
 
 
 class DataParallel:

@@ -66,7 +66,8 @@ class TokenModel(nn.Module):
     """The policy and its value head as one module whose forward is token_forward: what data-parallel training wraps
     in DistributedDataParallel (distributed.DataParallel.prepare). DDP all-reduces the gradients of a backward only
     after a forward through its wrapper, and token_forward calls the backbone and the output layer directly, so the
-    trainer's update forward goes through this module (a single process never builds one).
+    trainer's update forward goes through this module (in a single process, distributed.SingleProcess.prepare returns
+    it as it is).
 
     Args: policy (a causal LM, LoRA or not), value_head (ValueHead or None): kept as they are, not copied.
     """

@@ -30,6 +30,7 @@ Introduced in notebooks/00_quickstart.md §5.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import random
@@ -47,7 +48,7 @@ from .distributed import data_parallel
 from .envs.base import GameSet, check_env_errors, load_game_set
 from .envs.pool import EnvPool, open_pool
 from .generation import GENERATORS
-from .losses import explained_variance, kl_k3, masked_mean, policy_loss, truncated_is_weights, value_loss
+from .losses import explained_variance, masked_mean, truncated_is_weights
 from .metrics import complete_row
 from .models import (base_model, disable_dropout, enable_gradient_checkpointing, frozen_reference, is_adapter,
                      load_policy, load_reference)
@@ -55,147 +56,13 @@ from .policy import TokenModel, ValueHead, token_forward
 from .prompts import ChatFormat, system_prompt_for
 from .rewards import place_on_tokens, turn_rewards
 from .rollout import Trajectory, collate, rollout
+from .update import accumulate_microbatches, forward_in_chunks, select
 
 log = logging.getLogger(__name__)
 
 
 class DivergenceError(ValueError):
     """Training produced non-finite losses or gradients for train.max_nonfinite_steps steps in a row."""
-
-
-def minibatch_loss(policy, value_head: ValueHead | None, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   mask: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, algo: AlgoConfig,
-                   temperature: float, returns: torch.Tensor | None = None, old_values: torch.Tensor | None = None,
-                   ref_logprobs: torch.Tensor | None = None, is_weights: torch.Tensor | None = None,
-                   max_tokens: float | None = None, n_tokens: float | None = None, n_episodes: int | None = None,
-                   forward=None) -> tuple[torch.Tensor, dict[str, float]]:
-    """The loss of one minibatch, shared by every estimator:
-
-        L = clipped surrogate (dual clip, TIS weights) − c_H · entropy  [+ c_v · clipped value loss, with a critic]
-            [+ β · KL_k3(π_θ ‖ π_ref)]
-
-    Args:
-        input_ids, attention_mask: (B, T) long.  mask: (B, T) float, the policy tokens that train.
-        old_logprobs: (B, T) float32, π_old as the trainer computes it (see Trainer.step).
-        advantages: (B, T) float32.  returns, old_values: (B, T) float32 value targets and V_old, needed with a
-            value head (None without).
-        ref_logprobs: (B, T) float32 log-probs of the reference policy, or None (no KL term).
-        is_weights: (B, T) float32 truncated importance weights π_old / π_behaviour (losses.truncated_is_weights), or
-            None.
-        max_tokens: the most policy tokens an episode can have (max_turns × max_new_tokens), the constant of
-            algo.loss_agg 'seq_mean_token_sum_norm' (losses.LOSS_AGGS).
-        n_tokens, n_episodes: the denominators of every token mean (Σ mask) and of Dr. GRPO's B; None = this
-            minibatch's. A data-parallel rank passes the global minibatch's: its loss and metrics are then its share
-            L_r of the global ones, Σ_r L_r = L (agentrl_lib/distributed.py).
-        forward: called as forward(input_ids, attention_mask, mask, temperature, with_entropy=True) instead of
-            token_forward(policy, ..., value_head): data-parallel training passes its DDP-wrapped policy.TokenModel.
-    Returns: (loss, metrics: policy_loss (the surrogate alone), clip_frac, dual_clip_frac, approx_kl, ratio_mean,
-        entropy [, value_loss, value_clip_frac] [, kl_ref]).
-    """
-    if forward is None:
-        out = token_forward(policy, input_ids, attention_mask, mask, temperature, value_head, with_entropy=True)
-    else:
-        out = forward(input_ids, attention_mask, mask, temperature, with_entropy=True)
-    loss, pm = policy_loss(out["logprobs"], old_logprobs, advantages, mask, algo.clip_low, algo.clip_high,
-                           algo.dual_clip, is_weights, algo.loss_agg, max_tokens, n_tokens=n_tokens,
-                           n_episodes=n_episodes)
-    ent = masked_mean(out["entropy"], mask, n_tokens)
-    loss = loss - algo.entropy_coef * ent
-    pm["entropy"] = ent.item()
-    if value_head is not None:
-        vl, vm = value_loss(out["values"], old_values, returns, mask, algo.vf_clip, n_tokens)
-        loss = loss + algo.vf_coef * vl
-        pm.update(vm)
-    if ref_logprobs is not None:
-        kl = kl_k3(out["logprobs"], ref_logprobs, mask, n_tokens)
-        loss = loss + algo.kl_coef * kl
-        pm["kl_ref"] = kl.item()
-    return loss, pm
-
-
-def microbatches(lengths: list[int], max_tokens: int) -> list[list[int]]:
-    """Cut the rows of one minibatch into micro-batches of at most `max_tokens` padded tokens each (rows × the
-    micro-batch's longest row), longest rows first, so each micro-batch pads only to its own longest row.
-
-    Gradient accumulation over the micro-batches, with the whole minibatch's token and episode counts as the loss
-    denominators, gives the minibatch's gradient (see Trainer._loss_and_backward); only the peak memory changes.
-
-    Args:
-        lengths: the tokens of each row (its attention-mask sum), in minibatch order.
-        max_tokens: the budget (train.max_tokens_per_microbatch); <= 0: one micro-batch holding every row. A row
-            longer than the budget is a micro-batch of its own (a sequence is never cut).
-    Returns: lists of positions into `lengths`; every position exactly once.
-    """
-    if max_tokens <= 0:
-        return [list(range(len(lengths)))]
-    out: list[list[int]] = []
-    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        if out and (len(out[-1]) + 1) * lengths[out[-1][0]] <= max_tokens:
-            out[-1].append(i)
-        else:
-            out.append([i])
-    return out
-
-
-def forward_in_chunks(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor,
-                      temperature: float, value_head: ValueHead | None, max_tokens: int) -> dict[str, torch.Tensor]:
-    """policy.token_forward over a right-padded batch in chunks of rows of similar length (microbatches: longest rows
-    first, at most `max_tokens` padded tokens each), each chunk cut to its own longest row, the results scattered back
-    into (B, T): the padding that the batch's longest episode puts on shorter rows costs no work. Used for the no-grad
-    passes (π_old, V_old, π_ref); the same results as one token_forward over the batch up to float rounding.
-
-    Args: input_ids, attention_mask (B, T) long; mask (B, T) float policy tokens; max_tokens > 0.
-    Returns: token_forward's dict ('logprobs' [, 'values']), each (B, T) float32, 0 off the policy tokens.
-    """
-    out: dict[str, torch.Tensor] = {}
-    lengths = attention_mask.sum(1)
-    for part in microbatches(lengths.tolist(), max_tokens):
-        rows = torch.tensor(part, device=lengths.device)
-        T = int(lengths[rows].max())
-        res = token_forward(model, input_ids[rows, :T], attention_mask[rows, :T], mask[rows, :T], temperature,
-                            value_head)
-        for k, v in res.items():
-            out.setdefault(k, torch.zeros_like(mask))[rows, :T] = v
-    return out
-
-
-def accumulate_microbatches(policy, value_head: ValueHead | None, batch: dict[str, torch.Tensor],
-                            idx: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, algo: AlgoConfig,
-                            temperature: float, max_tokens_per_microbatch: int, returns: torch.Tensor | None = None,
-                            old_values: torch.Tensor | None = None, ref_logprobs: torch.Tensor | None = None,
-                            is_weights: torch.Tensor | None = None, max_tokens: float | None = None
-                            ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The loss of minibatch `idx` and its gradient, accumulated over the micro-batches of `microbatches` (budget
-    max_tokens_per_microbatch): each micro-batch is cut to its own longest row and its loss L_m (minibatch_loss) takes
-    the minibatch's token and episode counts as denominators, so Σ_m L_m is the minibatch's loss, the accumulated
-    gradient its gradient and the summed metrics its metrics — the data-parallel identity of
-    Trainer._loss_and_backward, within one process. Peak memory follows the budget, not the longest episode.
-
-    Args:
-        batch: rollout.collate's tensors (input_ids, attention_mask, mask; (B, T), right-padded).  idx: (b,) long
-            rows of the minibatch.  old_logprobs, advantages, returns, old_values, ref_logprobs, is_weights: (B, T)
-            float32 as for minibatch_loss (None where unused).  max_tokens: Dr. GRPO's L_max (minibatch_loss).
-    Returns: (the minibatch's loss as a 0-dim tensor without grad, its metrics); gradients are in the parameters.
-    """
-    mask = batch["mask"]
-    lengths = batch["attention_mask"][idx].sum(1)
-    n_tokens, n_episodes = mask[idx].sum().item(), len(idx)
-    total, sums = 0.0, {}
-    for part in microbatches(lengths.tolist(), max_tokens_per_microbatch):
-        rows, T = idx[part], int(lengths[part].max())
-
-        def cut(x):
-            return None if x is None else x[rows, :T]
-
-        loss, pm = minibatch_loss(policy, value_head, cut(batch["input_ids"]), cut(batch["attention_mask"]),
-                                  cut(mask), cut(old_logprobs), cut(advantages), algo, temperature, cut(returns),
-                                  cut(old_values), cut(ref_logprobs), cut(is_weights), max_tokens, n_tokens,
-                                  n_episodes)
-        loss.backward()
-        total += loss.item()
-        for k, v in pm.items():
-            sums[k] = sums.get(k, 0.0) + v
-    return torch.tensor(total), sums
 
 
 class Trainer:
@@ -226,16 +93,15 @@ class Trainer:
                  pool: EnvPool | None = None, progress: bool = True):
         config.validate()
         run_dir = Path(run_dir)
-        # plumbing: data parallelism (distributed.py): None in a single process; in a launched job rank 0 alone writes
+        # plumbing: data parallelism (distributed.py; a SingleProcess stand-in without a launcher): rank 0 alone writes
         self.dp = data_parallel(config.model.device)
-        if self.dp is not None:
-            self.dp.check_games_per_step(config.train.games_per_step)
-            if config.train.max_tokens_per_microbatch:  # ranks could cut different numbers of micro-batches and
-                # wait on each other's gradient all-reduce forever
-                raise ConfigError("train.max_tokens_per_microbatch is single-process only: with data parallelism "
-                                  "each rank already trains on 1/W of every minibatch; use --max-tokens-per-"
-                                  "microbatch 0 (or --minibatch-size smaller) under accelerate launch")
-        self.is_main = self.dp is None or self.dp.is_main
+        self.dp.check_games_per_step(config.train.games_per_step)
+        if self.dp.world_size > 1 and config.train.max_tokens_per_microbatch:  # ranks could cut different numbers
+            # of micro-batches and wait on each other's gradient all-reduce forever
+            raise ConfigError("train.max_tokens_per_microbatch is single-process only: with data parallelism "
+                              "each rank already trains on 1/W of every minibatch; use --max-tokens-per-"
+                              "microbatch 0 (or --minibatch-size smaller) under accelerate launch")
+        self.is_main = self.dp.is_main
         # plumbing: one trainer per run dir (RUN/.lock; released by close(), garbage collection or process death)
         lock = ckpt_lib.RunLock(run_dir) if self.is_main else None
         self._release_lock = weakref.finalize(self, lock.release) if lock else (lambda: None)
@@ -255,8 +121,7 @@ class Trainer:
             config = dataclasses.replace(config, model=dataclasses.replace(config.model, name=init))
         self.cfg, self.run_dir, self.progress = config, run_dir, progress and self.is_main
         self.games: GameSet = load_game_set(config.env.games)
-        n_episodes = config.train.games_per_step * config.algo.group_size // (1 if self.dp is None else
-                                                                              self.dp.world_size)  # this process's
+        n_episodes = config.train.games_per_step * config.algo.group_size // self.dp.world_size  # this process's
         if pool is None:  # plumbing: the run's envs; every game is checked through them before the model loads
             pool = open_pool(config.env, n_episodes, self.games)
         self.ckpt_root = self.run_dir / "checkpoints"
@@ -308,8 +173,9 @@ class Trainer:
                                           [config.train.lr, config.train.value_lr])
         if self.is_main:
             ckpt_lib.write_config(self.run_dir / "config.yaml", config)  # only now: a failed resume changes nothing
-        # plumbing: data parallelism: the update's forward goes through DDP, which averages the ranks' gradients
-        self.ddp_model = None if self.dp is None else self.dp.prepare(TokenModel(self.policy, self.value_head))
+        # plumbing: the update's forward; with data parallelism it goes through DDP, which averages the ranks' gradients
+        self.forward = functools.partial(self.dp.prepare(TokenModel(self.policy, self.value_head)),
+                                         temperature=config.train.temperature)
         self.pool = pool
         if self.pool.size < n_episodes:
             raise ValueError(f"pool has {self.pool.size} slots; the run needs {n_episodes} (games_per_step*group_size)")
@@ -397,9 +263,9 @@ class Trainer:
         """One iteration, stages 1-7 of the module docstring. Returns its metrics row."""
         cfg, t0 = self.cfg, time.perf_counter()
         episode_games, group_ids = self._sample_games(step)  # plumbing: the same step, the same games and tokens
-        if self.dp is not None:  # plumbing: each rank plays whole groups of its share of the games, its own seed
-            episode_games, group_ids = self.dp.shard_episodes(episode_games, group_ids, cfg.algo.group_size)
-            self.dp.seed_rollout(cfg.train.seed * 1_000_003 + step)
+        # plumbing: with data parallelism each rank plays whole groups of its share of the games, with its own seed
+        episode_games, group_ids = self.dp.shard_episodes(episode_games, group_ids, cfg.algo.group_size)
+        self.dp.seed_rollout(cfg.train.seed * 1_000_003 + step)
 
         # ALGO: 1. rollout — G episodes per game, all batched
         self.policy.eval()
@@ -410,8 +276,7 @@ class Trainer:
                                 system_prompt=system_prompt_for(self.games.family, cfg.env.action_format,
                                                                 cfg.env.max_actions_per_turn), chat=self.chat,
                                 action_format=cfg.env.action_format, max_actions_per_turn=cfg.env.max_actions_per_turn)
-        if self.dp is not None:  # plumbing: every rank gets every episode, in the single-process order
-            trajs, rstats = self.dp.gather_rollout(trajs, rstats)
+        trajs, rstats = self.dp.gather_rollout(trajs, rstats)  # plumbing: every rank gets every episode
         # an episode cut by an environment fault is not the policy's doing: it leaves the loss and the group statistics
         trajs_ok = [t for t in trajs if t.n_turns > 0 and not t.termination.startswith("env_error")]
         t_rollout = time.perf_counter() - t0
@@ -429,22 +294,23 @@ class Trainer:
         kept = top_std_groups(returns, gids, cfg.algo.keep_top_std).nonzero(as_tuple=True)[0].tolist()
         batch = self._collate(trajs_ok, rewards, kept)
 
-        # ALGO: 4. π_old, V_old, π_ref: forward passes without gradients (see _old_forward)
-        old, ref_logp, is_w, m = self._old_forward(batch, rstats)
+        # ALGO: 4. π_old, V_old, π_ref: forward passes without gradients (see _old_forward); added to the batch
+        m = self._old_forward(batch, rstats)
 
         # ALGO: 5. advantages (and the critic's value targets) from the chosen estimator
         with torch.no_grad():
-            adv, value_targets = self.estimator(AdvantageInputs(
+            batch["advantages"], value_targets = self.estimator(AdvantageInputs(
                 token_rewards=batch["token_rewards"], mask=batch["mask"], returns=returns[kept], group_ids=gids[kept],
-                turn_end=batch["turn_end"], values=old.get("values"),
+                turn_end=batch["turn_end"], values=batch.get("old_values"),
                 turn_obs=[trajs_ok[i].observations[:trajs_ok[i].n_turns] for i in kept],  # the state of each action
                 turn_rewards=[rewards[i] for i in kept]), cfg.algo)
         if self.estimator.needs_critic:
-            m["explained_variance"] = explained_variance(old["values"], value_targets, batch["mask"])
+            batch["returns"] = value_targets
+            m["explained_variance"] = explained_variance(batch["old_values"], value_targets, batch["mask"])
 
         # ALGO: 6. epochs of minibatch updates on the clipped surrogate; the generator samples from the new weights
         t1 = time.perf_counter()
-        m.update(self._update(batch, old["logprobs"], adv, value_targets, old.get("values"), ref_logp, is_w))
+        m.update(self._update(batch))
         self.policy.eval()
         self.generator.sync(self.policy)
         t_update = time.perf_counter() - t1
@@ -487,35 +353,38 @@ class Trainer:
         return batch
 
     @torch.no_grad()
-    def _old_forward(self, batch, rstats) -> tuple[dict[str, torch.Tensor], torch.Tensor | None, torch.Tensor | None,
-                                                   dict[str, float]]:
-        """π_old (and V_old) from the training forward: the ratio of the first minibatch starts at exactly 1, whatever
-        kernels or precision the rollout used; the rollout's own log-probs are the behaviour policy (their gap is
-        logged, and weights the loss with truncated IS when TIS is on). Then π_ref when kl_coef > 0.
+    def _old_forward(self, batch: dict[str, torch.Tensor], rstats) -> dict[str, float]:
+        """Adds old_logprobs (π_old), old_values (V_old, with a critic), ref_logprobs (kl_coef > 0) and is_weights
+        (TIS on) to the batch; returns their metrics.
+
+        π_old comes from the training forward: the ratio of the first minibatch starts at exactly 1, whatever kernels
+        or precision the rollout used; the rollout's own log-probs are the behaviour policy (their gap is logged, and
+        weights the loss with truncated IS when TIS is on).
         With algo.old_logprobs 'behaviour' π_old is the rollout's log-probs and, without a critic, no forward runs
         (logprob_mismatch is then not logged: nothing was recomputed to compare).
-
-        Returns: (token_forward output: logprobs [, values], ref log-probs or None, TIS weights or None, metrics).
         """
         cfg, mask, m = self.cfg, batch["mask"], {}
         self.policy.train()  # dropout is off (disable_dropout): train mode only switches on gradient checkpointing
         m["sampler_gap"] = rstats.sampler_gap
         behaviour = cfg.algo.old_logprobs == "behaviour"
         if behaviour and not self.estimator.needs_critic:  # π_old is the behaviour policy: no forward at all
-            old = {"logprobs": batch["behaviour_logprobs"]}
+            batch["old_logprobs"] = batch["behaviour_logprobs"]
         else:
             old = self._no_grad_forward(self.policy, batch, self.value_head)
             gap = (old["logprobs"] - batch["behaviour_logprobs"]).abs() * mask
             m["logprob_mismatch"] = gap.max().item()
             m["logprob_mismatch_mean"] = (gap.sum() / mask.sum().clamp(min=1)).item()
-            if behaviour:  # the forward ran for the critic's values only
-                old["logprobs"] = batch["behaviour_logprobs"]
-        is_w = None
+            # with 'behaviour' the forward ran for the critic's values only
+            batch["old_logprobs"] = batch["behaviour_logprobs"] if behaviour else old["logprobs"]
+            if "values" in old:
+                batch["old_values"] = old["values"]
         if self.use_tis:
-            is_w = truncated_is_weights(old["logprobs"], batch["behaviour_logprobs"], mask, cfg.algo.tis_cap)
-            m["tis_weight_mean"] = masked_mean(is_w, mask).item()
-        ref_logp = self._ref_logprobs(batch) if cfg.algo.kl_coef > 0 else None
-        return old, ref_logp, is_w, m
+            batch["is_weights"] = truncated_is_weights(batch["old_logprobs"], batch["behaviour_logprobs"], mask,
+                                                       cfg.algo.tis_cap)
+            m["tis_weight_mean"] = masked_mean(batch["is_weights"], mask).item()
+        if cfg.algo.kl_coef > 0:
+            batch["ref_logprobs"] = self._ref_logprobs(batch)
+        return m
 
     def _metrics_row(self, step: int, trajs: list[Trajectory], trajs_ok: list[Trajectory], rewards, returns, gids,
                      n_kept: int, batch, rstats) -> dict:
@@ -554,34 +423,31 @@ class Trainer:
             return self._no_grad_forward(self.policy, batch)["logprobs"]
 
     def _no_grad_forward(self, model, batch, value_head: ValueHead | None = None) -> dict[str, torch.Tensor]:
-        """plumbing: token_forward over the whole batch (called under no_grad): forward_in_chunks (budget
-        max_tokens_per_microbatch, or minibatch_size × the longest row when that is 0: never more than a training
-        minibatch holds). With data parallelism each rank forwards its rows (DataParallel.rows) and the results are
-        gathered: every rank gets the whole batch's."""
-        args = (batch["input_ids"], batch["attention_mask"], batch["mask"])
-        if self.dp is None:
-            budget = self.cfg.train.max_tokens_per_microbatch or \
-                self.cfg.train.minibatch_size * int(batch["attention_mask"].sum(1).max())
-            return forward_in_chunks(model, *args, self.cfg.train.temperature, value_head, budget)
-        B = args[0].shape[0]
-        rows = self.dp.rows(torch.arange(B, device=args[0].device))
-        if len(rows):
-            out = token_forward(model, *(a[rows] for a in args), self.cfg.train.temperature, value_head)
-        else:  # more ranks than episodes: this one has none
+        """plumbing: token_forward over the whole batch (called under no_grad) in chunks of rows of similar length
+        (update.forward_in_chunks; budget max_tokens_per_microbatch, or minibatch_size × the longest row when that is
+        0: never more than a training minibatch holds). With data parallelism each rank forwards its rows
+        (DataParallel.rows) and the results are gathered: every rank gets the whole batch's."""
+        B = batch["input_ids"].shape[0]
+        rows = self.dp.rows(torch.arange(B, device=batch["input_ids"].device))
+        if not len(rows):  # more ranks than episodes: this one has none
             keys = ("logprobs",) + (("values",) if value_head is not None else ())
-            out = {k: args[2].new_zeros((0, args[2].shape[1])) for k in keys}
+            return {k: self.dp.gather_rows(batch["mask"].new_zeros((0, batch["mask"].shape[1])), B) for k in keys}
+        mine = select(batch, rows, T=batch["input_ids"].shape[1])
+        budget = self.cfg.train.max_tokens_per_microbatch or \
+            self.cfg.train.minibatch_size * int(mine["attention_mask"].sum(1).max())
+        forward = functools.partial(token_forward, model, temperature=self.cfg.train.temperature, value_head=value_head)
+        out = forward_in_chunks(forward, mine, budget)
         return {k: self.dp.gather_rows(v, B) for k, v in out.items()}
 
-    def _update(self, batch, old_logp, adv, ret, old_values, ref_logp, is_w) -> dict[str, float]:
-        """`epochs` passes of minibatch updates over the batch (ret, old_values: the critic's targets and V_old, None
-        without a critic). Gradients of the policy and of the value head are
-        clipped separately (each to max_grad_norm) and both norms are logged; a minibatch whose loss or gradient is
-        not finite is skipped (no optimizer step) and counted in `nonfinite_updates`."""
+    def _update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """`epochs` passes of minibatch updates over the batch (update.py's batch dict). Gradients of the policy and of
+        the value head are clipped separately (each to max_grad_norm) and both norms are logged; a minibatch whose
+        loss or gradient is not finite is skipped (no optimizer step) and counted in `nonfinite_updates`."""
         cfg = self.cfg
         mask = batch["mask"]
         B = batch["input_ids"].shape[0]
         sums: dict[str, list[float]] = {}
-        if mask.sum() == 0 or (self.value_head is None and (adv.abs() * mask).sum() == 0):
+        if mask.sum() == 0 or (self.value_head is None and (batch["advantages"].abs() * mask).sum() == 0):
             # every group had equal returns (or one member): no learning signal (GRPO/RLOO); skip, log zeros
             return {"skipped_update": 1.0, "entropy": float("nan"), "clip_frac": 0.0, "approx_kl": 0.0,
                     "grad_norm": 0.0, "policy_loss": 0.0, "kl_ref": 0.0, "nonfinite_updates": 0}
@@ -589,15 +455,13 @@ class Trainer:
         value_params = [] if self.value_head is None else list(self.value_head.parameters())
         nonfinite = 0
         for epoch in range(cfg.train.epochs):
-            perm = torch.randperm(B)
-            if self.dp is not None:  # plumbing: every rank cuts the same global minibatches (rank 0's permutation)
-                perm = self.dp.broadcast(perm)
+            perm = self.dp.broadcast(torch.randperm(B))  # every rank cuts the same minibatches (rank 0's permutation)
             for start in range(0, B, cfg.train.minibatch_size):
                 idx = perm[start:start + cfg.train.minibatch_size]
                 if mask[idx].sum() == 0:
                     continue
                 self.opt.zero_grad(set_to_none=True)
-                loss, pm = self._loss_and_backward(batch, idx, old_logp, adv, ret, old_values, ref_logp, is_w)
+                loss, pm = self._loss_and_backward(batch, idx)
                 gn = torch.nn.utils.clip_grad_norm_(policy_params, cfg.train.max_grad_norm)
                 pm["grad_norm"] = gn.item()
                 finite = torch.isfinite(loss).item() and math.isfinite(pm["grad_norm"])
@@ -618,37 +482,27 @@ class Trainer:
         res["nonfinite_updates"] = nonfinite
         return res
 
-    def _loss_and_backward(self, batch, idx, old_logp, adv, ret, old_values, ref_logp, is_w
+    def _loss_and_backward(self, batch: dict[str, torch.Tensor], idx: torch.Tensor
                            ) -> tuple[torch.Tensor, dict[str, float]]:
         """The loss of minibatch `idx` (rows of the batch) and its backward pass; returns (loss, metrics). The rows are
         cut to their longest (right padding: the tokens after it change nothing), so no forward or backward works on
-        the padding that the rollout batch's longest episode put on shorter ones.
+        the padding that the rollout batch's longest episode put on shorter ones; with train.max_tokens_per_microbatch
+        the gradient is accumulated over micro-batches (update.accumulate_microbatches).
 
         With data parallelism (distributed.py) rank r computes L_r over its rows idx[r::W] with the minibatch's global
         token and episode counts as denominators (Σ_r L_r = L, the single-process loss), DDP averages the gradients
-        of W · L_r to ∇L, and the returned loss and metrics are the sums over ranks: the single-process values."""
+        of W · L_r to ∇L, and the returned loss and metrics are the sums over ranks: the single-process values. An
+        empty share (a minibatch with fewer rows than ranks) forwards one row with its mask zeroed: every rank must
+        join every gradient all-reduce, and that row adds nothing to L_r."""
         cfg = self.cfg
-        mask = batch["mask"]
-        if self.dp is None:  # budget 0: one micro-batch, the whole minibatch cut to its longest row
-            return accumulate_microbatches(self.policy, self.value_head, batch, idx, old_logp, adv, cfg.algo,
-                                           cfg.train.temperature, cfg.train.max_tokens_per_microbatch, ret,
-                                           old_values, ref_logp, is_w, cfg.env.max_turns * cfg.train.max_new_tokens)
-        n_tokens, n_episodes = mask[idx].sum().item(), len(idx)
+        n_tokens, n_episodes = batch["mask"][idx].sum().item(), len(idx)
         mine = self.dp.rows(idx)
-        # an empty share (a minibatch with fewer rows than ranks) forwards one row with its mask zeroed: every rank
-        # must join every gradient all-reduce, and that row adds nothing to L_r
-        mb_mask = mask[mine] if len(mine) else mask[idx[:1]] * 0.0
-        idx = mine if len(mine) else idx[:1]
-        T = int(batch["attention_mask"][idx].sum(1).max())  # this rank's rows cut to their longest: no work on padding
-
-        def cut(x):
-            return None if x is None else x[idx, :T]
-
-        loss, pm = minibatch_loss(self.policy, self.value_head, cut(batch["input_ids"]), cut(batch["attention_mask"]),
-                                  mb_mask[:, :T], cut(old_logp), cut(adv), cfg.algo, cfg.train.temperature, cut(ret),
-                                  cut(old_values), cut(ref_logp), cut(is_w), cfg.env.max_turns * cfg.train.max_new_tokens,
-                                  n_tokens, n_episodes, self.ddp_model)
-        self.dp.backward(loss)
+        mb = select(batch, mine if len(mine) else idx[:1])
+        if not len(mine):
+            mb["mask"] = mb["mask"] * 0.0
+        loss, pm = accumulate_microbatches(self.forward, mb, cfg.algo, cfg.train.max_tokens_per_microbatch,
+                                           cfg.env.max_turns * cfg.train.max_new_tokens, n_tokens, n_episodes,
+                                           self.dp.backward)
         total = self.dp.sum([loss.item(), *pm.values()])
         return torch.tensor(total[0]), dict(zip(pm, total[1:]))
 
@@ -663,8 +517,7 @@ class Trainer:
                                             self.cfg, keep=self.cfg.train.keep_checkpoints)
         else:
             path = self.ckpt_root / ckpt_lib.checkpoint_name(step)
-        if self.dp is not None:
-            self.dp.barrier()
+        self.dp.barrier()
         self.last_checkpoint = path.name
         return path
 

@@ -8,13 +8,14 @@ the embedded SmolLM2-135M).
 
 Each setting runs in its own process (peak RSS is per process): load the policy, build one right-padded minibatch
 laid out as rollouts lay them out (prompt, then turns of ~8 policy tokens and ~40 environment tokens), then
-`repeats` times: trainer.accumulate_microbatches (PPO: clipped surrogate, entropy, value head; budget 0 = the
+`repeats` times: update.accumulate_microbatches (PPO: clipped surrogate, entropy, value head; budget 0 = the
 whole minibatch in one pass, as the trainer does by default) → AdamW step. Prints the median step time, the peak
 RSS and each setting's ratios to plain, and appends one JSON line with all of it to --out.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -34,8 +35,8 @@ def one_setting(model: str, lengths: list[int], budget: int, repeats: int, check
 
     from agentrl_lib.config import AlgoConfig
     from agentrl_lib.models import base_model, enable_gradient_checkpointing, load_policy
-    from agentrl_lib.policy import ValueHead
-    from agentrl_lib.trainer import accumulate_microbatches, microbatches
+    from agentrl_lib.policy import ValueHead, token_forward
+    from agentrl_lib.update import accumulate_microbatches, microbatches
 
     torch.manual_seed(0)
     policy, tok = load_policy(model, device="cpu")
@@ -52,16 +53,16 @@ def one_setting(model: str, lengths: list[int], budget: int, repeats: int, check
         attn[b, :n] = 1
         for start in range(min(prompt, n // 4), n - turn, turn + env):
             mask[b, start:start + turn] = 1
-    batch = {"input_ids": ids, "attention_mask": attn, "mask": mask}
-    old = torch.full((B, T), -1.0) * mask
     adv, ret = torch.randn(B, T) * mask, torch.randn(B, T) * mask
+    batch = {"input_ids": ids, "attention_mask": attn, "mask": mask, "old_logprobs": torch.full((B, T), -1.0) * mask,
+             "advantages": adv, "returns": ret, "old_values": torch.zeros_like(ret)}
+    forward = functools.partial(token_forward, policy, temperature=0.7, value_head=head)
     policy.train()
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        accumulate_microbatches(policy, head, batch, torch.arange(B), old, adv, AlgoConfig(), 0.7, budget, ret,
-                                torch.zeros_like(ret))
+        accumulate_microbatches(forward, batch, AlgoConfig(), budget)
         opt.step()
         times.append(time.perf_counter() - t)
     return {"checkpointing": checkpointing, "budget": budget, "microbatches": microbatches(lengths, budget),

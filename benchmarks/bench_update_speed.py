@@ -3,7 +3,7 @@ epoch of minibatch gradient steps — in two or three layouts, on the same batch
 
 - padded: every forward padded to the rollout batch's longest episode (one token_forward over the batch; each
   minibatch's rows at the batch's full width): the trainer's layout before this benchmark's change.
-- cut:    the trainer's layout (trainer.forward_in_chunks for the no-grad pass: rows of similar length together, each
+- cut:    the trainer's layout (update.forward_in_chunks for the no-grad pass: rows of similar length together, each
   chunk cut to its longest row; each minibatch cut to its own longest row by accumulate_microbatches): the same
   numbers up to float rounding (tests/test_microbatch.py), no work on padding.
 - behaviour (GRPO only; `--layouts padded,cut,behaviour`): cut, with algo.old_logprobs 'behaviour': π_old is the
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import statistics
 import time
 
@@ -79,7 +80,7 @@ def main() -> None:
     from agentrl_lib.config import AlgoConfig
     from agentrl_lib.models import base_model, load_policy
     from agentrl_lib.policy import ValueHead, token_forward
-    from agentrl_lib.trainer import accumulate_microbatches, forward_in_chunks, minibatch_loss
+    from agentrl_lib.update import accumulate_microbatches, forward_in_chunks, minibatch_loss, select
 
     layouts = tuple(a.layouts.split(","))
     if not set(layouts) <= {"padded", "cut", "behaviour"} or "cut" not in layouts:
@@ -102,7 +103,10 @@ def main() -> None:
     temp = 0.7
     adv = torch.randn(B, T) * mask
     ret = torch.randn(B, T) * mask if head is not None else None
-    batch = {"input_ids": ids, "attention_mask": attn, "mask": mask}
+    batch = {"input_ids": ids, "attention_mask": attn, "mask": mask, "advantages": adv}
+    if ret is not None:
+        batch["returns"] = ret
+    forward = functools.partial(token_forward, policy, temperature=temp, value_head=head)
     start_policy = copy.deepcopy(policy.state_dict())
     start_head = None if head is None else copy.deepcopy(head.state_dict())
     perm = torch.randperm(B, generator=torch.Generator().manual_seed(0))
@@ -119,21 +123,19 @@ def main() -> None:
             if layout == "padded":
                 old = token_forward(policy, ids, attn, mask, temp, head)
             elif layout == "cut":
-                old = forward_in_chunks(policy, ids, attn, mask, temp, head, a.minibatch * int(attn.sum(1).max()))
+                old = forward_in_chunks(forward, batch, a.minibatch * int(attn.sum(1).max()))
             else:  # behaviour: the rollout's log-probs, no pass
                 old = behaviour_logprobs
         t1 = time.perf_counter()
         losses = []
+        full = {**batch, "old_logprobs": old["logprobs"], **({"old_values": old["values"]} if "values" in old else {})}
         for idx in minibatches:
             opt.zero_grad(set_to_none=True)
-            v = old.get("values")
-            if layout == "padded":
-                loss, _ = minibatch_loss(policy, head, ids[idx], attn[idx], mask[idx], old["logprobs"][idx],
-                                         adv[idx], algo, temp, None if ret is None else ret[idx],
-                                         None if v is None else v[idx])
+            if layout == "padded":  # the rows padded to the batch's longest episode
+                loss, _ = minibatch_loss(forward, select(full, idx, T=T), algo)
                 loss.backward()
             else:
-                loss, _ = accumulate_microbatches(policy, head, batch, idx, old["logprobs"], adv, algo, temp, 0, ret, v)
+                loss, _ = accumulate_microbatches(forward, select(full, idx), algo)
             opt.step()
             losses.append(loss.item())
         t2 = time.perf_counter()
@@ -141,7 +143,8 @@ def main() -> None:
                 "minibatch_seconds": round(t2 - t1, 3), "losses": [round(x, 6) for x in losses]}
 
     with torch.no_grad():  # what the rollout would have sampled with: π at the starting weights
-        behaviour_logprobs = forward_in_chunks(policy, ids, attn, mask, temp, None, a.minibatch * T)
+        behaviour_logprobs = forward_in_chunks(functools.partial(token_forward, policy, temperature=temp), batch,
+                                               a.minibatch * T)
     runs = {k: [] for k in layouts}
     update("cut")  # warm-up: first-call allocations
     for r in range(a.repeats):

@@ -50,7 +50,7 @@ def save_final_weights(trainer) -> None:
     state = {f"policy.{k}": v.detach().cpu().clone() for k, v in trainer.policy.state_dict().items()}
     if trainer.value_head is not None:
         state.update({f"value_head.{k}": v.detach().cpu().clone() for k, v in trainer.value_head.state_dict().items()})
-    torch.save(state, trainer.run_dir / f"rank{0 if trainer.dp is None else trainer.dp.rank}.pt")
+    torch.save(state, trainer.run_dir / f"rank{trainer.dp.rank}.pt")
 
 
 def patch_close(trainer_cls):

@@ -188,6 +188,7 @@ def test_dropout_is_off_during_updates(tokenizer, tmp_path):
 
 # ---------------------------------------------------------------- item 9: StarPO-S filter before minibatching
 def test_starpo_s_filter_selects_before_anything_is_forwarded(tiny_model_dir, tmp_path, monkeypatch):
+    import agentrl_lib.policy as policy_mod
     import agentrl_lib.trainer as trainer_mod
 
     rows_forwarded = []
@@ -197,7 +198,8 @@ def test_starpo_s_filter_selects_before_anything_is_forwarded(tiny_model_dir, tm
         rows_forwarded.append((torch.is_grad_enabled(), input_ids.shape[0]))
         return real(model, input_ids, *a, **k)
 
-    monkeypatch.setattr(trainer_mod, "token_forward", spy)
+    monkeypatch.setattr(trainer_mod, "token_forward", spy)  # the no-grad passes
+    monkeypatch.setattr(policy_mod, "token_forward", spy)  # the update's forward (policy.TokenModel)
     cfg = make_cfg(scripted_games(tmp_path / "g", n=4), algo="grpo", group_size=2, games_per_step=4,
                    keep_top_std=0.5, minibatch_size=2)
     row = trainer(cfg, tmp_path, tiny_model_dir).step(0)

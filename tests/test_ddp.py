@@ -159,9 +159,9 @@ def test_a_single_process_builds_no_process_group_and_uneven_shares_are_refused(
     from agentrl_lib.config import ConfigError
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    assert distributed.data_parallel("cpu") is None  # no launcher: the trainer's single-process path
+    assert isinstance(distributed.data_parallel("cpu"), distributed.SingleProcess)  # no launcher: no process group
     monkeypatch.setenv("WORLD_SIZE", "1")
-    assert distributed.data_parallel("cpu") is None  # accelerate launch --num_processes 1: the same
+    assert isinstance(distributed.data_parallel("cpu"), distributed.SingleProcess)  # --num_processes 1: the same
     dp = distributed.DataParallel.__new__(distributed.DataParallel)  # a rank's view, without a process group
     dp.rank, dp.world_size = 1, 2
     with pytest.raises(ConfigError, match="games-per-step 4"):

@@ -1,13 +1,19 @@
 """train.max_tokens_per_microbatch: gradient accumulation over token-budget micro-batches gives the minibatch's
 gradient (the minibatch's token count stays the loss denominator), with a negative control that plants per-micro-batch
 means (the mistake every hand-written accumulation loop makes first)."""
+import functools
+
 import pytest
 import torch
 
+import agentrl_lib.policy as policy_mod
 import agentrl_lib.trainer as trainer_mod
+import agentrl_lib.update as update_mod
 from agentrl_lib.config import AlgoConfig, ConfigError, EnvConfig, ModelConfig, RewardConfig, RunConfig, TrainConfig
 from agentrl_lib.envs.pool import SerialPool
-from agentrl_lib.trainer import Trainer, microbatches
+from agentrl_lib.policy import token_forward
+from agentrl_lib.trainer import Trainer
+from agentrl_lib.update import microbatches, select
 
 from test_rollout_trainer import ParityEnv, _scripted_games
 
@@ -45,12 +51,12 @@ def _gradients(algo: str, budget: int, tiny_model_dir, tmp_path, name: str, **al
 
     trainer.opt.step = capture
     cuts: list = []
-    real = trainer_mod.microbatches
-    trainer_mod.microbatches = lambda lengths, b: cuts.append(real(lengths, b)) or cuts[-1]
+    real = update_mod.microbatches
+    update_mod.microbatches = lambda lengths, b: cuts.append(real(lengths, b)) or cuts[-1]
     try:
         row = trainer.step(0)
     finally:
-        trainer_mod.microbatches = real
+        update_mod.microbatches = real
         trainer.close()
     assert row["skipped_update"] == 0.0 and grads
     return grads, row, cuts
@@ -74,12 +80,12 @@ def test_microbatched_update_is_the_minibatch_update(tiny_model_dir, tmp_path, m
         assert row_micro[key] == pytest.approx(row_plain[key], rel=1e-4, abs=1e-6), key
 
     # negative control: each micro-batch's own token mean (n_tokens=None) is not the minibatch's gradient
-    real = trainer_mod.minibatch_loss
+    real = update_mod.minibatch_loss
 
-    def per_microbatch_mean(*args):
-        return real(*args[:14], None, None)
+    def per_microbatch_mean(forward, mb, algo, max_tokens, n_tokens, n_episodes):
+        return real(forward, mb, algo, max_tokens)
 
-    monkeypatch.setattr(trainer_mod, "minibatch_loss", per_microbatch_mean)
+    monkeypatch.setattr(update_mod, "minibatch_loss", per_microbatch_mean)
     wrong, _, _ = _gradients(algo, 300, tiny_model_dir, tmp_path, "wrong")
     assert _max_rel_diff(wrong, plain) > 1e-2
 
@@ -97,12 +103,12 @@ def _padded_batch(vocab: int, lengths: list[int], T: int) -> dict[str, torch.Ten
     ids = ids * attn  # pad id 0 after each row's end
     old = -torch.rand(B, T, generator=g) * mask
     adv = torch.randn(B, T, generator=g) * mask
-    return {"input_ids": ids, "attention_mask": attn, "mask": mask, "old": old, "adv": adv}
+    return {"input_ids": ids, "attention_mask": attn, "mask": mask, "old_logprobs": old, "advantages": adv}
 
 
 def test_rows_cut_to_their_longest_give_the_padded_update(tiny_model_dir, monkeypatch):
     """The update forwards a minibatch cut to its own longest row, not padded to the rollout batch's longest episode
-    (Trainer._loss_and_backward, accumulate_microbatches with budget 0): the same loss and gradient, less work. The
+    (Trainer._loss_and_backward: update.select, then accumulate_microbatches with budget 0): the same loss and gradient, less work. The
     negative control cuts one token too many and is caught."""
     from agentrl_lib.models import load_policy
 
@@ -110,6 +116,7 @@ def test_rows_cut_to_their_longest_give_the_padded_update(tiny_model_dir, monkey
     algo = AlgoConfig.from_preset("grpo", entropy_coef=0.01)
     b = _padded_batch(len(tok), [9, 17, 23], T=40)
     idx = torch.arange(3)
+    forward = functools.partial(token_forward, policy, temperature=1.0)
 
     def grads_of(loss_fn) -> tuple[float, dict]:
         policy.zero_grad(set_to_none=True)
@@ -117,23 +124,21 @@ def test_rows_cut_to_their_longest_give_the_padded_update(tiny_model_dir, monkey
         return loss.item(), {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
 
     def padded():  # the rows as the rollout batch holds them: 40 columns
-        loss, _ = trainer_mod.minibatch_loss(policy, None, b["input_ids"], b["attention_mask"], b["mask"], b["old"],
-                                             b["adv"], algo, 1.0)
+        loss, _ = update_mod.minibatch_loss(forward, b, algo)
         loss.backward()
         return loss
 
     def cut():  # the trainer's route: the minibatch's rows cut to 23 columns
-        return trainer_mod.accumulate_microbatches(policy, None, b, idx, b["old"], b["adv"], algo, 1.0, 0)[0]
+        return update_mod.accumulate_microbatches(forward, select(b, idx), algo)[0]
 
     loss_pad, g_pad = grads_of(padded)
     loss_cut, g_cut = grads_of(cut)
     assert loss_cut == pytest.approx(loss_pad, rel=1e-5) and _max_rel_diff(g_cut, g_pad) < 1e-4
 
     # negative control: a cut one column short drops the longest row's last policy token
-    real = trainer_mod.minibatch_loss
-    monkeypatch.setattr(trainer_mod, "minibatch_loss", lambda p, v, ids, am, m, *a: real(
-        p, v, ids[:, :-1], am[:, :-1], m[:, :-1], *(x[:, :-1] if torch.is_tensor(x) and x.dim() == 2 else x
-                                                     for x in a)))
+    real = update_mod.minibatch_loss
+    monkeypatch.setattr(update_mod, "minibatch_loss", lambda forward, mb, *a: real(
+        forward, {k: v[:, :-1] for k, v in mb.items()}, *a))
     loss_short, g_short = grads_of(cut)
     assert loss_short != pytest.approx(loss_pad, rel=1e-5) or _max_rel_diff(g_short, g_pad) > 1e-3
 
@@ -150,7 +155,8 @@ def test_old_logprobs_from_the_behaviour_policy_skip_the_forward_and_give_the_sa
         calls.append(torch.is_grad_enabled())
         return real_forward(*a, **k)
 
-    monkeypatch.setattr(trainer_mod, "token_forward", spy)
+    monkeypatch.setattr(trainer_mod, "token_forward", spy)  # the no-grad passes
+    monkeypatch.setattr(policy_mod, "token_forward", spy)  # the update's (policy.TokenModel)
     recomputed, row_r, _ = _gradients("grpo", 0, tiny_model_dir, tmp_path, "recompute", kl_coef=0.0)
     assert calls.count(False) >= 1 and "logprob_mismatch" in row_r
     calls.clear()

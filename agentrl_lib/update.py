@@ -1,0 +1,160 @@
+"""The update of one RL step: the loss of a minibatch over ONE batch dict, its micro-batches, and the no-grad passes.
+
+The batch dict travels down the step (trainer.Trainer.step); each stage adds its tensors under one name that never
+changes on the way down. Every entry is (B, T), right-padded, one row per kept episode:
+
+    input_ids, attention_mask   long     the episode's tokens as sampled (rollout.collate)
+    mask                        float32  1 on policy (action) tokens: the tokens that train
+    behaviour_logprobs          float32  log-probs of the sampled tokens under the behaviour policy (the rollout's)
+    turn_end                    float32  1 on each turn's last policy token
+    token_rewards               float32  each turn's reward on its end token (rewards.place_on_tokens)
+    old_logprobs                float32  π_old: a no-grad forward of the weights that sampled, or = behaviour_logprobs
+    old_values                  float32  V_old, the critic's values before the update (estimators with a critic)
+    ref_logprobs                float32  π_ref, the frozen reference policy (algo.kl_coef > 0)
+    is_weights                  float32  truncated importance weights π_old / π_behaviour (TIS on)
+    advantages                  float32  the estimator's advantages
+    returns                     float32  the critic's value targets (estimators with a critic)
+
+`select(batch, rows)` is the one row slicer: a minibatch, a micro-batch and a data-parallel rank's share are all
+`select`s of the batch, each cut to its own longest row (right padding: the columns after it change nothing).
+
+`forward` below is a function (input_ids, attention_mask, mask, with_entropy=False) -> dict of (b, t) float32
+'logprobs' [, 'values'] [, 'entropy'], 0 off the policy tokens: `policy.token_forward` with the model, temperature
+and value head bound (functools.partial), or the data-parallel wrapper of `policy.TokenModel`.
+
+Introduced in notebooks/03_policy.md §4 (minibatch_loss).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from .config import AlgoConfig
+from .losses import kl_k3, masked_mean, policy_loss, value_loss
+
+Forward = Callable[..., dict]
+
+
+def select(batch: dict[str, torch.Tensor], rows: torch.Tensor, T: int | None = None) -> dict[str, torch.Tensor]:
+    """The rows `rows` (1-D long) of every (B, T) tensor of `batch`, cut to their first T columns (default: the
+    longest of these rows, from attention_mask). Returns a new dict of (len(rows), T) tensors (copies)."""
+    if T is None:
+        T = int(batch["attention_mask"][rows].sum(1).max())
+    return {k: v[rows, :T] for k, v in batch.items()}
+
+
+def minibatch_loss(forward: Forward, mb: dict[str, torch.Tensor], algo: AlgoConfig, max_tokens: float | None = None,
+                   n_tokens: float | None = None, n_episodes: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss of one minibatch, shared by every estimator:
+
+        L = clipped surrogate (dual clip, TIS weights) − c_H · entropy  [+ c_v · clipped value loss, with a critic]
+            [+ β · KL_k3(π_θ ‖ π_ref)]
+
+    Args:
+        forward: see the module docstring; a critic is present iff its output holds 'values'.
+        mb: a `select` of the batch dict (module docstring): input_ids, attention_mask, mask, old_logprobs,
+            advantages; returns and old_values with a critic; ref_logprobs for the KL term (absent: no KL term);
+            is_weights for TIS (absent: weight 1).
+        max_tokens: the most policy tokens an episode can have (max_turns × max_new_tokens), the constant of
+            algo.loss_agg 'seq_mean_token_sum_norm' (losses.LOSS_AGGS).
+        n_tokens, n_episodes: the denominators of every token mean (Σ mask) and of Dr. GRPO's B; None = this
+            minibatch's. A micro-batch or a data-parallel rank passes the whole minibatch's: its loss and metrics are
+            then its share L_r of the minibatch's, Σ_r L_r = L (agentrl_lib/distributed.py).
+    Returns: (loss, metrics: policy_loss (the surrogate alone), clip_frac, dual_clip_frac, approx_kl, ratio_mean,
+        entropy [, value_loss, value_clip_frac] [, kl_ref]).
+    Source: PPO (Schulman et al. 2017, eq. 7 and 9), dual clip (Ye et al. 2020), k3 KL (Schulman 2020).
+    """
+    mask = mb["mask"]
+    out = forward(mb["input_ids"], mb["attention_mask"], mask, with_entropy=True)
+    loss, pm = policy_loss(out["logprobs"], mb["old_logprobs"], mb["advantages"], mask, algo.clip_low,
+                           algo.clip_high, algo.dual_clip, mb.get("is_weights"), algo.loss_agg, max_tokens,
+                           n_tokens=n_tokens, n_episodes=n_episodes)
+    ent = masked_mean(out["entropy"], mask, n_tokens)
+    loss = loss - algo.entropy_coef * ent
+    pm["entropy"] = ent.item()
+    if "values" in out:  # the critic
+        vl, vm = value_loss(out["values"], mb["old_values"], mb["returns"], mask, algo.vf_clip, n_tokens)
+        loss = loss + algo.vf_coef * vl
+        pm.update(vm)
+    if "ref_logprobs" in mb:
+        kl = kl_k3(out["logprobs"], mb["ref_logprobs"], mask, n_tokens)
+        loss = loss + algo.kl_coef * kl
+        pm["kl_ref"] = kl.item()
+    return loss, pm
+
+
+def microbatches(lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Cut the rows of one minibatch into micro-batches of at most `max_tokens` padded tokens each (rows × the
+    micro-batch's longest row), longest rows first, so each micro-batch pads only to its own longest row.
+
+    Gradient accumulation over the micro-batches, with the whole minibatch's token and episode counts as the loss
+    denominators, gives the minibatch's gradient (accumulate_microbatches); only the peak memory changes.
+
+    Args:
+        lengths: the tokens of each row (its attention-mask sum), in minibatch order.
+        max_tokens: the budget (train.max_tokens_per_microbatch); <= 0: one micro-batch holding every row. A row
+            longer than the budget is a micro-batch of its own (a sequence is never cut).
+    Returns: lists of positions into `lengths`; every position exactly once.
+    """
+    if max_tokens <= 0:
+        return [list(range(len(lengths)))]
+    out: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        if out and (len(out[-1]) + 1) * lengths[out[-1][0]] <= max_tokens:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+def accumulate_microbatches(forward: Forward, mb: dict[str, torch.Tensor], algo: AlgoConfig, budget: int = 0,
+                            max_tokens: float | None = None, n_tokens: float | None = None,
+                            n_episodes: int | None = None, backward: Callable[[torch.Tensor], None] | None = None
+                            ) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss of minibatch `mb` and its gradient, accumulated over the micro-batches of `microbatches` (budget
+    train.max_tokens_per_microbatch; 0: one micro-batch): each micro-batch is cut to its own longest row and its loss
+    L_m (minibatch_loss) takes the minibatch's token and episode counts as denominators, so Σ_m L_m is the
+    minibatch's loss, the accumulated gradient its gradient and the summed metrics its metrics. Peak memory follows
+    the budget, not the longest episode.
+
+    Args:
+        mb: a `select` of the batch dict (the minibatch's rows), as for minibatch_loss.
+        max_tokens: Dr. GRPO's L_max (minibatch_loss).
+        n_tokens, n_episodes: the denominators (default: mb's own Σ mask and row count); a data-parallel rank passes
+            the whole minibatch's (distributed.py).
+        backward: called on each micro-batch's loss (default `loss.backward()`; data parallelism: DataParallel.backward).
+    Returns: (Σ_m L_m as a 0-dim float32 tensor without grad, Σ_m of each metric); gradients are in the parameters.
+    """
+    lengths = mb["attention_mask"].sum(1)
+    n_tokens = mb["mask"].sum().item() if n_tokens is None else n_tokens
+    n_episodes = len(lengths) if n_episodes is None else n_episodes
+    total, sums = 0.0, {}
+    for part in microbatches(lengths.tolist(), budget):
+        loss, pm = minibatch_loss(forward, select(mb, torch.tensor(part)), algo, max_tokens, n_tokens, n_episodes)
+        (backward or torch.Tensor.backward)(loss)
+        total += loss.item()
+        for k, v in pm.items():
+            sums[k] = sums.get(k, 0.0) + v
+    return torch.tensor(total), sums
+
+
+@torch.no_grad()
+def forward_in_chunks(forward: Forward, batch: dict[str, torch.Tensor], budget: int) -> dict[str, torch.Tensor]:
+    """`forward` (without entropy) over the batch in chunks of rows of similar length (microbatches: longest rows
+    first, at most `budget` padded tokens each), each chunk cut to its own longest row, the results scattered back
+    into (B, T): the padding that the batch's longest episode puts on shorter rows costs no work. Used for the no-grad
+    passes (π_old, V_old, π_ref); the same results as one forward over the batch up to float rounding.
+
+    Args: batch: holds input_ids, attention_mask (B, T) long and mask (B, T) float; budget > 0 tokens per chunk.
+    Returns: forward's dict ('logprobs' [, 'values']), each (B, T) float32, 0 off the policy tokens.
+    """
+    out: dict[str, torch.Tensor] = {}
+    lengths = batch["attention_mask"].sum(1)
+    for part in microbatches(lengths.tolist(), budget):
+        rows = torch.tensor(part, device=lengths.device)
+        T = int(lengths[rows].max())
+        res = forward(batch["input_ids"][rows, :T], batch["attention_mask"][rows, :T], batch["mask"][rows, :T])
+        for k, v in res.items():
+            out.setdefault(k, torch.zeros_like(batch["mask"]))[rows, :T] = v
+    return out
