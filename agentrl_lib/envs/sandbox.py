@@ -39,14 +39,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .base import GameLoadError
+
 SANDBOX_ROOT = "/repo"
 """Where the workdir appears inside the sandbox (the command's working directory)."""
 SITE = "/opt/swe/site"
 """Where the modules passed as `site` appear inside the sandbox (on PYTHONPATH)."""
 
 
-class SandboxUnavailable(RuntimeError):
-    """No sandbox can be made on this machine; the message says why in one line."""
+class SandboxUnavailable(GameLoadError):
+    """No sandbox can be made on this machine; the message says why in one line (a GameLoadError, so the CLI and
+    the game check report it as one line)."""
 
 
 @dataclass(frozen=True)

@@ -59,10 +59,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .base import GameSetError
 from .sandbox import Limits, run_sandboxed
 
 
-class TaskGenerationError(RuntimeError):
+class TaskGenerationError(GameSetError):
     """Tasks cannot be generated (a source package missing or at another version, too few valid mutations)."""
 
 
