@@ -15,7 +15,7 @@ VLLM_PY    := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_TORCH_INDEX ?= --index-url=https://download.pytorch.org/whl/cpu
 
-.PHONY: venv demo demo-fast test test-fast lab sync-notebooks execute-notebooks clean book browser vllm vllm-or-skip
+.PHONY: venv demo demo-fast test test-fast lab sync-notebooks execute-notebooks clean book browser sandbox vllm vllm-or-skip
 
 venv: $(STAMP)
 
@@ -41,7 +41,7 @@ demo-fast: $(STAMP)
 
 ## unit + integration tests, the notebooks under nbval in fast mode, the book in headless Chromium; then the vLLM
 ## backend's tests in .venv-vllm (built here if missing, ~2-4 min; skipped with one line if it cannot be built)
-test: $(STAMP) browser vllm-or-skip
+test: $(STAMP) browser sandbox vllm-or-skip
 	AGENTRL_FAST=1 $(PY) -m pytest -q -p no:cacheprovider $(NBVAL) tests notebooks
 	if [ -f $(VLLM_STAMP) ]; then $(VLLM_PY) -m pytest -q -p no:cacheprovider tests/test_vllm.py; \
 	else echo "make: no $(VLLM_VENV) (make vllm failed above): tests/test_vllm.py skipped"; fi
@@ -94,6 +94,16 @@ browser:
 	    { apt-get install -y -qq chromium || { apt-get update -qq && apt-get install -y -qq chromium; }; } \
 	      >/dev/null 2>&1 || echo "make: apt-get could not install chromium; tests/test_book.py will skip"; \
 	  else echo "make: no Chromium found (not root, or no apt-get); tests/test_book.py will skip"; fi
+
+## bubblewrap for the swe family's sandbox (agentrl_lib/envs/sandbox.py; tests/test_sandbox.py, tests/test_swe.py):
+## Debian's package, installed as chromium is; without it the swe family refuses to start and those tests skip
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's bubblewrap for the swe sandbox (apt-get)"; \
+	    { apt-get install -y -qq bubblewrap || { apt-get update -qq && apt-get install -y -qq bubblewrap; }; } \
+	      >/dev/null 2>&1 || echo "make: apt-get could not install bubblewrap; the swe tests will skip"; \
+	  else echo "make: no bwrap found (not root, or no apt-get); the swe tests will skip"; fi
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/

@@ -387,6 +387,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--task-types", default="", help="alfworld: comma-separated task types (default all six)")
     g.add_argument("--official", action="store_true",
                    help="alfworld: index the official games under $ALFWORLD_DATA (alfworld-download) into --out")
+    g.add_argument("--level", type=int, default=1, choices=[1, 2, 3], help="swe: problem statement level (1 names "
+                   "file, function, failing tests; 2 the failing tests' output; 3 an issue-style text)")
+    g.add_argument("--swe-reward", default="relative", choices=["relative", "pass_ratio", "resolved"],
+                   help="swe: the set's reward kind (relative: pass ratio above the unpatched baseline)")
     g.add_argument("--force", action="store_true", help="regenerate even if a cached identical set exists")
     g.set_defaults(func=_make_games)
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .envs import family_names, get_family
 from .envs.pool import EnvFailure, EnvPool
 from .generation import Generator
 from .prompts import SYSTEM_PROMPT, ChatFormat, feedback_message, first_user_message, parse_reply
@@ -126,6 +127,7 @@ def rollout(generator: Generator, tokenizer, pool: EnvPool, games: list[str], *,
         system_prompt: the game family's prompt (`prompts.system_prompt_for`); the default is TextWorld's.
         action_format, max_actions_per_turn: how a reply becomes the env's action (`prompts.parse_reply`; EnvConfig):
             "plain" (first line, the default) or "ragen" (<answer>a1 || a2</answer>, at most max_actions_per_turn).
+            Not applied when the pool's family takes whole replies (EnvFamily.reply_as_action, e.g. swe).
     Returns:
         (trajectories in the order of `games`, RolloutStats).
     Raises:
@@ -142,6 +144,8 @@ def rollout(generator: Generator, tokenizer, pool: EnvPool, games: list[str], *,
         order = {g: i for i, g in enumerate(dict.fromkeys(games))}
         groups = [order[g] for g in games]
     stats = RolloutStats(episodes=len(games))
+    # a family that parses replies itself (EnvFamily.reply_as_action: swe's ```bash blocks) gets them whole
+    raw_replies = getattr(pool, "family", None) in family_names() and get_family(pool.family).reply_as_action
     trajs = [Trajectory(game=g, group=k) for g, k in zip(games, groups)]
     slots = list(range(len(games)))
 
@@ -198,7 +202,7 @@ def rollout(generator: Generator, tokenizer, pool: EnvPool, games: list[str], *,
             reply = tokenizer.decode([x for x in seq if x != chat.eos_id], skip_special_tokens=False)
             tr.replies.append(reply)
             tr.truncated.append(trunc)
-            actions.append(parse_reply(reply, action_format, max_actions_per_turn))
+            actions.append(reply if raw_replies else parse_reply(reply, action_format, max_actions_per_turn))
             tr.actions.append(actions[-1])
         # plumbing: every env takes its action; a failed env ends only its own episode.
         t = time.perf_counter()

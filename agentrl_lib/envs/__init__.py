@@ -9,7 +9,7 @@ procedural games). Adding a family is one module that builds an EnvFamily plus o
     register_family(EnvFamily(name="guess", make_env=GuessEnv, make_games=make_guess_games,
                               system_prompt="Guess the number. Reply with one number.", game_id="seed"))
 
-The built-in families (BUILTIN: textworld, alfworld, and RAGEN's bandit, bandit-reversed, frozenlake, sokoban)
+The built-in families (BUILTIN: textworld, alfworld, RAGEN's bandit, bandit-reversed, frozenlake, sokoban, and swe)
 register themselves when their module is imported, and `get_family` imports that module the first time the family is
 asked for: importing this package (or `agentrl_lib.envs.base`) imports no family, and registering one imports no game
 engine (textworld, alfworld, gymnasium are imported when an env is built or games are made).
@@ -56,6 +56,9 @@ class EnvFamily:
     """Modules the ProcessPool's forkserver imports once so each worker forks with them loaded."""
     warm_up: Callable[[str], None] | None = None
     """Optional: parse caches for a game once in the forkserver, so workers start warm (TextWorld's game logic)."""
+    reply_as_action: bool = False
+    """The env receives the model's whole reply as its action and parses it itself (swe: the ```bash block),
+    instead of `prompts.parse_reply`'s first line / RAGEN answer (env.action_format is then not applied)."""
 
     def env_kwargs(self, env_cfg: Any = None, **settings: Any) -> dict[str, Any]:
         """Keyword arguments for `make_env` from an EnvConfig (and/or `settings`, by EnvConfig field name): the
@@ -71,7 +74,8 @@ class UnknownFamilyError(ValueError):
 
 BUILTIN = {"textworld": "agentrl_lib.envs.textworld", "alfworld": "agentrl_lib.envs.alfworld",
            "bandit": "agentrl_lib.envs.bandit", "bandit-reversed": "agentrl_lib.envs.bandit",
-           "frozenlake": "agentrl_lib.envs.frozenlake", "sokoban": "agentrl_lib.envs.sokoban"}
+           "frozenlake": "agentrl_lib.envs.frozenlake", "sokoban": "agentrl_lib.envs.sokoban",
+           "swe": "agentrl_lib.envs.swe"}
 """Built-in families → the module that registers each (imported on first `get_family`)."""
 
 FAMILIES: dict[str, EnvFamily] = {}

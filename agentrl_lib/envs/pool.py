@@ -147,9 +147,11 @@ class SerialPool:
             raise ValueError(f"timeout_s must be > 0 or None (got {timeout_s})")
         self.size = size
         self.timeout_s = timeout_s
+        self.family = None  # the family's name when built from one (rollout reads EnvFamily.reply_as_action)
         if factory is None:
             fam = family if isinstance(family, EnvFamily) else get_family(family)
             factory = functools.partial(fam.make_env, **env_kwargs)
+            self.family = fam.name
         self._factory = factory
         self._envs: list[Env | None] = [None] * size
         self._games: list[str] = [""] * size

@@ -1,0 +1,286 @@
+"""The `swe` family: fix a planted bug in a real Python repository with one bash command per turn, in a sandbox.
+
+A game is a task directory made by `agentrl make-games swe` (envs/swe_tasks.py): task.json (the SWE-Gym fields, the
+gold patch, the test lists) and repo/ (the buggy repository). An episode:
+
+    reset(task dir)   a fresh copy of repo/ becomes the episode's working copy, seen as /repo in the sandbox;
+                      the observation is the problem statement at the set's difficulty level
+    step(reply)       the reply's first ```bash fenced block (mini-swe-agent's text convention) runs in the sandbox
+                      (envs/sandbox.py: no network, /repo the only writable path, 30 s, rlimits); the observation is
+                      its exit code and output, the middle elided past `max_output_chars`
+    submit            the command `submit` (or the turn limit, `max_turns`: auto-submit) ends the episode: the agent's
+                      diff is applied to a fresh copy with the task's tests restored and the tests run
+                      (swe_tasks.score_submission); reward = the set's reward kind, info.won = resolved
+
+Reward kinds (swe_tasks.reward_kinds): "pass_ratio" (the Practitioner's Guide), "resolved" (binary, SkyRL) and
+"relative" (the pass ratio above the unpatched baseline: a no-op or test-deleting submission earns 0; the default).
+The kind is the task set's (`make-games swe --swe-reward KIND`; an env built with `reward=` overrides it). All three
+are written for every submission to <games dir>/episodes.jsonl. With reward.kind = sparse a run trains on
+`resolved` whatever the set's kind; with dense, on the set's kind.
+
+A reply without a fenced block is an invalid turn (info.valid False: reward.format_penalty applies) and costs a turn.
+Env faults (the sandbox or a copy fails) raise, so the pool ends that episode as an env error, never rewarded.
+
+Sources: mini-swe-agent (the one-bash-block reply format, output truncation with a note), SWE-agent / SWE-Gym
+(the task fields), the Practitioner's Guide (arXiv 2510.01132) §SWE: 8 turns, 30 s per command, auto-submit at
+the turn limit, reward = fraction of FAIL_TO_PASS and PASS_TO_PASS tests passing. Introduced for issue 26.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from . import EnvFamily, register_family
+from .base import GameLoadError, GameRecord, GameSet, StepInfo, StepResult, reuse_game_set, write_manifest
+from .sandbox import Limits, require_sandbox, run_sandboxed
+
+REWARD_KINDS = ("relative", "pass_ratio", "resolved")
+"""The env's reward kinds (swe_tasks.reward_kinds); the first is the default."""
+LEVELS = (1, 2, 3)
+"""Difficulty levels of the problem statement (swe_tasks module docstring)."""
+COMMAND_TIMEOUT_S = 30.0
+"""Wall-clock seconds per agent command (the Practitioner's Guide)."""
+SUBMIT = "submit"
+
+SYSTEM_PROMPT = ("You are a software engineer fixing a bug in a Python repository, the current directory. Each "
+                 "reply is one bash command in a fenced block, for example:\n```bash\npython -m pytest -q "
+                 "tests/test_x.py\n```\nIts output comes back as the next message. Commands run in a sandbox "
+                 "without network, 30 seconds each; edit files with sed, patch or python. Do not edit the tests. "
+                 "When the bug is fixed, reply:\n```bash\nsubmit\n```")
+
+_FENCE = re.compile(r"```(?:bash|sh|shell)?[ \t]*\n(.*?)```", re.S)
+
+
+def parse_command(reply: str) -> str | None:
+    """The bash command of a reply: the content of its first ``` fenced block (```bash, ```sh or bare),
+    stripped; a reply that is just the word `submit` is a submission too. None when there is no block (or it is
+    empty): the turn is invalid.
+
+    Source: mini-swe-agent's `action_regex` (one ```bash block per reply; it rejects replies with none)."""
+    m = _FENCE.search(reply)
+    if m is None:
+        return SUBMIT if reply.strip().strip("`").strip().lower() == SUBMIT else None
+    command = m.group(1).strip()
+    return command or None
+
+
+def truncate(text: str, limit: int) -> str:
+    """`text` when it has at most `limit` characters; else its head and tail (limit/2 each) around a note that says
+    how many characters were elided and how to see them (mini-swe-agent's output truncation)."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return (f"{text[:half]}\n[... {len(text) - 2 * half} characters elided: the output is longer than {limit}; "
+            f"use head, tail, grep or sed -n to see parts of it ...]\n{text[-half:]}")
+
+
+def _load_task(game: str) -> tuple[dict, Path, dict]:
+    d = Path(game)
+    try:
+        task = json.loads((d / "task.json").read_text())
+        manifest = json.loads((d.parents[1] / "manifest.json").read_text())
+    except (OSError, ValueError, IndexError) as e:
+        raise GameLoadError(f"swe task {game} cannot be read ({e}); regenerate the set with agentrl make-games swe")
+    if not (d / "repo").is_dir():
+        raise GameLoadError(f"swe task {game} has no repo/ directory; regenerate the set")
+    return task, d / "repo", manifest.get("params", {})
+
+
+class SweEnv:
+    """One software-engineering episode at a time (module docstring).
+
+    Args:
+        max_turns: turns before auto-submit (EnvConfig.max_turns; the paper's 8). Use the run's max_turns.
+        reward: a REWARD_KINDS entry, or None for the task set's kind (manifest param "reward").
+        command_timeout_s: wall-clock limit of one command, seconds.
+        step_timeout_s: the pool's watchdog per step (EnvConfig.step_timeout_s): when given, a command and the test
+            run of an auto-submit each get at most (step_timeout_s - 5) / 2 s, so a step ends before the watchdog.
+        max_output_chars: longest observation of a command's output before the middle is elided.
+        log: append each submission's rewards to <games dir>/episodes.jsonl.
+    Raises: sandbox.SandboxUnavailable (one line: why) when no sandbox can be made here; ValueError for a bad
+        argument.
+    """
+
+    def __init__(self, max_turns: int = 8, reward: str | None = None, command_timeout_s: float = COMMAND_TIMEOUT_S,
+                 step_timeout_s: float | None = None, max_output_chars: int = 2000, log: bool = True):
+        if reward is not None and reward not in REWARD_KINDS:
+            raise ValueError(f"swe reward must be one of {REWARD_KINDS} (got {reward!r})")
+        if max_turns < 1 or max_output_chars < 100 or command_timeout_s <= 0:
+            raise ValueError("swe env: max_turns >= 1, max_output_chars >= 100 and command_timeout_s > 0 are needed")
+        require_sandbox()
+        from .swe_tasks import pytest_site
+
+        self.max_turns, self.reward, self.max_output_chars, self.log = max_turns, reward, max_output_chars, log
+        self.wall_s = command_timeout_s
+        if step_timeout_s is not None:
+            self.wall_s = max(1.0, min(command_timeout_s, (step_timeout_s - 5.0) / 2.0))
+        self.site = pytest_site()
+        self.work: Path | None = None
+        self.done = True
+
+    # plumbing: the episode's working copy
+    def _clean(self) -> None:
+        if self.work is not None:
+            shutil.rmtree(self.work.parent, ignore_errors=True)
+            self.work = None
+
+    def reset(self, game: str) -> StepResult:
+        """Start the task in directory `game`: a fresh working copy, the problem statement as observation.
+        Raises GameLoadError when the task cannot be read."""
+        self._clean()
+        self.game = game
+        self.task, self.base, params = _load_task(game)
+        self.kind = self.reward or params.get("reward", REWARD_KINDS[0])
+        self.level = str(params.get("level", 1))
+        self.work = Path(tempfile.mkdtemp(prefix="agentrl-swe-ep-")) / "repo"
+        shutil.copytree(self.base, self.work, symlinks=True)
+        self.turns, self.done, self.score = 0, False, 0.0
+        statement = self.task["problem_statement"][self.level]
+        obs = (f"{statement}\n\nThe repository is the current directory. You have {self.max_turns} turns; one bash "
+               "command per reply in a ```bash block; reply ```bash\nsubmit\n``` when done.")
+        return StepResult(obs, 0.0, False, self._info(True, False))
+
+    def _info(self, valid: bool, won: bool) -> StepInfo:
+        return StepInfo(won=won, lost=self.done and not won, score=self.score, max_score=1.0, admissible=[],
+                        valid=valid, expert_action=None, objective="Fix the bug so that the repository's tests pass.")
+
+    def step(self, action: str) -> StepResult:
+        """Run the bash command in the reply `action` (parse_command), or submit. Raises (an env fault) when the
+        sandbox cannot run; an agent's command that fails, hangs or floods is an observation, not a fault."""
+        if self.done:
+            return StepResult("The episode is over.", 0.0, True, self._info(False, False))
+        self.turns += 1
+        command = parse_command(action)
+        valid = command is not None
+        if command == SUBMIT or command is not None and command.splitlines()[0].strip() == SUBMIT:
+            return self._submit("agent", "")
+        if command is None:
+            obs = ("No command found: reply with exactly one bash command in a fenced block, ```bash\n<command>\n"
+                   "```, or ```bash\nsubmit\n``` to submit.")
+        else:
+            r = run_sandboxed(command, self.work, Limits(wall_s=self.wall_s), site=self.site)
+            note = (f"[killed: the command ran longer than {self.wall_s:g} s]" if r.timed_out else
+                    "[killed: the command wrote too much output]" if r.output_capped else f"exit code {r.returncode}")
+            obs = f"{note}\n{truncate(r.output, self.max_output_chars)}".rstrip()
+        if self.turns >= self.max_turns:
+            return self._submit("auto", obs + f"\n\nTurn limit ({self.max_turns}) reached: submitted automatically.",
+                                valid)
+        return StepResult(obs, 0.0, False, self._info(valid, False))
+
+    def _submit(self, how: str, obs: str, valid: bool = True) -> StepResult:
+        from .swe_tasks import score_submission
+
+        t0 = time.perf_counter()
+        res = score_submission(self.task, self.base, self.work, self.site)
+        reward = res[self.kind]
+        won = bool(res["resolved"])
+        self.done, self.score = True, reward
+        self._write_log(how, res, time.perf_counter() - t0)
+        self._clean()
+        text = (f"Submitted ({how}). Tests passing: {res['n_pass']}/{res['n_total']} "
+                f"(pass_ratio {res['pass_ratio']:.3f}, relative {res['relative']:.3f}, resolved "
+                f"{'yes' if won else 'no'}).")
+        if res["dropped"]:
+            text += f" Changes to protected files were ignored: {', '.join(res['dropped'][:5])}."
+        return StepResult(f"{obs}\n\n{text}".strip(), reward, True, self._info(valid, won))
+
+    def _write_log(self, how: str, res: dict, seconds: float) -> None:
+        if not self.log:
+            return
+        row = {"instance_id": self.task["instance_id"], "submitted": how, "turns": self.turns,
+               "reward_kind": self.kind, **{k: res[k] for k in ("pass_ratio", "resolved", "relative", "n_pass",
+                                                                   "n_total", "fail_to_pass_passed", "dropped",
+                                                                   "test_seconds")},
+               "diff_chars": len(res["diff"]), "submit_seconds": round(seconds, 3), "time": time.time()}
+        try:
+            fd = os.open(Path(self.game).parents[1] / "episodes.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, (json.dumps(row) + "\n").encode())
+            finally:
+                os.close(fd)
+        except OSError:  # a read-only games dir: the observation still carries the rewards
+            pass
+
+    def close(self) -> None:
+        self._clean()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the walkthrough (SFT) and the game maker
+
+def walkthrough(task: dict) -> list[str]:
+    """Expert replies for a task, from its gold patch: run a failing test → read the function around the bug →
+    apply the fix (`patch -p1` with the gold diff) → run the tests → submit. Each reply: a short sentence and one
+    ```bash block (the format parse_command reads)."""
+    lo, hi = task["function_lines"]
+    line = task["mutation"]["line"]
+    a, b = max(lo, line - 12), min(hi, line + 12)
+    test_file = task["test_files"][0]
+    return [
+        f"Let me run a failing test.\n```bash\npython -m pytest -q -p no:cacheprovider {task['FAIL_TO_PASS'][0]} "
+        "2>&1 | tail -n 25\n```",
+        f"Let me read the code of `{task['function']}`.\n```bash\nsed -n '{a},{b}p' {task['files'][0]}\n```",
+        f"I will fix the bug.\n```bash\npatch -p1 <<'EOF'\n{task['patch']}EOF\n```",
+        f"Let me run the tests.\n```bash\npython -m pytest -q -p no:cacheprovider {test_file} 2>&1 | tail -n 3\n```",
+        f"The tests pass.\n```bash\n{SUBMIT}\n```",
+    ]
+
+
+def task_files(path: str) -> list[Path]:
+    """The files a swe game needs (EnvFamily.game_files): task.json and repo/. Raises GameLoadError when `path`
+    is not a task directory."""
+    p = Path(path)
+    if p.suffix or p.parent.name != "tasks":
+        raise GameLoadError(f"{path} is not a swe task directory (games dir/tasks/<instance_id>)")
+    return [p / "task.json", p / "repo"]
+
+
+def make_swe_games(out, n: int, seed: int = 0, force: bool = False, split: str = "train", level: int = 1,
+                   swe_reward: str = "relative") -> GameSet:
+    """Make `n` validated swe tasks (swe_tasks.generate_tasks) in `out`: tasks/<instance_id>/{task.json, repo/}
+    and manifest.json (walkthrough = `walkthrough(task)`; params n, seed, split, level, reward + generation stats).
+
+    Args:
+        split: "train" / "valid_seen" (train functions) or "valid_unseen" (held-out functions; swe_tasks.SPLITS).
+        level: the problem statement's difficulty level (LEVELS): 1 names file, function and failing tests;
+            2 shows the failing tests' output; 3 an issue-style text.
+        swe_reward: the set's reward kind (REWARD_KINDS).
+    Raises: ValueError for a bad level / reward / split; sandbox.SandboxUnavailable (no sandbox here);
+        swe_tasks.TaskGenerationError (a source package missing or at another version)."""
+    from .base import load_game_set
+    from .swe_tasks import SPLITS, generate_tasks
+
+    if level not in LEVELS:
+        raise ValueError(f"swe --level must be one of {LEVELS} (got {level!r})")
+    if swe_reward not in REWARD_KINDS:
+        raise ValueError(f"swe --swe-reward must be one of {REWARD_KINDS} (got {swe_reward!r})")
+    if split not in SPLITS:
+        raise ValueError(f"swe --split must be one of {SPLITS} (got {split!r})")
+    require_sandbox()
+    out = Path(out)
+    params = {"n": n, "seed": seed, "split": split, "level": level, "reward": swe_reward}
+    if (old := reuse_game_set(out, "swe", params, force)) is not None:
+        return old
+    if (out / "tasks").exists():
+        shutil.rmtree(out / "tasks")
+    for stale in ("episodes.jsonl", ".agentrl-game-check.json"):
+        (out / stale).unlink(missing_ok=True)
+    tasks, stats = generate_tasks(out, n, seed, split)
+    games = [GameRecord(path=str(out / "tasks" / t["instance_id"]), name=t["instance_id"], seed=seed + i,
+                        max_score=1.0, walkthrough=walkthrough(t),
+                        params={"function": f"{t['module']}:{t['function']}", "mutation": t["mutation"]["kind"],
+                                "n_tests": len(t["FAIL_TO_PASS"]) + len(t["PASS_TO_PASS"])})
+             for i, t in enumerate(tasks)]
+    write_manifest(out, "swe", games, {**params, "generation": stats})
+    return load_game_set(out)
+
+
+register_family(EnvFamily(name="swe", make_env=SweEnv, make_games=make_swe_games, system_prompt=SYSTEM_PROMPT,
+                          options={"max_turns": "max_turns", "step_timeout_s": "step_timeout_s",
+                                   "swe_reward": "reward"},
+                          game_id="file", game_files=task_files, reply_as_action=True))

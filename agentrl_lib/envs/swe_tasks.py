@@ -1,0 +1,567 @@
+"""Software-engineering tasks from real code: one procedurally planted bug in a function of a pinned PyPI package,
+validated by the package's own tests (or by tests generated from the unmutated function), and the evaluation of a
+submission (the three reward kinds).
+
+A task (SWE-Gym's fields, Pan et al. 2024, plus ours):
+
+    instance_id        "toolz__itertoolz__groupby__flip_comparison__3f2a"
+    files              ["toolz/itertoolz.py"]                 the file the bug is in (the gold patch's files)
+    problem_statement  {"1": ..., "2": ..., "3": ...}         one text per difficulty level (below)
+    patch              the gold patch: a unified diff (a/ b/ prefixes, `patch -p1`) that restores the original
+    FAIL_TO_PASS       test node ids that pass on the original and fail with the bug
+    PASS_TO_PASS       test node ids of the same test files that pass with and without the bug
+    test_files         the test files that hold them (restored from the task before every evaluation)
+    function, module, mutation {kind, line, before, after}, package {name, version}, split, level
+
+Difficulty levels (issue 26): 1, the statement names the file, the function and the failing tests; 2, it shows only
+the failing tests' output; 3, an issue-style text naming the public function and one failing test, no file, no
+output.
+
+Mutations (`mutations`): SWE-smith's procedural modifier kinds (Yang et al. 2025, swesmith.bug_gen.procedural),
+re-implemented on the standard `ast` with text edits at the node's exact position, so the gold patch is a one-line
+(or few-line) diff and the file keeps its comments and layout. `swesmith` 0.0.9 itself was not used:
+`import swesmith.bug_gen.procedural` fails without tree-sitter grammars of other languages (tree_sitter_cpp) and its
+Python modifiers need libcst (checked 2026-11-26).
+
+    flip_operator     a + b -> a - b, * <-> //, ...         flip_comparison  < -> <=, == -> !=, in -> not in, ...
+    flip_boolean      and <-> or                            off_by_one       an integer constant n -> n +/- 1
+    invert_condition  if c: -> if not (c):                  remove_statement an assignment, call, if or loop removed
+
+A task is kept only when its FAIL_TO_PASS is not empty and the gold patch, applied with `patch -p1` to a fresh copy,
+makes every listed test pass (both checked in the sandbox). Every task of one set comes from a different (function,
+mutation); train and held-out sets never share a function: a function's split is fixed by a hash of its name
+(`function_split`), 1 in 5 functions held out.
+
+Reward kinds of a submission (`score_submission`), on a fresh copy of the buggy repository with the agent's diff
+applied and the task's test files restored (edits to tests, conftest.py, pytest configuration are dropped):
+
+    pass_ratio = passing listed tests / listed tests        (the Practitioner's Guide; a no-op earns |P2P|/N)
+    resolved   = 1 if every listed test passes else 0       (SkyRL, SWE-Gym)
+    relative   = max(0, (pass_ratio - b) / (1 - b)),  b = |PASS_TO_PASS| / N, the unpatched baseline:
+                 a no-op or test-deleting submission earns 0, the gold patch 1.
+
+Sources: SWE-Gym (Pan et al. 2024, arXiv 2412.21139), SWE-smith (Yang et al. 2025, arXiv 2504.21798), the
+Practitioner's Guide (arXiv 2510.01132) §SWE. Introduced for issue 26 (the `swe` family).
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .base import GameSetError
+from .sandbox import Limits, run_sandboxed
+
+
+class TaskGenerationError(GameSetError):
+    """Tasks cannot be generated (a source package missing or at another version, too few valid mutations)."""
+
+
+@dataclass(frozen=True)
+class SourcePackage:
+    """A pinned pure-Python package whose functions become tasks."""
+
+    name: str
+    """Distribution name on PyPI (and the top-level module)."""
+    version: str
+    """The pinned version (pyproject.toml pins the same)."""
+    roots: tuple[str, ...]
+    """Top-level packages copied into a task's repository (relative to site-packages)."""
+    modules: dict[str, str]
+    """Source file (repository path) → its test file (repository path) in the package's own tests."""
+
+
+SOURCES = {
+    "toolz": SourcePackage("toolz", "1.2.0", ("toolz", "tlz"), {
+        "toolz/itertoolz.py": "toolz/tests/test_itertoolz.py",
+        "toolz/dicttoolz.py": "toolz/tests/test_dicttoolz.py",
+        "toolz/functoolz.py": "toolz/tests/test_functoolz.py",
+        "toolz/recipes.py": "toolz/tests/test_recipes.py",
+    }),
+}
+"""Packages that ship their tests in the wheel. (funcy 2.1 and boltons 26.2 ship none: issue 26 asks for tests
+generated from the original function there; not done yet.)"""
+
+TEST_WALL_S = 30.0
+"""Wall-clock limit of one test run in the sandbox, seconds."""
+PYTEST = "python -m pytest -q -p no:cacheprovider -p agentrl_swe_report -o addopts= --color=no"
+"""How the sandbox runs a task's tests (the plugin agentrl_swe_report prints outcomes by node id)."""
+PROTECTED_NAMES = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
+                   "usercustomize.py"}
+"""Files an agent's diff may not add or change (tests are restored; these would change how tests run)."""
+HELD_OUT_EVERY = 5
+"""1 in HELD_OUT_EVERY functions (by hash) is held out (split "valid_unseen"); the others are train."""
+SPLITS = ("train", "valid_seen", "valid_unseen")
+"""make-games' --split values: "train" and "valid_seen" draw from the train functions (valid_seen: other seeds,
+same functions), "valid_unseen" from the held-out functions."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the sandbox's Python: pytest and our report plugin, bound read-only (never the task packages' installed copies)
+
+def pytest_site() -> dict[str, Path]:
+    """Module name → path of pytest and its dependencies in this environment, plus the report plugin; bound
+    read-only into the sandbox (sandbox.run_sandboxed's `site`). Raises TaskGenerationError when pytest is missing."""
+    site: dict[str, Path] = {}
+    for name in ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py"):
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            if name in ("pytest", "_pytest", "pluggy", "iniconfig"):
+                raise TaskGenerationError(f"the swe family runs tests with pytest, which lacks {name!r} here: "
+                                          "pip install 'pytest>=8'")
+            continue
+        origin = Path(spec.origin)
+        if origin.name == "__init__.py":
+            site[name] = origin.parent  # a package: its directory
+        else:
+            site[origin.name] = origin  # a one-file module (py.py)
+    site["agentrl_swe_report.py"] = Path(__file__).with_name("swe_report.py")
+    return site
+
+
+def run_tests(repo: Path, test_files: list[str], site: dict[str, Path] | None = None,
+              wall_s: float = TEST_WALL_S) -> tuple[dict[str, str], str]:
+    """Run `test_files` (repository paths) with pytest in the sandbox on `repo`.
+
+    Returns: ({test node id: "passed" | "failed" | "skipped"}, pytest's output); an empty dict when the run was
+    killed (time, output) or pytest did not report (every test then counts as failing).
+    Raises: sandbox.SandboxUnavailable."""
+    from .swe_report import MARKER
+
+    cmd = f"{PYTEST} {' '.join(test_files)}"
+    r = run_sandboxed(cmd, repo, Limits(wall_s=wall_s), site=site if site is not None else pytest_site())
+    outcomes: dict[str, str] = {}
+    text, _, tail = r.output.rpartition(MARKER)
+    if _ and not r.timed_out and not r.output_capped:
+        try:
+            outcomes = json.loads(tail.splitlines()[0])
+        except (ValueError, IndexError):
+            outcomes = {}
+    return outcomes, text if _ else r.output
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the repository: a copy of the pinned package's source and tests
+
+def check_source(pkg: SourcePackage) -> Path:
+    """The site-packages directory holding `pkg` at its pinned version.
+    Raises TaskGenerationError (how to install it) when it is missing or at another version."""
+    try:
+        have = importlib.metadata.version(pkg.name)
+    except importlib.metadata.PackageNotFoundError:
+        have = None
+    if have != pkg.version:
+        raise TaskGenerationError(f"the swe tasks use {pkg.name}=={pkg.version} (found "
+                                  f"{have or 'none'}): pip install {pkg.name}=={pkg.version}")
+    spec = importlib.util.find_spec(pkg.roots[0])
+    return Path(spec.origin).parent.parent
+
+
+def copy_repo(pkg: SourcePackage, dest: Path) -> Path:
+    """Copy the package's roots (source and tests, no __pycache__) into `dest` (created). Returns dest."""
+    src = check_source(pkg)
+    dest.mkdir(parents=True, exist_ok=True)
+    for root in pkg.roots:
+        shutil.copytree(src / root, dest / root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dest
+
+
+def copy_tree(src: Path, dest: Path) -> Path:
+    """A fresh copy of a repository (no __pycache__), as a new episode or an evaluation starts from."""
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), symlinks=True)
+    return dest
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# mutations: position-exact text edits found with `ast`
+
+@dataclass(frozen=True)
+class Mutation:
+    """One planted bug: replace source[start:end] (character offsets into the file) by `new`."""
+
+    kind: str
+    start: int
+    end: int
+    new: str
+    line: int
+    """1-based line of the edit."""
+
+    def apply(self, source: str) -> str:
+        return source[:self.start] + self.new + source[self.end:]
+
+
+_BINOP_FLIP = {ast.Add: ("+", "-"), ast.Sub: ("-", "+"), ast.Mult: ("*", "//"), ast.FloorDiv: ("//", "*"),
+               ast.Div: ("/", "*"), ast.Mod: ("%", "//"), ast.BitAnd: ("&", "|"), ast.BitOr: ("|", "&"),
+               ast.LShift: ("<<", ">>"), ast.RShift: (">>", "<<")}
+_CMP_FLIP = {ast.Lt: ("<", "<="), ast.LtE: ("<=", "<"), ast.Gt: (">", ">="), ast.GtE: (">=", ">"),
+             ast.Eq: ("==", "!="), ast.NotEq: ("!=", "=="), ast.Is: ("is", "is not"), ast.IsNot: ("is not", "is"),
+             ast.In: ("in", "not in"), ast.NotIn: ("not in", "in")}
+_REMOVABLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.If, ast.For, ast.While)
+
+
+class _Offsets:
+    def __init__(self, source: str):
+        self.starts = [0]
+        for line in source.splitlines(keepends=True):
+            self.starts.append(self.starts[-1] + len(line))
+
+    def __call__(self, line: int, col_bytes: int, source_line: str) -> int:
+        # ast columns are UTF-8 byte offsets
+        return self.starts[line - 1] + len(source_line.encode()[:col_bytes].decode("utf-8", "replace"))
+
+
+def _between(source: str, lines: list[str], off: _Offsets, a: ast.AST, b: ast.AST) -> tuple[int, int]:
+    return (off(a.end_lineno, a.end_col_offset, lines[a.end_lineno - 1]),
+            off(b.lineno, b.col_offset, lines[b.lineno - 1]))
+
+
+def _op_in(source: str, lo: int, hi: int, symbol: str) -> tuple[int, int] | None:
+    """The position of operator `symbol` in source[lo:hi], where only parentheses, whitespace, line continuations
+    and that one operator may lie (else None: a comment or something unexpected; skip the site)."""
+    seg = source[lo:hi]
+    words = symbol.split()
+    rest = seg
+    for ch in "()\\\n\t ":
+        rest = rest.replace(ch, " ")
+    if rest.split() != words:
+        return None
+    i = seg.find(words[0])
+    j = seg.find(words[-1], i) + len(words[-1])
+    return lo + i, lo + j
+
+
+def mutations(source: str, func: ast.FunctionDef) -> list[Mutation]:
+    """Every mutation site of `func` (a top-level def of `source`), in source order (module docstring: kinds)."""
+    lines = source.splitlines(keepends=True)
+    off = _Offsets(source)
+    pos = lambda n: off(n.lineno, n.col_offset, lines[n.lineno - 1])  # noqa: E731
+    end = lambda n: off(n.end_lineno, n.end_col_offset, lines[n.end_lineno - 1])  # noqa: E731
+    out: list[Mutation] = []
+    for node in ast.walk(func):
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOP_FLIP:
+            sym, new = _BINOP_FLIP[type(node.op)]
+            where = _op_in(source, *_between(source, lines, off, node.left, node.right), sym)
+            if where:
+                out.append(Mutation("flip_operator", *where, new, node.left.end_lineno))
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _CMP_FLIP:
+            sym, new = _CMP_FLIP[type(node.ops[0])]
+            where = _op_in(source, *_between(source, lines, off, node.left, node.comparators[0]), sym)
+            if where:
+                out.append(Mutation("flip_comparison", *where, new, node.left.end_lineno))
+        elif isinstance(node, ast.BoolOp) and len(node.values) == 2:
+            sym, new = ("and", "or") if isinstance(node.op, ast.And) else ("or", "and")
+            where = _op_in(source, *_between(source, lines, off, node.values[0], node.values[1]), sym)
+            if where:
+                out.append(Mutation("flip_boolean", *where, new, node.values[0].end_lineno))
+        elif (isinstance(node, ast.Constant) and type(node.value) is int and -10 <= node.value <= 10
+              and source[pos(node):end(node)] == str(node.value)):
+            out.append(Mutation("off_by_one", pos(node), end(node), str(node.value + 1), node.lineno))
+            if node.value > 0:
+                out.append(Mutation("off_by_one", pos(node), end(node), str(node.value - 1), node.lineno))
+        if isinstance(node, (ast.If, ast.While, ast.IfExp)):
+            t = node.test
+            out.append(Mutation("invert_condition", pos(t), end(t), f"not ({source[pos(t):end(t)]})", t.lineno))
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if not isinstance(block, list) or len(block) < 2:
+                continue
+            for stmt in block:
+                if not isinstance(stmt, _REMOVABLE) and not (isinstance(stmt, ast.Expr)
+                                                             and isinstance(stmt.value, ast.Call)):
+                    continue
+                first, last = lines[stmt.lineno - 1], lines[stmt.end_lineno - 1]
+                s, e = pos(stmt), end(stmt)
+                whole = (first[:len(first) - len(first.lstrip())].strip() == ""
+                         and s == off.starts[stmt.lineno - 1] + len(first) - len(first.lstrip())
+                         and last[e - off.starts[stmt.end_lineno - 1]:].strip() == "")
+                if whole:
+                    out.append(Mutation("remove_statement", off.starts[stmt.lineno - 1],
+                                        off.starts[stmt.end_lineno], "", stmt.lineno))
+    out.sort(key=lambda m: (m.start, m.kind, m.new))
+    return out
+
+
+def functions(source: str) -> list[ast.FunctionDef]:
+    """The public top-level functions of a module's source (name not starting with "_"), in source order."""
+    tree = ast.parse(source)
+    return [n for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")]
+
+
+def function_split(package: str, module: str, function: str) -> str:
+    """"valid_unseen" for 1 in HELD_OUT_EVERY functions (by a hash of package:module:function), else "train":
+    a function is in one split only, so train and held-out tasks never share a function."""
+    h = int(hashlib.sha1(f"{package}:{module}:{function}".encode()).hexdigest(), 16)
+    return "valid_unseen" if h % HELD_OUT_EVERY == 0 else "train"
+
+
+def unified_diff(path: str, before: str, after: str) -> str:
+    """A unified diff of one file with a/ b/ prefixes (applies with `patch -p1` or `git apply`)."""
+    return "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                        f"a/{path}", f"b/{path}"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# problem statements
+
+def _first_failure(output: str, max_lines: int = 40) -> str:
+    """The failing tests' section of pytest's output, at most `max_lines` lines (head kept)."""
+    lines = output.strip().splitlines()
+    start = next((i for i, ln in enumerate(lines) if "FAILURES" in ln), 0)
+    part = lines[start:]
+    if len(part) > max_lines:
+        part = part[:max_lines] + [f"... ({len(lines) - start - max_lines} more lines)"]
+    return "\n".join(part)
+
+
+def statements(module: str, func: ast.FunctionDef, pkg: SourcePackage, f2p: list[str], output: str) -> dict:
+    """The problem statement at each difficulty level (module docstring)."""
+    shown = ", ".join(f2p[:5]) + (f" and {len(f2p) - 5} more" if len(f2p) > 5 else "")
+    doc = (ast.get_docstring(func) or "").strip().splitlines()
+    summary = doc[0].strip() if doc else ""
+    public = f"{pkg.roots[0]}.{func.name}"
+    return {
+        "1": (f"There is a bug in the function `{func.name}` in `{module}`: these tests fail: {shown}. "
+              "Fix the function; do not edit the tests."),
+        "2": ("Some tests of this repository fail. Their output:\n\n" + _first_failure(output)
+              + "\n\nFix the code; do not edit the tests."),
+        "3": (f"`{public}` no longer works as documented"
+              + (f" (\"{summary}\")" if summary else "") + f". For example, the test `{f2p[0]}` fails. "
+              "Please fix it."),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# generation and validation
+
+def _candidates(split: str) -> list[tuple[SourcePackage, str, str, str]]:
+    """(package, module path, test file, function name) of every function in `split` ("valid_seen" = "train")."""
+    want = "valid_unseen" if split == "valid_unseen" else "train"
+    out = []
+    for pkg in SOURCES.values():
+        root = check_source(pkg)
+        for module, test_file in pkg.modules.items():
+            source = (root / module).read_text()
+            for f in functions(source):
+                if function_split(pkg.name, module, f.name) == want and mutations(source, f):
+                    out.append((pkg, module, test_file, f.name))
+    return out
+
+
+def validate(repo: Path, module: str, mutated: str, original: str, test_file: str, baseline: dict[str, str],
+             site: dict[str, Path], scratch: Path) -> dict | None:
+    """Run the tests with the bug planted and after the gold patch; the task's test lists, or None to drop it.
+
+    FAIL_TO_PASS: tests passing on the original (`baseline`) and not with the bug; PASS_TO_PASS: passing on both.
+    Kept only if FAIL_TO_PASS is not empty and the gold patch, applied with `patch -p1` in the sandbox to a fresh
+    copy of the buggy repository, makes every one of them pass."""
+    (repo / module).write_text(mutated)
+    buggy, output = run_tests(repo, [test_file], site)
+    f2p = sorted(t for t, o in baseline.items() if o == "passed" and buggy.get(t) != "passed")
+    p2p = sorted(t for t, o in baseline.items() if o == "passed" and buggy.get(t) == "passed")
+    if not f2p or not buggy:
+        return None
+    gold = unified_diff(module, mutated, original)
+    fresh = copy_tree(repo, scratch / "gold")
+    try:
+        (fresh / ".gold.diff").write_text(gold)
+        r = run_sandboxed("patch -p1 --batch --quiet < .gold.diff && rm .gold.diff", fresh, Limits(wall_s=20))
+        if r.returncode != 0:
+            return None
+        fixed, _ = run_tests(fresh, [test_file], site)
+    finally:
+        shutil.rmtree(fresh, ignore_errors=True)
+    if any(fixed.get(t) != "passed" for t in f2p + p2p):
+        return None
+    return {"FAIL_TO_PASS": f2p, "PASS_TO_PASS": p2p, "patch": gold, "output": output}
+
+
+def generate_tasks(out: Path, n: int, seed: int = 0, split: str = "train", max_tries: int | None = None,
+                   log=print) -> tuple[list[dict], dict]:
+    """Make `n` validated tasks under out/tasks/<instance_id>/ ({task.json, repo/}), drawn with `seed` from the
+    functions of `split` (SPLITS). Task i is drawn from (seed, i) and differs from tasks 0..i-1 in (function,
+    mutation), so the first k tasks of a set are the set made with n = k.
+
+    Returns: (task records, stats {tried, kept, by_kind_tried, by_kind_kept, seconds, tests_per_task}).
+    Raises: TaskGenerationError (a source package missing, or no valid task in `max_tries` draws, default 40 n);
+        sandbox.SandboxUnavailable; ValueError for a bad n or split."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1 (got {n})")
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS} (got {split!r})")
+    t0 = time.perf_counter()
+    site = pytest_site()
+    cands = _candidates(split)
+    if not cands:
+        raise TaskGenerationError(f"no function of the source packages is in split {split!r}")
+    max_tries = max_tries or 40 * n
+    tasks, used, stats = [], set(), {"tried": 0, "kept": 0, "by_kind_tried": {}, "by_kind_kept": {}}
+    baselines: dict[tuple[str, str], dict[str, str]] = {}
+    (out / "tasks").mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="agentrl-swe-gen-") as tmp:
+        scratch = Path(tmp)
+        for i in range(n):
+            rng = random.Random(f"swe:{seed}:{split}:{i}")
+            order = rng.sample(cands, len(cands))
+            task = None
+            for pkg, module, test_file, fname in order:
+                if stats["tried"] >= max_tries:
+                    break
+                root = check_source(pkg)
+                original = (root / module).read_text()
+                func = next(f for f in functions(original) if f.name == fname)
+                muts = [m for m in mutations(original, func) if (pkg.name, module, fname, m.start, m.new) not in used]
+                if not muts:
+                    continue
+                kind = rng.choice(sorted({m.kind for m in muts}))  # a kind first, so no kind crowds out the rest
+                m = rng.choice([m for m in muts if m.kind == kind])
+                used.add((pkg.name, module, fname, m.start, m.new))
+                mutated = m.apply(original)
+                try:
+                    ast.parse(mutated)
+                except SyntaxError:
+                    continue
+                stats["tried"] += 1
+                stats["by_kind_tried"][m.kind] = stats["by_kind_tried"].get(m.kind, 0) + 1
+                repo = scratch / "repo"
+                shutil.rmtree(repo, ignore_errors=True)
+                copy_repo(pkg, repo)
+                key = (pkg.name, test_file)
+                if key not in baselines:
+                    baselines[key], _ = run_tests(repo, [test_file], site)
+                result = validate(repo, module, mutated, original, test_file, baselines[key], site, scratch)
+                if result is None:
+                    continue
+                before = original[m.start:m.end]
+                digest = hashlib.sha1(f"{module}:{m.start}:{m.new}".encode()).hexdigest()[:6]
+                iid = f"{pkg.name}__{Path(module).stem}__{fname}__{m.kind}__{digest}"
+                task = {"instance_id": iid, "repo": f"{pkg.name}=={pkg.version}", "files": [module],
+                        "problem_statement": statements(module, func, pkg, result["FAIL_TO_PASS"], result["output"]),
+                        "patch": result["patch"], "FAIL_TO_PASS": result["FAIL_TO_PASS"],
+                        "PASS_TO_PASS": result["PASS_TO_PASS"], "test_files": [test_file],
+                        "package": {"name": pkg.name, "version": pkg.version}, "module": module, "function": fname,
+                        "function_lines": [func.lineno, func.end_lineno],
+                        "mutation": {"kind": m.kind, "line": m.line, "before": before, "after": m.new},
+                        "split": split, "seed": seed, "index": i}
+                dest = out / "tasks" / iid
+                shutil.rmtree(dest, ignore_errors=True)
+                dest.mkdir(parents=True)
+                shutil.move(str(repo), dest / "repo")
+                (dest / "task.json").write_text(json.dumps(task, indent=1))
+                stats["kept"] += 1
+                stats["by_kind_kept"][m.kind] = stats["by_kind_kept"].get(m.kind, 0) + 1
+                log(f"  task {i + 1}/{n}: {iid} ({len(task['FAIL_TO_PASS'])} failing, "
+                    f"{len(task['PASS_TO_PASS'])} passing tests)")
+                break
+            if task is None:
+                raise TaskGenerationError(f"no valid swe task for index {i} after {stats['tried']} mutations tried "
+                                          f"(split {split!r}); ask for fewer tasks or raise max_tries")
+            tasks.append(task)
+    stats["seconds"] = round(time.perf_counter() - t0, 1)
+    sizes = [len(t["FAIL_TO_PASS"]) + len(t["PASS_TO_PASS"]) for t in tasks]
+    stats["tests_per_task"] = {"min": min(sizes), "max": max(sizes), "mean": round(sum(sizes) / len(sizes), 1)}
+    return tasks, stats
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# evaluation of a submission
+
+def is_protected(path: str, task: dict) -> bool:
+    """Whether an agent may not change `path` (repository path): the task's test files, any test file, or a file
+    that changes how tests run (PROTECTED_NAMES, *.pth)."""
+    p = Path(path)
+    return (path in task["test_files"] or p.name in PROTECTED_NAMES or p.suffix == ".pth"
+            or p.name.startswith("test_") or p.name.endswith("_test.py") or "tests" in p.parts)
+
+
+def _files(root: Path) -> dict[str, Path]:
+    out = {}
+    for p in root.rglob("*"):
+        if "__pycache__" in p.parts or p.suffix == ".pyc":
+            continue
+        if p.is_file() or p.is_symlink():
+            out[p.relative_to(root).as_posix()] = p
+    return out
+
+
+def repo_diff(base: Path, work: Path) -> tuple[dict[str, str | None], str]:
+    """The agent's changes: ({repository path: new text, or None when deleted}, a unified diff of them).
+    Binary or unreadable files count as changed text '' (they are copied by bytes in `apply_submission`)."""
+    a, b = _files(base), _files(work)
+    changes: dict[str, str | None] = {}
+    diff = []
+    for path in sorted(set(a) | set(b)):
+        old = a[path].read_bytes() if path in a and not a[path].is_symlink() else None
+        new = b[path].read_bytes() if path in b and not b[path].is_symlink() else None
+        if path in b and b[path].is_symlink():
+            new = b"<symlink>"
+        if old == new:
+            continue
+        changes[path] = None if new is None else new.decode("utf-8", "replace")
+        diff.append(unified_diff(path, (old or b"").decode("utf-8", "replace"),
+                                 (new or b"").decode("utf-8", "replace")))
+    return changes, "".join(diff)
+
+
+def apply_submission(task: dict, base: Path, work: Path, dest: Path) -> tuple[Path, list[str]]:
+    """A fresh copy of the buggy repository `base` at `dest` with the agent's changes in `work` applied, except to
+    protected paths (`is_protected`): the task's tests are the task's. Symlinks the agent made are not copied.
+    Returns: (dest, the protected paths whose changes were dropped)."""
+    copy_tree(base, dest)
+    changes, _ = repo_diff(base, work)
+    dropped = []
+    for path, text in changes.items():
+        if is_protected(path, task):
+            dropped.append(path)
+            continue
+        target = dest / path
+        if text is None:
+            target.unlink(missing_ok=True)
+        elif not (work / path).is_symlink():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(work / path, target)
+    return dest, dropped
+
+
+def reward_kinds(n_pass: int, n_total: int, n_baseline: int) -> dict[str, float]:
+    """The three reward kinds (module docstring) from passing, listed and baseline-passing test counts.
+
+    pass_ratio = n_pass / n_total; resolved = 1.0 iff n_pass == n_total; relative = max(0, (pass_ratio - b) /
+    (1 - b)) with b = n_baseline / n_total (1.0 when b = 1, which a valid task never has: FAIL_TO_PASS is not empty).
+    Raises ValueError when n_total < 1."""
+    if n_total < 1:
+        raise ValueError(f"a task lists at least one test (got {n_total})")
+    ratio = n_pass / n_total
+    base = n_baseline / n_total
+    rel = 1.0 if base >= 1.0 else max(0.0, (ratio - base) / (1.0 - base))
+    return {"pass_ratio": ratio, "resolved": float(n_pass == n_total), "relative": rel}
+
+
+def score_submission(task: dict, base: Path, work: Path, site: dict[str, Path] | None = None) -> dict[str, Any]:
+    """Evaluate the agent's working copy `work` of task `task` (buggy repository `base`): apply its diff to a fresh
+    copy with the tests restored, run the test files in the sandbox, count the listed tests that pass.
+
+    Returns: {"pass_ratio", "resolved", "relative"} (reward_kinds) plus n_pass, n_total, fail_to_pass_passed,
+    dropped (protected paths whose changes were ignored), diff (the agent's unified diff), test_seconds.
+    Raises: sandbox.SandboxUnavailable; OSError when the copies cannot be made (an env fault)."""
+    listed = task["FAIL_TO_PASS"] + task["PASS_TO_PASS"]
+    _, diff = repo_diff(base, work)
+    with tempfile.TemporaryDirectory(prefix="agentrl-swe-eval-") as tmp:
+        fresh, dropped = apply_submission(task, base, work, Path(tmp) / "repo")
+        t = time.perf_counter()
+        outcomes, _ = run_tests(fresh, task["test_files"], site)
+        seconds = time.perf_counter() - t
+    n_pass = sum(outcomes.get(tid) == "passed" for tid in listed)
+    f2p = sum(outcomes.get(tid) == "passed" for tid in task["FAIL_TO_PASS"])
+    return {**reward_kinds(n_pass, len(listed), len(task["PASS_TO_PASS"])), "n_pass": n_pass,
+            "n_total": len(listed), "fail_to_pass_passed": f2p, "dropped": dropped, "diff": diff,
+            "test_seconds": round(seconds, 3)}

@@ -1,0 +1,152 @@
+"""The swe sandbox (agentrl_lib/envs/sandbox.py) contains what agent-written commands try: writing outside the
+workdir, reaching a server on the host's 127.0.0.1, a fork bomb, an endless loop, 100 MB of output, CPU, memory and
+file-size abuse, reading the gold patch or the installed (unmutated) package. Where it is safe, a negative control
+runs the same command WITHOUT the sandbox and shows that it does escape there."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agentrl_lib.envs.sandbox import Limits, SandboxUnavailable, run_sandboxed, sandbox_problem
+
+PROBLEM = sandbox_problem()
+pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"no sandbox here: {PROBLEM}")
+
+
+@pytest.fixture
+def work(tmp_path):
+    d = tmp_path / "work"
+    d.mkdir()
+    return d
+
+
+def test_the_workdir_is_writable_and_the_command_is_not_root(work):
+    r = run_sandboxed("echo hi > f.txt && cat f.txt && id -u && pwd", work)
+    out = r.output.split()
+    assert r.returncode == 0 and out[0] == "hi" and out[1] != "0" and out[2] == "/repo"
+    assert (work / "f.txt").read_text() == "hi\n"
+
+
+def test_writing_outside_the_workdir_is_contained(work, tmp_path):
+    outside = tmp_path / "outside.txt"  # the workdir's sibling on the host
+    cmd = (f"echo x > {outside}; echo x > /usr/escape.txt; echo x > /tmp/private.txt; echo x > ../up.txt; "
+           f"mkdir -p /work/escape; echo done")
+    r = run_sandboxed(cmd, work)
+    assert "done" in r.output
+    assert not outside.exists() and not Path("/usr/escape.txt").exists() and not (tmp_path / "up.txt").exists()
+    assert not Path("/tmp/private.txt").exists()  # /tmp inside is a private tmpfs
+    assert "Read-only file system" in r.output
+    # negative control: the same write without the sandbox lands on the host
+    subprocess.run(["bash", "-c", f"echo x > {outside}"], check=True)
+    assert outside.exists()
+
+
+def test_the_host_127_0_0_1_server_is_unreachable(work):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    port = srv.getsockname()[1]
+    hits = []
+
+    def serve():
+        srv.settimeout(15)
+        try:
+            while True:
+                conn, _ = srv.accept()
+                hits.append(1)
+                conn.sendall(b"secret")
+                conn.close()
+        except OSError:
+            pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    client = (f"python3 -c \"import socket; s=socket.create_connection(('127.0.0.1', {port}), timeout=3); "
+              "print('GOT', s.recv(6))\"")
+    try:
+        r = run_sandboxed(client, work, Limits(wall_s=10))
+        assert "GOT" not in r.output and r.returncode != 0 and not hits
+        assert "Connection refused" in r.output or "unreachable" in r.output.lower()
+        # negative control: the same client without the sandbox reaches the server
+        control = subprocess.run(["bash", "-c", client], capture_output=True, text=True, timeout=10)
+        assert "GOT b'secret'" in control.stdout and hits
+    finally:
+        srv.close()
+
+
+def test_a_fork_bomb_is_contained(work):
+    t0 = time.perf_counter()
+    r = run_sandboxed(":(){ :|:& };: ; sleep 1; echo survived", work, Limits(wall_s=15, processes=64))
+    assert time.perf_counter() - t0 < 15
+    assert "fork" in r.output.lower() or r.timed_out  # bash reports "fork: retry: Resource temporarily unavailable"
+    time.sleep(0.5)
+    left = subprocess.run(["ps", "-eo", "uid="], capture_output=True, text=True).stdout.split()
+    from agentrl_lib.envs.sandbox import _uid_for
+    assert str(_uid_for(work.resolve())) not in left  # nothing of the sandbox's uid survives it
+    assert subprocess.run(["true"]).returncode == 0  # this process can still fork
+
+
+def test_an_endless_loop_is_killed_at_the_wall_limit(work):
+    r = run_sandboxed("while true; do :; done", work, Limits(wall_s=2))
+    assert r.timed_out and r.returncode is None and 1.9 < r.seconds < 6
+
+
+def test_100_mb_of_output_is_capped(work):
+    r = run_sandboxed("head -c 100000000 /dev/zero | tr '\\0' x; echo end", work, Limits(output_bytes=100_000))
+    assert r.output_capped and len(r.output) <= 100_000 and "end" not in r.output and r.seconds < 10
+
+
+def test_cpu_memory_and_file_size_limits(work):
+    cpu = run_sandboxed("python3 -c 'while True: pass'", work, Limits(cpu_s=1, wall_s=20))
+    assert not cpu.timed_out and cpu.returncode != 0 and cpu.seconds < 10  # SIGXCPU/SIGKILL at 1 s of CPU
+    mem = run_sandboxed("python3 -c 'x = bytearray(4 * 1024**3)'", work, Limits(memory_mb=512))
+    assert "MemoryError" in mem.output
+    big = run_sandboxed("head -c 50000000 /dev/zero > big.bin", work, Limits(file_mb=1))
+    assert big.returncode != 0 and (work / "big.bin").stat().st_size <= 1024 * 1024
+
+
+def test_the_host_filesystem_and_installed_packages_are_hidden(work):
+    import toolz
+
+    installed = Path(toolz.__file__).parent
+    r = run_sandboxed(f"ls {installed}; ls /work /root /home /etc 2>&1; python3 -c 'import toolz' 2>&1; "
+                      "python3 -c 'import sys; print(sys.path)'", work)
+    assert "itertoolz.py" not in r.output  # the unmutated source is not visible
+    assert "No module named 'toolz'" in r.output  # only the task's repository could provide it
+    assert "site-packages" in r.output  # on sys.path, but an empty tmpfs
+    assert installed.is_dir()  # negative control: it exists on the host
+
+
+def test_refuses_with_one_line_when_bubblewrap_is_missing(monkeypatch, work):
+    import agentrl_lib.envs.sandbox as sb
+
+    sb.sandbox_problem.cache_clear()
+    monkeypatch.setattr(sb.shutil, "which", lambda name: None)
+    try:
+        with pytest.raises(SandboxUnavailable) as e:
+            run_sandboxed("true", work)
+        assert "bwrap" in str(e.value) and "\n" not in str(e.value)
+    finally:
+        monkeypatch.undo()
+        sb.sandbox_problem.cache_clear()
+    assert sb.sandbox_problem() is None
+
+
+def test_nothing_runs_when_the_sandbox_cannot_start(monkeypatch, work):
+    """A broken bwrap (here: a wrong binary name) is reported, not bypassed."""
+    import agentrl_lib.envs.sandbox as sb
+
+    real = sb.bwrap_args
+    monkeypatch.setattr(sb, "bwrap_args", lambda *a, **k: ["bwrap", "--no-such-option"] + real(*a, **k)[1:])
+    r = sb._run("echo RAN > ran.txt", work.resolve(), Limits(wall_s=10), None)
+    assert r.returncode != 0 and not (work / "ran.txt").exists()
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))

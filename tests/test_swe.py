@@ -1,0 +1,293 @@
+"""The swe family (agentrl_lib/envs/swe.py, swe_tasks.py): task validity and reproducibility, the mutators, the
+rewards of gold / no-op / partial / test-deleting / test-editing / conftest-injecting submissions, the episode
+(walkthrough, format errors, truncation, timeouts, auto-submit), the gold patch out of the agent's reach, and
+`agentrl eval` on 2 tasks with a tiny random model."""
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agentrl_lib.envs.sandbox import sandbox_problem
+
+PROBLEM = sandbox_problem()
+pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"no sandbox here: {PROBLEM}")
+
+BLOCK = "```bash\n{}\n```"
+
+
+@pytest.fixture(scope="module")
+def tasks_dir(tmp_path_factory):
+    from agentrl_lib.envs.swe import make_swe_games
+
+    return make_swe_games(tmp_path_factory.mktemp("swe") / "train", 3, seed=0)
+
+
+@pytest.fixture(scope="module")
+def held_out_dir(tmp_path_factory):
+    from agentrl_lib.envs.swe import make_swe_games
+
+    return make_swe_games(tmp_path_factory.mktemp("swe") / "held", 2, seed=0, split="valid_unseen")
+
+
+def _task(game) -> dict:
+    return json.loads((Path(game.path) / "task.json").read_text())
+
+
+def _env(**kw):
+    from agentrl_lib.envs.swe import SweEnv
+
+    return SweEnv(log=False, **kw)
+
+
+# ---------------------------------------------------------------------------------------------------- mutators
+
+def test_mutators_edit_exactly_the_node():
+    from agentrl_lib.envs.swe_tasks import functions, mutations
+
+    src = ("def f(a, b):\n    # keep me\n    x = a + (b)\n    if a < b and b:\n        x = x * 2\n"
+           "    total(x)\n    return x\n")
+    muts = mutations(src, functions(src)[0])
+    got = {(m.kind, m.apply(src).splitlines()[m.line - 1].strip()) for m in muts}
+    assert ("flip_operator", "x = a - (b)") in got
+    assert ("flip_operator", "x = x // 2") in got
+    assert ("flip_comparison", "if a <= b and b:") in got
+    assert ("flip_boolean", "if a < b or b:") in got
+    assert ("invert_condition", "if not (a < b and b):") in got
+    assert ("off_by_one", "x = x * 3") in got and ("off_by_one", "x = x * 1") in got
+    removed = [m.apply(src) for m in muts if m.kind == "remove_statement"]
+    assert any("total(x)" not in s for s in removed) and any("x = a + (b)" not in s for s in removed)
+    for m in muts:  # every mutant parses, keeps the comment, and differs from the original in one place
+        out = m.apply(src)
+        ast.parse(out)
+        assert "# keep me" in out and out != src
+
+
+# ---------------------------------------------------------------------------------------------------- tasks
+
+def test_tasks_are_valid_and_record_the_swe_gym_fields(tasks_dir):
+    from agentrl_lib.envs.swe_tasks import score_submission
+
+    assert len(tasks_dir) == 3 and tasks_dir.family == "swe"
+    ids = set()
+    for g in tasks_dir.games:
+        t = _task(g)
+        for key in ("instance_id", "files", "problem_statement", "patch", "FAIL_TO_PASS", "PASS_TO_PASS"):
+            assert t[key], key
+        assert set(t["problem_statement"]) == {"1", "2", "3"} and t["function"] in t["problem_statement"]["1"]
+        assert not set(t["FAIL_TO_PASS"]) & set(t["PASS_TO_PASS"])
+        assert t["patch"].startswith(f"--- a/{t['files'][0]}") and t["split"] == "train"
+        ids.add((t["module"], t["function"], t["mutation"]["line"], t["mutation"]["after"]))
+        # the buggy repository fails FAIL_TO_PASS; the gold patch, applied as an agent would, passes every test
+        repo = Path(g.path) / "repo"
+        gold = _apply_gold(t, repo, Path(g.path).parent.parent / "gold-check")
+        res = score_submission(t, repo, gold)
+        assert res["n_pass"] == res["n_total"] == len(t["FAIL_TO_PASS"]) + len(t["PASS_TO_PASS"])
+        noop = score_submission(t, repo, repo)
+        assert noop["fail_to_pass_passed"] == 0 and noop["n_pass"] == len(t["PASS_TO_PASS"])
+    assert len(ids) == 3  # different (function, mutation) per task
+    stats = tasks_dir.params["generation"]
+    assert stats["kept"] == 3 and stats["tried"] >= 3
+
+
+def _apply_gold(t: dict, repo: Path, dest: Path) -> Path:
+    from agentrl_lib.envs.sandbox import run_sandboxed
+
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(repo, dest)
+    (dest / "gold.diff").write_text(t["patch"])
+    r = run_sandboxed("patch -p1 --batch < gold.diff && rm gold.diff", dest)
+    assert r.returncode == 0, r.output
+    return dest
+
+
+def test_generation_is_seeded_and_prefix_stable(tasks_dir, tmp_path):
+    from agentrl_lib.envs.swe import make_swe_games
+
+    again = make_swe_games(tmp_path / "again", 2, seed=0)
+    assert [g.name for g in again.games] == [g.name for g in tasks_dir.games[:2]]
+    assert [_task(g)["patch"] for g in again.games] == [_task(g)["patch"] for g in tasks_dir.games[:2]]
+    other = make_swe_games(tmp_path / "other", 2, seed=1)
+    assert [g.name for g in other.games] != [g.name for g in tasks_dir.games[:2]]
+
+
+def test_train_and_held_out_never_share_a_function(tasks_dir, held_out_dir):
+    from agentrl_lib.envs.swe_tasks import SOURCES, check_source, function_split, functions
+
+    train = {(_task(g)["module"], _task(g)["function"]) for g in tasks_dir.games}
+    held = {(_task(g)["module"], _task(g)["function"]) for g in held_out_dir.games}
+    assert train and held and not train & held
+    assert all(_task(g)["split"] == "valid_unseen" for g in held_out_dir.games)
+    # the split is a property of the function alone
+    pkg = SOURCES["toolz"]
+    names = [(m, f.name) for m in pkg.modules for f in functions((check_source(pkg) / m).read_text())]
+    splits = {function_split("toolz", m, f) for m, f in names}
+    assert splits == {"train", "valid_unseen"}
+    assert all(function_split("toolz", m, f) == "valid_unseen" for m, f in held)
+
+
+# ---------------------------------------------------------------------------------------------------- rewards
+
+def test_reward_kinds_by_hand():
+    from agentrl_lib.envs.swe_tasks import reward_kinds
+
+    assert reward_kinds(10, 10, 8) == {"pass_ratio": 1.0, "resolved": 1.0, "relative": 1.0}
+    assert reward_kinds(8, 10, 8) == {"pass_ratio": 0.8, "resolved": 0.0, "relative": 0.0}  # no-op
+    assert reward_kinds(9, 10, 8)["relative"] == pytest.approx(0.5)
+    assert reward_kinds(3, 10, 8)["relative"] == 0.0  # worse than doing nothing: clipped at 0
+    with pytest.raises(ValueError):
+        reward_kinds(0, 0, 0)
+
+
+def _episode(game, commands, **kw):
+    env = _env(**kw)
+    try:
+        env.reset(game.path)
+        for c in commands:
+            r = env.step(BLOCK.format(c))
+            if r.done:
+                return r
+        return env.step(BLOCK.format("submit"))
+    finally:
+        env.close()
+
+
+def test_gold_noop_deleting_editing_and_conftest_submissions(tasks_dir):
+    g = tasks_dir.games[0]
+    t = _task(g)
+    n = len(t["FAIL_TO_PASS"]) + len(t["PASS_TO_PASS"])
+    base = len(t["PASS_TO_PASS"]) / n
+    env = _env(reward="pass_ratio")
+    env.reset(g.path)
+    for a in g.walkthrough:
+        r = env.step(a)
+    assert r.done and r.info.won and r.reward == 1.0
+    noop = _episode(g, [], reward="pass_ratio")
+    assert noop.reward == pytest.approx(base) and not noop.info.won  # the paper's kind pays a no-op the P2P share
+    assert _episode(g, [], reward="relative").reward == 0.0  # the baseline-relative kind does not
+    assert _episode(g, [], reward="resolved").reward == 0.0
+    test_file = t["test_files"][0]
+    deleting = _episode(g, [f"rm -rf {Path(test_file).parent}"], reward="relative")
+    assert deleting.reward == 0.0 and "ignored" in deleting.obs
+    editing = _episode(g, [f"sed -i 's/assert /assert True or /' {test_file}"], reward="relative")
+    assert editing.reward == 0.0 and "ignored" in editing.obs
+    hook = ("def pytest_runtest_logreport(report):\n    report.outcome = 'passed'\n")
+    conftest = _episode(g, [f"printf \"{hook}\" > conftest.py"], reward="relative")
+    assert conftest.reward == 0.0 and "conftest.py" in conftest.obs
+    # negative control: the same conftest in the repository really does turn failures into passes
+    from agentrl_lib.envs.swe_tasks import run_tests
+    ctl = Path(g.path).parent.parent / "conftest-control"
+    shutil.rmtree(ctl, ignore_errors=True)
+    shutil.copytree(Path(g.path) / "repo", ctl)
+    (ctl / "conftest.py").write_text(hook)
+    outcomes, _ = run_tests(ctl, t["test_files"])
+    assert all(outcomes.get(tid) == "passed" for tid in t["FAIL_TO_PASS"])
+
+
+def test_a_partial_submission(tasks_dir):
+    """The gold fix plus a second planted bug elsewhere in the file: some listed tests fail again."""
+    from agentrl_lib.envs.swe_tasks import functions, mutations, reward_kinds, score_submission
+
+    g = tasks_dir.games[0]
+    t = _task(g)
+    repo = Path(g.path) / "repo"
+    work = _apply_gold(t, repo, Path(g.path).parent.parent / "partial")
+    module = work / t["files"][0]
+    fixed = module.read_text()
+    others = [f for f in functions(fixed) if f.name != t["function"]]
+    for f in others[:12]:
+        for m in mutations(fixed, f)[:2]:
+            module.write_text(m.apply(fixed))
+            res = score_submission(t, repo, work)
+            if 0 < res["n_pass"] < res["n_total"]:
+                want = reward_kinds(res["n_pass"], res["n_total"], len(t["PASS_TO_PASS"]))
+                assert {k: res[k] for k in want} == want and res["resolved"] == 0.0
+                assert 0.0 < res["pass_ratio"] < 1.0 and res["relative"] < 1.0
+                return
+    pytest.skip("no second mutation broke a listed test of this task")
+
+
+# ---------------------------------------------------------------------------------------------------- episodes
+
+def test_episode_mechanics(tasks_dir):
+    from agentrl_lib.envs.swe import parse_command
+
+    assert parse_command("Let me look.\n```bash\nls -la\n```\nmore") == "ls -la"
+    assert parse_command("```\ncat a\n```") == "cat a" and parse_command("submit") == "submit"
+    assert parse_command("ls -la") is None and parse_command("```bash\n\n```") is None
+    g = tasks_dir.games[1]
+    env = _env(max_turns=3, command_timeout_s=2)
+    try:
+        first = env.reset(g.path)
+        assert "```bash" in first.obs and not first.done
+        r = env.step("just words")
+        assert not r.info.valid and not r.done and "No command found" in r.obs
+        r = env.step(BLOCK.format("seq 1 100000"))
+        assert r.info.valid and "characters elided" in r.obs and len(r.obs) < 2300
+        r = env.step(BLOCK.format("sleep 20"))  # turn 3 of 3: killed at 2 s, then auto-submitted
+        assert "[killed" in r.obs and "submitted automatically" in r.obs and r.done and r.reward == 0.0
+    finally:
+        env.close()
+
+
+def test_the_gold_patch_and_host_are_out_of_reach(tasks_dir):
+    g = tasks_dir.games[0]
+    task_json = Path(g.path) / "task.json"
+    env = _env()
+    try:
+        env.reset(g.path)
+        r = env.step(BLOCK.format(f"cat {task_json}; ls {tasks_dir.root}; find / -name task.json 2>/dev/null | "
+                                  "head; ls .."))
+        assert "FAIL_TO_PASS" not in r.obs and '"patch"' not in r.obs and "manifest.json" not in r.obs
+    finally:
+        env.close()
+    assert "FAIL_TO_PASS" in task_json.read_text()  # negative control: it is there on the host
+
+
+def test_walkthroughs_pass_the_game_check(tasks_dir):
+    from agentrl_lib.envs.base import check_game_set
+    from agentrl_lib.envs.pool import SerialPool
+
+    with SerialPool(3, "swe", max_turns=8) as pool:
+        res = check_game_set(tasks_dir, pool, cache=False)
+    assert res["played"] == 3
+
+
+def test_agentrl_eval_on_two_tasks_with_a_tiny_model(tasks_dir, tiny_model_dir, tmp_path):
+    from agentrl_lib.cli import main
+
+    out = tmp_path / "eval.json"
+    log = tasks_dir.root / "episodes.jsonl"
+    before = log.read_text().count("\n") if log.exists() else 0
+    two = tmp_path / "two"
+    shutil.copytree(tasks_dir.root, two, ignore=shutil.ignore_patterns("episodes.jsonl", ".agentrl-game-check.json"))
+    mf = json.loads((two / "manifest.json").read_text())
+    mf["games"], mf["n_games"] = mf["games"][:2], 2
+    (two / "manifest.json").write_text(json.dumps(mf))
+    assert main(["eval", "--model", tiny_model_dir, "--games", str(two), "--max-turns", "2", "--device", "cpu",
+                 "--out", str(out), "--no-check-games"]) == 0
+    res = json.loads(out.read_text())
+    assert res["n_games"] == 2 and res["env_errors"] == 0
+    assert all(r["termination"] in ("done", "lost", "won") for r in res["per_game"])
+    rows = [json.loads(x) for x in (two / "episodes.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all({"pass_ratio", "resolved", "relative"} <= set(r) for r in rows)
+    assert all(r["submitted"] == "auto" and r["relative"] == 0.0 for r in rows)
+    assert (log.read_text().count("\n") if log.exists() else 0) == before
+
+
+def test_make_games_refuses_with_one_line_without_a_sandbox(monkeypatch, tmp_path, capsys):
+    import agentrl_lib.envs.sandbox as sb
+    from agentrl_lib.cli import main
+
+    sb.sandbox_problem.cache_clear()
+    monkeypatch.setattr(sb.shutil, "which", lambda name: None)
+    try:
+        assert main(["make-games", "swe", "--n", "1", "--out", str(tmp_path / "x")]) == 2
+    finally:
+        monkeypatch.undo()
+        sb.sandbox_problem.cache_clear()
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "bwrap" in err and "Traceback" not in err
