@@ -328,6 +328,15 @@ class TrainConfig:
     to its own longest row, their gradients accumulated: the same update (the minibatch's token count stays the
     loss denominator) at a peak memory bounded by the budget, not by the longest episode of the rollout. The no-grad
     passes (π_old, values, π_ref) are cut the same way. 2048-4096 on a 16-24 GB CPU machine; measured in README."""
+    share_prefix: bool = True
+    """Rows that share their first prompt (the episodes of a group) forward it once: its KV cache is repeated for the
+    rows (policy.hidden_states), in the no-grad passes and in the update. The same numbers up to float rounding;
+    ~45% fewer token positions for a group of 4 cooking episodes (benchmarks/bench_update_speed.py). The update
+    shares only within a minibatch: see group_minibatches. Off under gradient checkpointing."""
+    group_minibatches: bool = False
+    """Minibatches made of whole groups (rows that share their first prompt) in random order instead of random rows,
+    so the update's forward and backward share each group's prompt too (share_prefix). It changes which episodes
+    share a gradient step; use a minibatch_size that is a multiple of algo.group_size (e.g. 4 with groups of 4)."""
     lr: float = 1e-5
     """Learning rate of the policy (> 0; the paper: 1e-6 for 1.5B; a 135M model tolerates more, the demo uses 3e-5)."""
     value_lr: float = 1e-4

@@ -26,7 +26,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 # transformers 5.24 renamed generate's `past_key_values` argument and output field to `cache` (the old name warns and
 # goes in 6.0); the optional vLLM environment runs 5.19, which knows only the old name.
-_CACHE = "cache" if "cache" in {f.name for f in fields(GenerateDecoderOnlyOutput)} else "past_key_values"
+CACHE_ARG = "cache" if "cache" in {f.name for f in fields(GenerateDecoderOnlyOutput)} else "past_key_values"
 
 
 @dataclass
@@ -145,7 +145,7 @@ class HFGenerator:
         width = self.ids.shape[1]
         gen_cfg = sampling_config(temperature, max_new_tokens, eos_id, self.pad_id)
         out = self.model.generate(input_ids=self.ids, attention_mask=self.attn, generation_config=gen_cfg,
-                                  **{_CACHE: self.cache})
+                                  **{CACHE_ARG: self.cache})
         new = out.sequences[:, width:]  # (B, n_steps)
         scores = torch.stack(out.scores, dim=1).float()  # (B, n_steps, V): what the next token was drawn from
         token_logp = torch.log_softmax(scores, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (B, n_steps)
@@ -161,7 +161,7 @@ class HFGenerator:
             new_attn[r, :n] = 1
             if n:
                 gap = max(gap, (token_logp[r, :n] - raw_logp[r, :n]).abs().max().item())
-        self.ids, self.attn, self.cache = out.sequences, torch.cat([self.attn, new_attn], dim=1), getattr(out, _CACHE)
+        self.ids, self.attn, self.cache = out.sequences, torch.cat([self.attn, new_attn], dim=1), getattr(out, CACHE_ARG)
         return TurnSample(ids, lps, truncated, gap)
 
     def keep(self, rows: list[int]) -> None:

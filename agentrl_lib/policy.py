@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .generation import CACHE_ARG
 from .losses import entropy_from_logits
 from .models import base_model
 
@@ -25,9 +26,78 @@ class ValueHead(nn.Module):
         return self.linear(hidden.float()).squeeze(-1)
 
 
+def prompt_groups(input_ids: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
+    """Rows that share their first prompt: identical tokens before each row's first policy token. The episodes of one
+    group (the same game, G times) share it; so do repeated games. Rows without policy tokens stand alone.
+
+    Args: input_ids (B, T) long; mask (B, T) 0/1 policy tokens.
+    Returns: lists of row indices, every row exactly once, in order of first appearance.
+    """
+    first = mask.float().argmax(1).tolist()  # the first policy token of each row (0: none)
+    has = mask.sum(1).gt(0).tolist()
+    groups: dict[tuple, list[int]] = {}
+    for i, ids in enumerate(input_ids.tolist()):
+        key = tuple(ids[:first[i]]) if has[i] else ("row", i)
+        groups.setdefault(key, []).append(i)
+    return list(groups.values())
+
+
+def common_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+    """The longest prefix that every row of a batch shares, at most the shortest row's length − 1 (every row keeps at
+    least one token of its own). input_ids, attention_mask: (n, T) long, right-padded."""
+    n = int(attention_mask.sum(1).min()) - 1
+    if n <= 0 or input_ids.shape[0] < 2:
+        return max(n, 0)
+    same = (input_ids[:, :n] == input_ids[:1, :n]).all(0)
+    return n if bool(same.all()) else int((~same).nonzero()[0])
+
+
+def hidden_states(backbone, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor,
+                  share_prefix: bool = True, min_prefix: int = 16) -> torch.Tensor:
+    """The backbone's last hidden states (B, T, H) of a right-padded batch. With `share_prefix`, the rows that share
+    their first prompt (prompt_groups) forward their common prefix (common_prefix_length, P tokens) once: its KV cache
+    is repeated for the n rows and each row's remaining tokens attend to it (positions P, P+1, ...). The same
+    numbers as one forward over the batch up to float rounding (tests/test_policy.py), gradients included; the work
+    falls from n·T to P + n·(T − P) token positions — the episodes of a group share their system prompt and first
+    observation, about 60% of a cooking episode.
+
+    Not shared: a group of one row, a prefix under `min_prefix` tokens, or a backbone that trains with gradient
+    checkpointing (transformers turns the KV cache off there). Source: the KV-cache prefix sharing of vLLM's
+    automatic prefix caching and SGLang's RadixAttention, applied to a training forward.
+    """
+    B, T = input_ids.shape
+    checkpointing = getattr(backbone, "gradient_checkpointing", False) and backbone.training
+    if not share_prefix or checkpointing:
+        return backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    parts, order, alone = [], [], []
+    for rows in prompt_groups(input_ids, mask):
+        r = torch.tensor(rows, device=input_ids.device)
+        ids, am = input_ids[r], attention_mask[r]
+        P = common_prefix_length(ids, am)
+        if len(rows) < 2 or P < min_prefix:
+            alone += rows
+            continue
+        n = len(rows)
+        pre = backbone(input_ids=ids[:1, :P], use_cache=True)  # the shared prefix, once
+        cache = getattr(pre, CACHE_ARG)
+        cache.batch_repeat_interleave(n)  # its keys and values for each of the n rows (differentiable)
+        positions = torch.arange(P, T, device=ids.device).expand(n, T - P)
+        rest = backbone(input_ids=ids[:, P:], attention_mask=am, position_ids=positions, use_cache=True,
+                        **{CACHE_ARG: cache}).last_hidden_state  # (n, T - P, H)
+        parts.append(torch.cat([pre.last_hidden_state.expand(n, -1, -1), rest], dim=1))
+        order += rows
+    if alone:  # the rows that share nothing: one ordinary forward
+        r = torch.tensor(alone, device=input_ids.device)
+        parts.append(backbone(input_ids=input_ids[r], attention_mask=attention_mask[r]).last_hidden_state)
+        order += alone
+    if order == list(range(B)):
+        return torch.cat(parts)
+    return torch.cat(parts)[torch.argsort(torch.tensor(order, device=input_ids.device))]
+
+
 def token_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor,
                   temperature: float = 1.0, value_head: ValueHead | None = None,
-                  with_entropy: bool = False) -> dict[str, torch.Tensor]:
+                  with_entropy: bool = False, share_prefix: bool = True) -> dict[str, torch.Tensor]:
     """Log-probs (and values, entropy) of the policy tokens of a batch, computing the output layer only there.
 
     Token t is predicted from the hidden state at t − 1, so logits are taken at positions t − 1 for every t with
@@ -36,13 +106,14 @@ def token_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     Args:
         input_ids, attention_mask: (B, T) long, right-padded.  mask: (B, T) 0/1, policy tokens.
         temperature: logits are divided by it (the rollout's sampling temperature, so π_old and π_θ match).
+        share_prefix: rows that share their first prompt forward it once (hidden_states; train.share_prefix).
     Returns:
         dict with 'logprobs' (B, T) float32; 'values' (B, T) if value_head; 'entropy' (B, T) if with_entropy.
         All are 0 where mask is 0.
     """
     base = base_model(model)
     backbone = base.get_decoder() if hasattr(base, "get_decoder") else base.model
-    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
+    hidden = hidden_states(backbone, input_ids, attention_mask, mask, share_prefix)  # (B, T, H)
     sel = mask[:, 1:].bool()  # (B, T-1): position t-1 predicts token t
     h = hidden[:, :-1][sel]  # (N, H)
     logits = base.get_output_embeddings()(h).float() / max(temperature, 1e-6)  # (N, V)
@@ -77,5 +148,7 @@ class TokenModel(nn.Module):
         self.policy, self.value_head = policy, value_head
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor,
-                temperature: float = 1.0, with_entropy: bool = False) -> dict[str, torch.Tensor]:
-        return token_forward(self.policy, input_ids, attention_mask, mask, temperature, self.value_head, with_entropy)
+                temperature: float = 1.0, with_entropy: bool = False, share_prefix: bool = True
+                ) -> dict[str, torch.Tensor]:
+        return token_forward(self.policy, input_ids, attention_mask, mask, temperature, self.value_head, with_entropy,
+                             share_prefix)

@@ -52,7 +52,7 @@ from .losses import explained_variance, masked_mean, truncated_is_weights
 from .metrics import complete_row
 from .models import (base_model, disable_dropout, enable_gradient_checkpointing, frozen_reference, is_adapter,
                      load_policy, load_reference)
-from .policy import TokenModel, ValueHead, token_forward
+from .policy import TokenModel, ValueHead, prompt_groups, token_forward
 from .prompts import ChatFormat, system_prompt_for
 from .rewards import place_on_tokens, turn_rewards
 from .rollout import Trajectory, collate, rollout
@@ -175,7 +175,7 @@ class Trainer:
             ckpt_lib.write_config(self.run_dir / "config.yaml", config)  # only now: a failed resume changes nothing
         # plumbing: the update's forward; with data parallelism it goes through DDP, which averages the ranks' gradients
         self.forward = functools.partial(self.dp.prepare(TokenModel(self.policy, self.value_head)),
-                                         temperature=config.train.temperature)
+                                         temperature=config.train.temperature, share_prefix=config.train.share_prefix)
         self.pool = pool
         if self.pool.size < n_episodes:
             raise ValueError(f"pool has {self.pool.size} slots; the run needs {n_episodes} (games_per_step*group_size)")
@@ -435,8 +435,10 @@ class Trainer:
         mine = select(batch, rows, T=batch["input_ids"].shape[1])
         budget = self.cfg.train.max_tokens_per_microbatch or \
             self.cfg.train.minibatch_size * int(mine["attention_mask"].sum(1).max())
-        forward = functools.partial(token_forward, model, temperature=self.cfg.train.temperature, value_head=value_head)
-        out = forward_in_chunks(forward, mine, budget)
+        share = self.cfg.train.share_prefix
+        forward = functools.partial(token_forward, model, temperature=self.cfg.train.temperature, value_head=value_head,
+                                    share_prefix=share)
+        out = forward_in_chunks(forward, mine, budget, prompt_groups(mine["input_ids"], mine["mask"]) if share else None)
         return {k: self.dp.gather_rows(v, B) for k, v in out.items()}
 
     def _update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -454,8 +456,13 @@ class Trainer:
         policy_params = [p for p in self.policy.parameters() if p.requires_grad]
         value_params = [] if self.value_head is None else list(self.value_head.parameters())
         nonfinite = 0
+        groups = prompt_groups(batch["input_ids"], batch["mask"]) if cfg.train.group_minibatches else None
         for epoch in range(cfg.train.epochs):
-            perm = self.dp.broadcast(torch.randperm(B))  # every rank cuts the same minibatches (rank 0's permutation)
+            if groups is None:  # random rows
+                perm = torch.randperm(B)
+            else:  # whole groups in random order (train.group_minibatches)
+                perm = torch.tensor([i for g in torch.randperm(len(groups)).tolist() for i in groups[g]])
+            perm = self.dp.broadcast(perm)  # every rank cuts the same minibatches (rank 0's permutation)
             for start in range(0, B, cfg.train.minibatch_size):
                 idx = perm[start:start + cfg.train.minibatch_size]
                 if mask[idx].sum() == 0:

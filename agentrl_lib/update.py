@@ -139,19 +139,40 @@ def accumulate_microbatches(forward: Forward, mb: dict[str, torch.Tensor], algo:
     return torch.tensor(total), sums
 
 
-@torch.no_grad()
-def forward_in_chunks(forward: Forward, batch: dict[str, torch.Tensor], budget: int) -> dict[str, torch.Tensor]:
-    """`forward` (without entropy) over the batch in chunks of rows of similar length (microbatches: longest rows
-    first, at most `budget` padded tokens each), each chunk cut to its own longest row, the results scattered back
-    into (B, T): the padding that the batch's longest episode puts on shorter rows costs no work. Used for the no-grad
-    passes (π_old, V_old, π_ref); the same results as one forward over the batch up to float rounding.
+def prompt_chunks(lengths: list[int], groups: list[list[int]], budget: int) -> list[list[int]]:
+    """Chunks of whole prompt groups (policy.prompt_groups), so that a forward can share each group's prompt: groups
+    packed longest first while a chunk holds at most `budget` padded tokens (rows × its longest row); a group over
+    the budget is cut by `microbatches`. Every row exactly once."""
+    out: list[list[int]] = []
+    for g in sorted(groups, key=lambda g: -max(lengths[i] for i in g)):
+        longest = max(lengths[i] for i in g)
+        if len(g) * longest > budget:
+            out += [[g[j] for j in part] for part in microbatches([lengths[i] for i in g], budget)]
+        elif out and (len(out[-1]) + len(g)) * max(lengths[i] for i in out[-1]) <= budget:
+            out[-1] += g
+        else:
+            out.append(list(g))
+    return out
 
-    Args: batch: holds input_ids, attention_mask (B, T) long and mask (B, T) float; budget > 0 tokens per chunk.
+
+@torch.no_grad()
+def forward_in_chunks(forward: Forward, batch: dict[str, torch.Tensor], budget: int,
+                      groups: list[list[int]] | None = None) -> dict[str, torch.Tensor]:
+    """`forward` (without entropy) over the batch in chunks of at most `budget` padded tokens each, each chunk cut to
+    its own longest row, the results scattered back into (B, T): the padding that the batch's longest episode puts on
+    shorter rows costs no work. Chunks hold rows of similar length (microbatches), or whole prompt groups when
+    `groups` is given (prompt_chunks: a forward that shares prefixes then shares them). Used for the no-grad passes
+    (π_old, V_old, π_ref); the same results as one forward over the batch up to float rounding.
+
+    Args: batch: holds input_ids, attention_mask (B, T) long and mask (B, T) float; budget > 0 tokens per chunk;
+        groups: policy.prompt_groups of the batch, or None.
     Returns: forward's dict ('logprobs' [, 'values']), each (B, T) float32, 0 off the policy tokens.
     """
     out: dict[str, torch.Tensor] = {}
     lengths = batch["attention_mask"].sum(1)
-    for part in microbatches(lengths.tolist(), budget):
+    parts = microbatches(lengths.tolist(), budget) if groups is None else prompt_chunks(lengths.tolist(), groups,
+                                                                                         budget)
+    for part in parts:
         rows = torch.tensor(part, device=lengths.device)
         T = int(lengths[rows].max())
         res = forward(batch["input_ids"][rows, :T], batch["attention_mask"][rows, :T], batch["mask"][rows, :T])

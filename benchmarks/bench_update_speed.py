@@ -9,15 +9,22 @@ epoch of minibatch gradient steps — in two or three layouts, on the same batch
 - behaviour (GRPO only; `--layouts padded,cut,behaviour`): cut, with algo.old_logprobs 'behaviour': π_old is the
   rollout's log-probs, so no no-grad pass runs (here the cut layout's π_old stands in for the rollout's; a critic
   would still need the pass for its values).
+- shared:  cut, with train.share_prefix: each group's first prompt forwarded once in the no-grad pass (chunks of whole
+  groups) and wherever a random-row minibatch holds several rows of one group. The same numbers as cut.
+- grouped: shared, with train.group_minibatches: each minibatch a whole group (minibatch = group size here), so the
+  update's forward and backward share the prompt too. Other minibatches than cut's, so other losses.
 
     python benchmarks/bench_update_speed.py [--model embedded] [--lengths L1,L2,...] [--policy-tokens P1,P2,...]
-        [--algo ppo] [--layouts padded,cut] [--minibatch 4] [--repeats 3] [--threads 2] [--machine TEXT]
+        [--algo ppo] [--layouts padded,cut,shared,grouped] [--minibatch 4] [--group-size 4] [--prompt 278]
+        [--repeats 3] [--threads 2] [--machine TEXT]
         [--out results/update_speed.jsonl]
 
 The default lengths are a real rollout batch's: configs/cooking.yaml (4 games × group 4, ≤ 8 turns × ≤ 24 tokens)
 from the 16-walkthrough SFT model, step 0 of seed 0 (tokens per episode and policy tokens per episode as the trainer
 collated them). The batch is laid out as rollouts lay it out (the prompt, then turns of policy tokens and environment
-tokens); the token ids are random (the cost of a forward does not depend on them). The layouts alternate within each
+tokens); the token ids are random (the cost of a forward does not depend on them), except that the episodes of a
+group (consecutive blocks of --group-size) share their first --prompt tokens, as a group's episodes share the system
+prompt and the game's first observation (273-284 tokens on these games). The layouts alternate within each
 repeat (both see the same load of a shared machine), each from the same weights and optimizer state. Prints the
 median seconds of each layout and the ratio, and appends one JSON line to --out. Peak memory is one process's for both
 layouts: bench_update_memory.py measures memory per setting.
@@ -35,10 +42,10 @@ COOKING_LENGTHS = "429,429,429,429,470,471,471,471,500,500,464,503,508,456,487,4
 COOKING_POLICY_TOKENS = "19,19,19,19,27,28,28,28,28,28,19,31,29,20,25,20"
 
 
-def build_batch(lengths: list[int], policy_tokens: list[int], vocab: int, prompt: int = 250):
+def build_batch(lengths: list[int], policy_tokens: list[int], vocab: int, prompt: int = 278, group_size: int = 1):
     """A right-padded rollout batch: row b has lengths[b] tokens, of which policy_tokens[b] are the policy's, in turns
-    of ~5 tokens after a `prompt`-token prompt, the environment's reply between them. Returns (ids, attention_mask,
-    mask), (B, T) with T = max(lengths)."""
+    of ~5 tokens after a `prompt`-token prompt, the environment's reply between them; the rows of each block of
+    `group_size` share their prompt. Returns (ids, attention_mask, mask), (B, T) with T = max(lengths)."""
     import torch
 
     g = torch.Generator().manual_seed(0)
@@ -55,6 +62,10 @@ def build_batch(lengths: list[int], policy_tokens: list[int], vocab: int, prompt
             take = min(left if k == turns - 1 else round(p / turns), stride, n - (start + k * stride))
             mask[b, start + k * stride:start + k * stride + take] = 1
             left -= take
+    for b in range(B):  # the group's first row's prompt
+        first = b - b % group_size
+        share = min(prompt, lengths[b] // 2, lengths[first] // 2)
+        ids[b, :share] = ids[first, :share]
     return ids * attn, attn, mask
 
 
@@ -65,8 +76,11 @@ def main() -> None:
     p.add_argument("--policy-tokens", default=COOKING_POLICY_TOKENS, help="policy tokens of each episode")
     p.add_argument("--algo", default="ppo", choices=["ppo", "grpo"], help="ppo: with the value head (V_old, value "
                    "loss); grpo: without")
-    p.add_argument("--layouts", default="padded,cut", help="comma-separated, of padded, cut, behaviour (grpo)")
+    p.add_argument("--layouts", default="padded,cut,shared,grouped",
+                   help="comma-separated, of padded, cut, behaviour (grpo), shared, grouped")
     p.add_argument("--minibatch", type=int, default=4, help="episodes per gradient step (train.minibatch_size)")
+    p.add_argument("--group-size", type=int, default=4, help="episodes per group (algo.group_size)")
+    p.add_argument("--prompt", type=int, default=278, help="tokens of the first prompt, shared within a group")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--machine", default="", help="how to name the machine in the results, e.g. '2-core shared CPU'")
@@ -79,12 +93,12 @@ def main() -> None:
 
     from agentrl_lib.config import AlgoConfig
     from agentrl_lib.models import base_model, load_policy
-    from agentrl_lib.policy import ValueHead, token_forward
+    from agentrl_lib.policy import ValueHead, prompt_groups, token_forward
     from agentrl_lib.update import accumulate_microbatches, forward_in_chunks, minibatch_loss, select
 
     layouts = tuple(a.layouts.split(","))
-    if not set(layouts) <= {"padded", "cut", "behaviour"} or "cut" not in layouts:
-        raise SystemExit(f"--layouts must list cut and any of padded, behaviour (got {a.layouts})")
+    if not set(layouts) <= {"padded", "cut", "behaviour", "shared", "grouped"} or "cut" not in layouts:
+        raise SystemExit(f"--layouts must list cut and any of padded, behaviour, shared, grouped (got {a.layouts})")
     if "behaviour" in layouts and a.algo != "grpo":
         raise SystemExit("--layouts behaviour needs --algo grpo: with a critic the no-grad pass runs for its values")
     torch.set_num_threads(a.threads)
@@ -97,7 +111,7 @@ def main() -> None:
     policy, tok = load_policy(a.model, device="cpu", dtype="float32")
     head = ValueHead(base_model(policy).config.hidden_size) if a.algo == "ppo" else None
     params = [x for x in policy.parameters() if x.requires_grad] + ([] if head is None else list(head.parameters()))
-    ids, attn, mask = build_batch(lengths, policy_tokens, len(tok))
+    ids, attn, mask = build_batch(lengths, policy_tokens, len(tok), a.prompt, a.group_size)
     B, T = ids.shape
     algo = AlgoConfig.from_preset(a.algo)
     temp = 0.7
@@ -106,11 +120,16 @@ def main() -> None:
     batch = {"input_ids": ids, "attention_mask": attn, "mask": mask, "advantages": adv}
     if ret is not None:
         batch["returns"] = ret
-    forward = functools.partial(token_forward, policy, temperature=temp, value_head=head)
+    forward = functools.partial(token_forward, policy, temperature=temp, value_head=head, share_prefix=False)
+    shared_forward = functools.partial(token_forward, policy, temperature=temp, value_head=head, share_prefix=True)
+    groups = prompt_groups(ids, mask)
     start_policy = copy.deepcopy(policy.state_dict())
     start_head = None if head is None else copy.deepcopy(head.state_dict())
     perm = torch.randperm(B, generator=torch.Generator().manual_seed(0))
     minibatches = [perm[s:s + a.minibatch] for s in range(0, B, a.minibatch)]
+    by_group = torch.tensor([i for g in torch.randperm(len(groups), generator=torch.Generator().manual_seed(0)).tolist()
+                             for i in groups[g]])
+    group_minibatches = [by_group[s:s + a.minibatch] for s in range(0, B, a.minibatch)]
 
     def update(layout: str) -> dict:
         policy.load_state_dict(start_policy)
@@ -124,18 +143,21 @@ def main() -> None:
                 old = token_forward(policy, ids, attn, mask, temp, head)
             elif layout == "cut":
                 old = forward_in_chunks(forward, batch, a.minibatch * int(attn.sum(1).max()))
+            elif layout in ("shared", "grouped"):
+                old = forward_in_chunks(shared_forward, batch, a.minibatch * int(attn.sum(1).max()), groups)
             else:  # behaviour: the rollout's log-probs, no pass
                 old = behaviour_logprobs
         t1 = time.perf_counter()
         losses = []
         full = {**batch, "old_logprobs": old["logprobs"], **({"old_values": old["values"]} if "values" in old else {})}
-        for idx in minibatches:
+        for idx in (group_minibatches if layout == "grouped" else minibatches):
             opt.zero_grad(set_to_none=True)
             if layout == "padded":  # the rows padded to the batch's longest episode
                 loss, _ = minibatch_loss(forward, select(full, idx, T=T), algo)
                 loss.backward()
             else:
-                loss, _ = accumulate_microbatches(forward, select(full, idx), algo)
+                fwd = shared_forward if layout in ("shared", "grouped") else forward
+                loss, _ = accumulate_microbatches(fwd, select(full, idx), algo)
             opt.step()
             losses.append(loss.item())
         t2 = time.perf_counter()
@@ -154,7 +176,8 @@ def main() -> None:
             print(f"repeat {r + 1} {name:6s}: {runs[name][-1]['seconds']:7.1f} s (no-grad "
                   f"{runs[name][-1]['no_grad_seconds']:.1f} s)", flush=True)
     tokens = int(attn.sum())
-    result = {"bench": "update_speed", "algo": a.algo, "episodes": B, "minibatch": a.minibatch, "tokens": tokens,
+    result = {"bench": "update_speed", "algo": a.algo, "episodes": B, "minibatch": a.minibatch,
+              "group_size": a.group_size, "prompt": a.prompt, "tokens": tokens,
               "padded_tokens": B * T, "policy_tokens": int(mask.sum()), "lengths": lengths,
               **machine_info(a.machine), "peak_rss_gib": round(peak_rss_gib(), 2)}
     for name in layouts:
@@ -163,7 +186,8 @@ def main() -> None:
                         "median_no_grad_seconds": statistics.median(x["no_grad_seconds"] for x in runs[name]),
                         "median_minibatch_seconds": statistics.median(x["minibatch_seconds"] for x in runs[name]),
                         "tokens_per_s": round(tokens / med, 1)}
-    drift = max(abs(x - y) for name in layouts for x, y in zip(runs[name][0]["losses"], runs["cut"][0]["losses"]))
+    drift = max(abs(x - y) for name in layouts if name != "grouped"  # grouped: other minibatches, other losses
+                for x, y in zip(runs[name][0]["losses"], runs["cut"][0]["losses"]))
     result["max_loss_difference"] = drift
     print(f"{B} episodes, {tokens} tokens ({B * T} padded to the longest), {a.algo}, minibatch {a.minibatch}, "
           f"medians of {a.repeats}; largest loss difference between layouts {drift:.1e}")
@@ -171,8 +195,11 @@ def main() -> None:
         if name != "padded" and "padded" in layouts:
             result[name]["speedup_vs_padded"] = round(result["padded"]["median_seconds"] /
                                                       result[name]["median_seconds"], 2)
+        if name not in ("padded", "cut"):
+            result[name]["speedup_vs_cut"] = round(result["cut"]["median_seconds"] / result[name]["median_seconds"], 2)
         print(f"  {name:9s} {result[name]['median_seconds']:6.1f} s  {result[name]['tokens_per_s']:6.1f} tokens/s"
-              + (f"  {result[name]['speedup_vs_padded']}x padded" if "speedup_vs_padded" in result[name] else ""))
+              + (f"  {result[name]['speedup_vs_padded']}x padded" if "speedup_vs_padded" in result[name] else "")
+              + (f"  {result[name]['speedup_vs_cut']}x cut" if "speedup_vs_cut" in result[name] else ""))
     if "padded" in layouts:
         result["speedup"] = result["cut"]["speedup_vs_padded"]
     write_result(a.out, result, a, seed=0)

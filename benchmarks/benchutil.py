@@ -13,9 +13,10 @@ from pathlib import Path
 
 
 def machine_info(machine: str = "") -> dict:
-    """The run's context: machine (`machine`, e.g. "2-core shared CPU", else "<n>-core CPU"), CPU model, cores, RAM
-    (GiB), `versions` of Python, torch, transformers, trl, peft; torch threads, OMP_WAIT_POLICY, git commit, UTC
-    time."""
+    """The run's context: machine (`machine`, e.g. "2-core shared CPU", else "<n>-core CPU"), CPU model, the CPU's
+    vector and matrix features that set fp32 / bf16 speed (`cpu_flags`: avx2, avx512f, avx512_bf16, amx_bf16 where
+    present), cores, RAM (GiB), `versions` of Python, torch, transformers, trl, peft; torch threads,
+    OMP_WAIT_POLICY, git commit, UTC time."""
     import torch
 
     from agentrl_lib.paths import git_commit
@@ -28,9 +29,12 @@ def machine_info(machine: str = "") -> dict:
 
     cpu = next((line.split(":", 1)[1].strip() for line in _read("/proc/cpuinfo").splitlines()
                 if line.startswith("model name")), platform.processor())
+    flags = next((line.split(":", 1)[1].split() for line in _read("/proc/cpuinfo").splitlines()
+                  if line.startswith("flags")), [])
     mem_kb = next((int(line.split()[1]) for line in _read("/proc/meminfo").splitlines()
                    if line.startswith("MemTotal:")), 0)
-    return {"device": machine or f"{os.cpu_count()}-core CPU", "cpu": cpu, "cpus": os.cpu_count(),
+    return {"device": machine or f"{os.cpu_count()}-core CPU", "cpu": cpu,
+            "cpu_flags": [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags], "cpus": os.cpu_count(),
             "ram_gib": round(mem_kb / 1024 ** 2, 1), "arch": platform.machine(),
             "versions": {"python": platform.python_version(), "torch": torch.__version__,
                          "transformers": ver("transformers"), "trl": ver("trl"), "peft": ver("peft")},

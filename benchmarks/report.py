@@ -93,7 +93,10 @@ def update_speed_table(r: dict) -> str:
     for name, label in (("padded", "every forward padded to the batch's longest episode (before)"),
                         ("cut", "chunks and minibatches cut to their longest row (`forward_in_chunks`)"),
                         ("behaviour", "cut, and π_old the rollout's log-probs (`--old-logprobs behaviour`): no "
-                                      "no-grad pass")):
+                                      "no-grad pass"),
+                        ("shared", "cut, each group's first prompt forwarded once (`share_prefix`, the default): "
+                                   "no-grad pass and random-row minibatches"),
+                        ("grouped", "shared, and minibatches of whole groups (`--group-minibatches`)")):
         if name not in r:
             continue
         x = r[name]

@@ -56,11 +56,14 @@ def test_bench_rollout_tiny(tmp_path, tiny_model_dir, cooking_games):
 
 def test_bench_update_speed_tiny(tmp_path, tiny_model_dir):
     res = run_script("bench_update_speed.py", ["--model", tiny_model_dir, "--lengths", "40,31,22,12",
-                                               "--policy-tokens", "8,6,5,3", "--minibatch", "2", "--repeats", "1",
-                                               "--threads", "1"], tmp_path / "update.jsonl")
-    assert positive(res["speedup"], res["padded"]["median_seconds"], res["cut"]["median_seconds"])
+                                               "--policy-tokens", "8,6,5,3", "--minibatch", "2", "--group-size", "2",
+                                               "--prompt", "10", "--repeats", "1", "--threads", "1"],
+                     tmp_path / "update.jsonl")
+    assert positive(res["speedup"], res["padded"]["median_seconds"], res["cut"]["median_seconds"],
+                    res["shared"]["speedup_vs_cut"], res["grouped"]["speedup_vs_cut"])
     assert res["padded_tokens"] == 4 * 40 and res["tokens"] == 40 + 31 + 22 + 12
-    # the two layouts computed the same minibatch losses: cutting the padding changes the work, not the numbers
+    # the layouts computed the same minibatch losses (grouped aside: other minibatches): cutting the padding and
+    # sharing the prompts change the work, not the numbers
     assert len(res["cut"]["runs"][0]["losses"]) == 2 and res["max_loss_difference"] < 1e-4
     assert res["config"]["minibatch"] == 2 and res["seed"] == 0
 

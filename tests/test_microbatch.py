@@ -30,15 +30,17 @@ def test_microbatches_partition_the_rows_within_the_budget():
         TrainConfig(max_tokens_per_microbatch=-1).validate()
 
 
-def _gradients(algo: str, budget: int, tiny_model_dir, tmp_path, name: str, **algo_fields) -> tuple[dict, dict, list]:
+def _gradients(algo: str, budget: int, tiny_model_dir, tmp_path, name: str, train_fields: dict | None = None,
+               **algo_fields) -> tuple[dict, dict, list]:
     """One RL step on the scripted game; the gradients the optimizer was about to apply, the metrics row, and the
     micro-batches cut."""
     games = _scripted_games(tmp_path / "games")
     algo_fields = {"kl_coef": 0.01, **algo_fields}
     cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2), reward=RewardConfig(kind="dense"),
                     algo=AlgoConfig.from_preset(algo, group_size=4, **algo_fields), model=ModelConfig(device="cpu"),
-                    train=TrainConfig(steps=1, games_per_step=2, minibatch_size=8, lr=1e-3, max_new_tokens=6,
-                                      temperature=1.0, seed=1, max_tokens_per_microbatch=budget))
+                    train=TrainConfig(**{**dict(steps=1, games_per_step=2, minibatch_size=8, lr=1e-3, max_new_tokens=6,
+                                                temperature=1.0, seed=1, max_tokens_per_microbatch=budget),
+                                         **(train_fields or {})}))
     trainer = Trainer(cfg, tmp_path / name, init=tiny_model_dir, pool=SerialPool(8, factory=ParityEnv),
                       progress=False)
     grads: dict[str, torch.Tensor] = {}
@@ -182,3 +184,28 @@ def test_old_logprobs_from_the_behaviour_policy_skip_the_forward_and_give_the_sa
     monkeypatch.setattr(trainer_mod, "collate", shifted)
     wrong, _, _ = _gradients("grpo", 0, tiny_model_dir, tmp_path, "shifted", kl_coef=0.0, old_logprobs="behaviour")
     assert _max_rel_diff(wrong, recomputed) > 1e-2
+
+
+def test_shared_prompts_and_group_minibatches_give_the_plain_update(tiny_model_dir, tmp_path, monkeypatch):
+    """train.share_prefix (each group's first prompt forwarded once, in the no-grad pass and the update) gives the
+    plain forward's gradients; train.group_minibatches cuts minibatches of whole groups, whose update then equals the
+    plain update over the same rows. Negative control: random-row minibatches of 4 are not the whole-group ones."""
+    plain, row_plain, _ = _gradients("ppo", 0, tiny_model_dir, tmp_path, "plain", {"share_prefix": False})
+    shared, row_shared, _ = _gradients("ppo", 0, tiny_model_dir, tmp_path, "shared", {"share_prefix": True})
+    assert _max_rel_diff(shared, plain) < 1e-4
+    assert row_shared["policy_loss"] == pytest.approx(row_plain["policy_loss"], rel=1e-4, abs=1e-6)
+
+    seen: list[list[int]] = []
+    real = Trainer._loss_and_backward
+
+    def spy(self, batch, idx):
+        seen.append(sorted(idx.tolist()))
+        return real(self, batch, idx)
+
+    monkeypatch.setattr(Trainer, "_loss_and_backward", spy)
+    grouped, _, _ = _gradients("grpo", 0, tiny_model_dir, tmp_path, "grouped",
+                               {"minibatch_size": 4, "group_minibatches": True}, kl_coef=0.0)
+    assert sorted(seen) == [[0, 1, 2, 3], [4, 5, 6, 7]]  # each minibatch one whole group (group_size 4)
+    seen.clear()
+    _gradients("grpo", 0, tiny_model_dir, tmp_path, "rows", {"minibatch_size": 4}, kl_coef=0.0)
+    assert sorted(seen) != [[0, 1, 2, 3], [4, 5, 6, 7]]  # the default: random rows
