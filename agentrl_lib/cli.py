@@ -140,7 +140,7 @@ def _check_model_flags(a) -> None:
 def _eval(a) -> None:
     from .envs.base import check_env_errors, load_game_set
     from .envs.pool import open_pool
-    from .evaluate import evaluate, format_eval, save_eval
+    from .evaluate import evaluate, format_eval, keep_unsaved, save_eval
     from .generation import check_generator
     from .models import load_policy
 
@@ -166,7 +166,14 @@ def _eval(a) -> None:
     res["model"], res["games"] = a.model, str(games.root)
     print(format_eval(res, a.model))
     if a.out:
-        save_eval(res, a.out)
+        try:
+            save_eval(res, a.out)
+        except OSError as e:  # e.g. the disk filled during the evaluation: the results are kept, not lost
+            import json
+
+            kept = keep_unsaved(json.dumps(res, indent=1), "eval")
+            raise ConfigError(f"could not write --out {a.out} ({e.strerror or e}); the results are kept in {kept}: "
+                              "copy them where you need them") from e
         print(f"wrote {a.out}")
     reasons = res["env_error_reasons"] or [""]
     check_env_errors(res["env_errors"], res["n_games"], env_cfg.max_env_error_frac, reasons[0], "evaluation")
@@ -564,12 +571,27 @@ def main(argv: list[str] | None = None) -> int:
     a.argv = argv  # `agentrl sweep` prints the command that resumes it
     try:
         a.func(a)
+        sys.stdout.flush()  # a reader that went away shows here (`agentrl report ... | head`), not at exit
+    except BrokenPipeError:
+        return _stdout_closed()
     except Exception as e:
         if not is_user_error(e):
             raise  # a bug: its traceback is what a report needs
         print(error_line(a.cmd, e), file=sys.stderr)
         return 2
     return 0
+
+
+def _stdout_closed() -> int:
+    """stdout's reader closed the pipe (`agentrl report ... | head`): stop quietly, as a shell tool does, with exit
+    status 141 (128 + SIGPIPE). stdout is pointed at /dev/null so that Python's final flush does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real file descriptor (a test's captured stdout)
+        pass
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

@@ -86,12 +86,46 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
 
 
 def save_eval(result: dict, path: str | Path) -> None:
-    """Write an evaluation result as JSON (atomically)."""
+    """Write an evaluation result as JSON, atomically (checkpoint.atomic_write_text: the old file or the new one,
+    never a mix or a stray temp file).
+
+    Raises: OSError whose filename is `path` (a full disk's write error names no file otherwise)."""
+    from .checkpoint import atomic_write_text
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(result, indent=1))
+    except OSError as e:
+        raise OSError(e.errno, e.strerror or str(e), str(path)) from e
+
+
+def keep_unsaved(text: str, what: str) -> str:
+    """Put `text` (a result that could not be written where it was asked for, e.g. on a full disk) where it is not
+    lost: a new file `agentrl-unsaved-WHAT-<time>-<pid>.json` in the first of the system's temp dir, the agentrl cache
+    root (paths.cache_root) and the home directory that takes it; if none does, print it to stdout.
+    Returns the file's path, or 'stdout (printed above)'."""
+    import os
+    import tempfile
+
+    from .paths import cache_root
+
+    name = f"agentrl-unsaved-{what}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json"
+    for folder in (lambda: tempfile.gettempdir(), lambda: cache_root(), lambda: Path.home()):
+        try:
+            path = Path(folder()) / name
+            with open(path, "x") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            return str(path)
+        except OSError:
+            try:
+                path.unlink(missing_ok=True)  # a partial copy is no copy
+            except (OSError, UnboundLocalError):
+                pass
+    print(text, flush=True)
+    return "stdout (printed above)"
 
 
 def format_eval(result: dict, name: str = "") -> str:
