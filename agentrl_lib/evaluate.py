@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from .config import EnvConfig
+from .config import EnvConfig, check_context_room
 from .envs.base import GameSet
 from .envs.pool import EnvPool, open_pool
 from .prompts import ChatFormat, system_prompt_for
@@ -32,7 +32,8 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
     mean_score_frac (score / max_score), env_errors (episodes that ended in an env error: not loaded, crashed, hung;
     they count as lost), env_error_reasons (distinct, first 5), n_games, seconds, gen_tokens_per_s, and `per_game`
     rows (game, won, turns, score, max_score, actions, termination).
-    Raises: ValueError if max_turns < 1 or batch_size < 1; GameSetError when a game fails the check.
+    Raises: ValueError if max_turns < 1 or batch_size < 1; GameSetError when a game fails the check; ConfigError
+        when max_new_tokens or max_turns do not fit the model's context (config.check_context_room).
     """
     from tqdm.auto import tqdm
 
@@ -47,6 +48,8 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
     bar = tqdm(total=len(games), desc="eval", disable=not progress)
     try:
         gen = GENERATORS[generator](model, tokenizer)  # one backend for every chunk (vLLM: one weight sync)
+        if getattr(gen, "context_limit", None):
+            check_context_room(max_new_tokens, max_turns, gen.context_limit, where="eval")
         for start in range(0, len(games), pool.size):
             chunk = games.games[start:start + pool.size]
             trajs, st = rollout(gen, tokenizer, pool, [g.path for g in chunk],

@@ -41,7 +41,7 @@ import torch
 
 from . import checkpoint as ckpt_lib
 from .advantages import ESTIMATORS, AdvantageInputs, singleton_groups, top_std_groups
-from .config import AlgoConfig, ConfigError, RunConfig
+from .config import AlgoConfig, ConfigError, RunConfig, check_context_room
 from .diagnostics import CollapseDetector, CollapseError, input_dependence, repetition_rate
 from .distributed import data_parallel
 from .envs.base import GameSet, check_env_errors, load_game_set
@@ -215,7 +215,8 @@ class Trainer:
     The run directory is locked (RUN/.lock) from construction until close(); `with Trainer(...) as trainer:` closes
     it (env pool and lock) on leaving the block.
     Raises:
-        GameSetError / FileNotFoundError / ConfigError: bad games dir, model path or config.
+        GameSetError / FileNotFoundError / ConfigError: bad games dir, model path or config (also max_new_tokens or
+            max_turns that the loaded model's context cannot hold: config.check_context_room).
         FileExistsError: run_dir holds a run and resume is False.
         RunLockedError: another process is training in run_dir.
         CheckpointError: resume: no run in run_dir, a field that cannot change on resume changed (named), or no
@@ -283,6 +284,8 @@ class Trainer:
         self.device = next(self.policy.parameters()).device
         self.chat = ChatFormat(self.tok)
         self.generator = GENERATORS[mc.generator](self.policy, self.tok)  # the backend (generation.py)
+        if getattr(self.generator, "context_limit", None):  # before any rollout: a budget the context cannot hold
+            check_context_room(config.train.max_new_tokens, config.env.max_turns, self.generator.context_limit)
         hidden = base_model(self.policy).config.hidden_size
         self.value_head = ValueHead(hidden).to(self.device) if need_vh else None
         disable_dropout(self.policy)  # π_old is computed without dropout: the update must see the same function
