@@ -352,7 +352,7 @@ def _check_train_inputs(a, cfg: RunConfig):
     device / dtype and a model path that does not exist. Returns the loaded eval GameSet, or None."""
     from .envs.base import load_game_set
     from .generation import check_generator
-    from .models import pick_device, pick_dtype, resolve_model_path
+    from .models import check_init_lora, pick_device, pick_dtype, resolve_model_path
 
     check_out_path("--out", a.out, is_dir=True)
     pick_dtype(cfg.model.dtype, pick_device(cfg.model.device))
@@ -361,6 +361,7 @@ def _check_train_inputs(a, cfg: RunConfig):
         name = getattr(a, "model.name") or cfg.model.name
         if name != "embedded":  # the embedded model resolves by converting it (~20 s): leave that to the trainer
             resolve_model_path(name)
+            check_init_lora(name, cfg.model.lora_rank)  # a LoRA --init and --lora-rank that do not fit
     return load_game_set(cfg.train.eval_games) if cfg.train.eval_games else None
 
 

@@ -307,7 +307,8 @@ class ModelConfig:
     """Weights' dtype: 'auto' (bf16 on CUDA, fp32 on CPU), 'float32', 'bfloat16', 'float16'."""
     lora_rank: int = 0
     """LoRA rank via peft (0 = full fine-tuning; 4-64 with LoRA). LoRA saves little on CPU for a 135M model; it helps
-    for >= 0.5B on GPU."""
+    for >= 0.5B on GPU. Starting from a LoRA adapter of rank r (an SFT run made with --lora-rank r): r keeps training
+    that adapter, 0 merges it and fine-tunes every weight, another rank is refused (models.check_init_lora)."""
     lora_alpha: int = 32
     """LoRA alpha (the adapter's scale is alpha / rank; 16-64, 32 is typical; unused without LoRA)."""
     generator: str = "hf"

@@ -50,7 +50,7 @@ from .generation import GENERATORS
 from .losses import explained_variance, kl_k3, masked_mean, policy_loss, truncated_is_weights, value_loss
 from .metrics import complete_row
 from .models import (base_model, disable_dropout, enable_gradient_checkpointing, frozen_reference, is_adapter,
-                     load_policy, load_reference)
+                     load_policy, load_reference, load_start_policy)
 from .policy import TokenModel, ValueHead, token_forward
 from .prompts import ChatFormat, system_prompt_for
 from .rewards import place_on_tokens, turn_rewards
@@ -274,12 +274,17 @@ class Trainer:
 
             self.start_step, ckpt, (self.policy, self.tok, state) = ckpt_lib.load_newest(self.ckpt_root, load, need_vh)
             self.last_checkpoint = ckpt.name
+            if config.train.steps < self.start_step:  # before config.yaml is rewritten: nothing changes
+                raise ConfigError(f"--resume with train.steps (--steps) {config.train.steps}: {run_dir} has already "
+                                  f"trained {self.start_step} steps; pass --steps > {self.start_step} to train on, or "
+                                  f"evaluate it as it is: agentrl eval --model {run_dir}")
         else:
             if resume:
                 log.warning("%s has no checkpoint yet: starting at step 1 with its saved config", run_dir)
             torch.manual_seed(config.train.seed)  # plumbing: a new LoRA adapter's random init follows the run's seed
-            self.policy, self.tok = load_policy(config.model.name, mc.device, mc.dtype, lora_rank=mc.lora_rank,
-                                                lora_alpha=mc.lora_alpha)
+            # a LoRA adapter as init: merged for lora_rank 0, trained on at its own rank, else refused
+            self.policy, self.tok = load_start_policy(config.model.name, mc.device, mc.dtype, lora_rank=mc.lora_rank,
+                                                      lora_alpha=mc.lora_alpha)
         self.last_step = self.start_step
         self.device = next(self.policy.parameters()).device
         self.chat = ChatFormat(self.tok)
@@ -672,8 +677,17 @@ class Trainer:
         return path
 
     def _read_metrics(self) -> list[dict]:
-        """Metrics rows up to the resume step (later rows, from an interrupted run, are dropped and rewritten)."""
-        return ckpt_lib.read_metrics(self.metrics_path, self.start_step)
+        """Metrics rows up to the resume step (later rows, from an interrupted run, are dropped and rewritten). Steps
+        done but without a row (metrics.jsonl deleted or cut) are named in one logged warning: the learning curve
+        and the collapse detector go on without them."""
+        rows = ckpt_lib.read_metrics(self.metrics_path, self.start_step)
+        missing = sorted(set(range(1, self.start_step + 1)) - {r["step"] for r in rows})
+        if missing:
+            what = f"step {missing[0]}" if len(missing) == 1 else f"{len(missing)} steps ({missing[0]}-{missing[-1]})"
+            line = (f"{self.metrics_path} has no row for {what} of the {self.start_step} this run has done "
+                    "(deleted or damaged): its curve and the collapse detector go on without them")
+            log.warning(line)
+        return rows
 
     def close(self) -> None:
         """Close the env pool and release the run directory's lock."""
