@@ -557,11 +557,13 @@ def is_user_error(e: BaseException) -> bool:
 
 
 def error_line(cmd: str, e: BaseException) -> str:
-    """`agentrl CMD: error: MESSAGE` on one line (multi-line messages, e.g. YAML's, are joined)."""
+    """`agentrl CMD: error: MESSAGE` on one line (multi-line messages, e.g. YAML's, are joined; bytes of a path
+    that is not valid UTF-8 are shown escaped, so the line prints on any stream)."""
     if isinstance(e, OSError) and e.filename is not None and e.strerror:
         message = f"{e.strerror}: {e.filename}" + (f" -> {e.filename2}" if e.filename2 else "")
     else:
         message = str(e) or type(e).__name__
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     return f"agentrl {cmd}: error: {' '.join(message.split())}"
 
 

@@ -65,16 +65,17 @@ class ConfigError(ValueError):
 
 
 def check_context_room(max_new_tokens: int, max_turns: int, context_limit: int, where: str = "train") -> None:
-    """Refuse a per-turn token budget or a turn count the model's context cannot hold: max_new_tokens must leave at
-    least half of the context to the prompt (else every episode ends at the context limit before its first reply and
-    nothing trains), and max_turns must be <= context_limit (every turn takes at least one token).
+    """Refuse a per-turn token budget or a turn count the model's context cannot hold: max_new_tokens must be below
+    context_limit (else every episode ends at the context limit before its first reply and nothing trains; the
+    trainer also stops when a step's prompts leave no room), and max_turns must be <= context_limit (every turn takes
+    at least one token).
 
     Raises: ConfigError naming the field, its value, the model's context and a typical value."""
     flag = "train.max_new_tokens (--max-new-tokens)" if where == "train" else "max_new_tokens"
-    if max_new_tokens > context_limit // 2:
-        raise ConfigError(f"{flag} is {max_new_tokens}, more than half of the model's context ({context_limit} "
-                          "tokens): the prompt would not fit and every episode would end at the context limit with "
-                          "no update; 16-32 suit one action")
+    if max_new_tokens >= context_limit:
+        raise ConfigError(f"{flag} is {max_new_tokens}, not below the model's context ({context_limit} tokens): no "
+                          "prompt would fit and every episode would end at the context limit with no update; 16-32 "
+                          "suit one action")
     if max_turns > context_limit:
         raise ConfigError(f"env.max_turns (--max-turns) is {max_turns}, more turns than the model's context holds "
                           f"tokens ({context_limit}); episodes end at the context limit long before; 8-12 suit small "

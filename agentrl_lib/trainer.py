@@ -336,6 +336,8 @@ class Trainer:
                 (resume continues; the same alert is not raised again until its condition has cleared).
             CheckpointError: a checkpoint or metrics row could not be written (disk full, ...).
             TooManyEnvErrors: more than env.max_env_error_frac of a step's episodes ended in an env error.
+            ConfigError: every episode of a step ended at the context limit before its first reply (prompt +
+                train.max_new_tokens exceed the model's context).
         """
         cfg = self.cfg
         rows = self._read_metrics()
@@ -423,6 +425,12 @@ class Trainer:
         # an episode cut by an environment fault is not the policy's doing: it leaves the loss and the group statistics
         trajs_ok = [t for t in trajs if t.n_turns > 0 and not t.termination.startswith("env_error")]
         t_rollout = time.perf_counter() - t0
+        no_room = [t for t in trajs if t.n_turns == 0 and t.termination == "context_limit"]
+        if no_room and len(no_room) == len(trajs):  # plumbing: not one reply fits; every step would be the same
+            raise ConfigError(f"every episode's first prompt (>= {min(t.prompt_len for t in no_room)} tokens) plus "
+                              f"train.max_new_tokens ({cfg.train.max_new_tokens}) exceeds the model's context "
+                              f"({self.generator.context_limit} tokens): nothing can be generated; lower "
+                              "--max-new-tokens (16-32 suit one action)")
         if not trajs_ok:  # plumbing: every episode failed in the environment: nothing to learn from; the run goes on
             return self._all_failed_row(step, trajs, t0)
 
