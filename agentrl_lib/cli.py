@@ -65,7 +65,7 @@ def _make_games(a) -> None:
     # the family's game maker gets the flags named as its keyword parameters (textworld: --challenge ... --force,
     # alfworld: --split --task-types --official --force); a flag given that it does not take is refused
     accepted = inspect.signature(make_games).parameters
-    given = [k for k in FAMILY_FLAGS if getattr(a, k) not in (None, False)]
+    given = [k for k in FAMILY_FLAGS if getattr(a, k) is not None and getattr(a, k) is not False]  # 0 is given
     flag = lambda k: "--" + k.replace("_", "-")  # noqa: E731
     wrong = [flag(k) for k in given if k not in accepted]
     takes = [flag(k) for k in FAMILY_FLAGS if k in accepted]

@@ -130,8 +130,8 @@ class EnvConfig:
             raise ConfigError(f"env.max_actions_per_turn must be an integer >= 1 (got {self.max_actions_per_turn!r});"
                               " RAGEN uses 5 for Sokoban and FrozenLake, 1 for Bandit")
         if not 1 <= self.max_turns <= MAX_TURNS_MAX:
-            raise ConfigError(f"env.max_turns must be in [1, {MAX_TURNS_MAX}] (got {self.max_turns}); the paper uses "
-                              "8-12 for small TextWorld games")
+            raise ConfigError(f"env.max_turns must be >= 1 and <= {MAX_TURNS_MAX} (got {self.max_turns}); the paper "
+                              "uses 8-12 for small TextWorld games")
         if not self.step_timeout_s > 0:
             raise ConfigError(f"env.step_timeout_s must be > 0 seconds (got {self.step_timeout_s}); 30 is the default")
         if not 0.0 <= self.max_env_error_frac <= 1.0:

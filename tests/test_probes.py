@@ -224,6 +224,8 @@ ROWS = [
     # --- 1. make-games: generation (the relative --out for ALFWorld: test_alfworld_relative_out below)
     Case("mg-frozenlake-world-size", ["make-games", "frozenlake", "--world-size", "500", "--n", "1", "--out", "g"], 2,
          "--world-size does not apply to frozenlake games", _absent("g")),
+    Case("mg-frozenlake-world-size-0", ["make-games", "frozenlake", "--world-size", "0", "--n", "1", "--out", "g"], 2,
+         "--world-size does not apply to frozenlake games", _absent("g")),
     Case("mg-bandit-challenge", ["make-games", "bandit", "--challenge", "tw-cooking", "--n", "1", "--out", "g"], 2,
          "--challenge does not apply to bandit games", _absent("g")),
     Case("mg-textworld-custom-flag-with-challenge", ["make-games", "textworld", "--challenge", "tw-cooking",
@@ -258,7 +260,7 @@ ROWS = [
          "train.max_new_tokens (--max-new-tokens) must be in [1, 131072]", _no_run_config,
          (_yaml("train: {max_new_tokens: 1e11}\n"),)),
     Case("cfg-max-turns-23-digits", ["train", "--config", "c.yaml", "--games", "{bandit}", "--out", "out"], 2,
-         "env.max_turns must be in [1, 10000]", _no_run_config, (_yaml("env: {max_turns: 12345678901234567890123}\n"),)),
+         "env.max_turns must be >= 1 and <= 10000", _no_run_config, (_yaml("env: {max_turns: 12345678901234567890123}\n"),)),
     Case("train-max-new-tokens-over-the-context", TRAIN_NEW + ["--init", "{tiny}", *TINY_TRAIN, "--max-new-tokens",
                                                                "5000"], 2,
          "is 5000, not below the model's context (4096 tokens)", _no_run_config),
