@@ -114,7 +114,8 @@ def keep_unsaved(text: str, what: str) -> str:
     from .paths import cache_root
 
     name = f"agentrl-unsaved-{what}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json"
-    for folder in (lambda: tempfile.gettempdir(), lambda: cache_root(), lambda: Path.home()):
+    for folder in (tempfile.gettempdir, cache_root, Path.home):
+        path = None
         try:
             path = Path(folder()) / name
             with open(path, "x") as f:
@@ -123,10 +124,11 @@ def keep_unsaved(text: str, what: str) -> str:
                 os.fsync(f.fileno())
             return str(path)
         except OSError:
-            try:
-                path.unlink(missing_ok=True)  # a partial copy is no copy
-            except (OSError, UnboundLocalError):
-                pass
+            if path is not None:
+                try:
+                    path.unlink(missing_ok=True)  # a partial copy is no copy
+                except OSError:
+                    pass
     print(text, flush=True)
     return "stdout (printed above)"
 
