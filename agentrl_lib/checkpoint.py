@@ -463,7 +463,7 @@ def load_newest(ckpt_root: str | Path, load: Callable[[Path], Any], need_value_h
             return step, p, loaded
         except Exception as e:  # noqa: BLE001 - any damage: report it and fall back
             reason = str(e) if isinstance(e, CheckpointError) else f"{p.name}: {type(e).__name__}: {e}"
-            reasons.append(reason.splitlines()[0][:200])
+            reasons.append(reason.splitlines()[0])  # whole: a cut reason cut the path it names
             log.warning("skipping checkpoint %s; falling back to an older one", reasons[-1])
     run = Path(ckpt_root).parent
     if not reasons:

@@ -38,18 +38,48 @@ from .config import (ALGO_PRESETS, CHOICES, SECTIONS, SEED_MAX, ConfigError, Env
                      choices_for, field_docs)
 
 
+MAKE_GAMES_N_MAX = 100_000
+"""`agentrl make-games --n` upper bound: more games take hours to generate (Sokoban's BFS, TextWorld's compiler) and
+give a manifest of hundreds of MB; split a bigger set over several --seed ranges."""
+FAMILY_FLAGS = ("challenge", "challenge_args", "world_size", "nb_objects", "quest_length", "split", "task_types",
+                "official", "force")
+"""`agentrl make-games` flags passed to the family's game maker when it takes a keyword parameter of that name."""
+_TEXTWORLD_CUSTOM = ("world_size", "nb_objects", "quest_length")
+
+
 def _make_games(a) -> None:
+    """Refuses, in one line and before any game is made: --n outside [1, MAKE_GAMES_N_MAX], a --seed range outside
+    [0, SEED_MAX], an --out that is a file or not writable, and a flag the family's game maker does not take (e.g.
+    --world-size for frozenlake) or that its other flags make moot (--world-size with --challenge)."""
     import inspect
 
     from .envs import get_family
 
     make_games = get_family(a.family).make_games
     _require(make_games is not None, f"the {a.family} family has no game maker; write its manifest.json yourself")
+    _require(1 <= a.n <= MAKE_GAMES_N_MAX, f"--n must be in [1, {MAKE_GAMES_N_MAX}] (got {a.n}); for more games, "
+                                          "make several sets over disjoint --seed ranges")
+    _require(0 <= a.seed and a.seed + a.n - 1 <= SEED_MAX,
+             f"--seed must be in [0, {SEED_MAX - a.n + 1}] for --n {a.n} (got {a.seed}): game i uses seed + i")
+    check_out_path("--out", a.out, is_dir=True)
     # the family's game maker gets the flags named as its keyword parameters (textworld: --challenge ... --force,
-    # alfworld: --split --task-types --official --force); the other families' flags are not passed
+    # alfworld: --split --task-types --official --force); a flag given that it does not take is refused
     accepted = inspect.signature(make_games).parameters
-    params = {k: v for k, v in vars(a).items() if k in accepted and k not in ("out", "n", "seed")}
-    gs = make_games(a.out, a.n, a.seed, **params)
+    given = [k for k in FAMILY_FLAGS if getattr(a, k) is not None and getattr(a, k) is not False]  # 0 is given
+    flag = lambda k: "--" + k.replace("_", "-")  # noqa: E731
+    wrong = [flag(k) for k in given if k not in accepted]
+    takes = [flag(k) for k in FAMILY_FLAGS if k in accepted]
+    _require(not wrong, f"{', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not apply to {a.family} games "
+                        f"(its flags: --n, --seed, --out{''.join(', ' + f for f in takes)}); drop "
+                        f"{'it' if len(wrong) == 1 else 'them'}")
+    if a.family == "textworld":
+        custom = [flag(k) for k in _TEXTWORLD_CUSTOM if getattr(a, k) is not None]
+        _require(not (a.challenge and custom), f"{', '.join(custom)} {'applies' if len(custom) == 1 else 'apply'} only to custom games, not to --challenge "
+                                               f"{a.challenge}; pass the challenge's own options in --challenge-args")
+        _require(a.challenge or a.challenge_args is None,
+                 "--challenge-args needs --challenge (custom games take --world-size, --nb-objects, --quest-length)")
+    params = {k: getattr(a, k) for k in given if k in accepted}
+    gs = make_games(str(Path(a.out).expanduser().absolute()), a.n, a.seed, **params)
     lens = [len(g.walkthrough) for g in gs.games]
     print(f"{len(gs)} {gs.family} games in {gs.root} (manifest.json); walkthrough length "
           f"{min(lens)}-{max(lens)}, max score {gs.games[0].max_score:g}")
@@ -68,9 +98,15 @@ def check_out_path(flag: str, out: str, is_dir: bool = False) -> None:
     behind.
 
     Raises:
-        ConfigError: naming `flag` and `out`, saying what is in the way.
+        ConfigError: naming `flag` and `out`, saying what is in the way (also a name that is not valid UTF-8, which
+            the tokenizer's and TextWorld's writers refuse at the end of the work).
     """
+    from .paths import undecodable_name
+
     path = Path(out).expanduser()
+    if (bad := undecodable_name(path.absolute())) is not None:
+        raise ConfigError(f"{flag} {out}: {bad!r} is not valid UTF-8, which the model and game writers refuse; pick a "
+                          "path with UTF-8 characters")
     if not is_dir and path.is_dir():
         raise ConfigError(f"{flag} {out} is a directory; pass a file path, e.g. {Path(out) / 'eval.json'}")
     if is_dir and path.exists() and not path.is_dir():
@@ -104,7 +140,7 @@ def _check_model_flags(a) -> None:
 def _eval(a) -> None:
     from .envs.base import check_env_errors, load_game_set
     from .envs.pool import open_pool
-    from .evaluate import evaluate, format_eval, save_eval
+    from .evaluate import evaluate, format_eval, keep_unsaved, save_eval
     from .generation import check_generator
     from .models import load_policy
 
@@ -130,7 +166,14 @@ def _eval(a) -> None:
     res["model"], res["games"] = a.model, str(games.root)
     print(format_eval(res, a.model))
     if a.out:
-        save_eval(res, a.out)
+        try:
+            save_eval(res, a.out)
+        except OSError as e:  # e.g. the disk filled during the evaluation: the results are kept, not lost
+            import json
+
+            kept = keep_unsaved(json.dumps(res, indent=1), "eval")
+            raise ConfigError(f"could not write --out {a.out} ({e.strerror or e}); the results are kept in {kept}: "
+                              "copy them where you need them") from e
         print(f"wrote {a.out}")
     reasons = res["env_error_reasons"] or [""]
     check_env_errors(res["env_errors"], res["n_games"], env_cfg.max_env_error_frac, reasons[0], "evaluation")
@@ -309,7 +352,7 @@ def _check_train_inputs(a, cfg: RunConfig):
     device / dtype and a model path that does not exist. Returns the loaded eval GameSet, or None."""
     from .envs.base import load_game_set
     from .generation import check_generator
-    from .models import pick_device, pick_dtype, resolve_model_path
+    from .models import check_init_lora, pick_device, pick_dtype, resolve_model_path
 
     check_out_path("--out", a.out, is_dir=True)
     pick_dtype(cfg.model.dtype, pick_device(cfg.model.device))
@@ -318,6 +361,7 @@ def _check_train_inputs(a, cfg: RunConfig):
         name = getattr(a, "model.name") or cfg.model.name
         if name != "embedded":  # the embedded model resolves by converting it (~20 s): leave that to the trainer
             resolve_model_path(name)
+            check_init_lora(name, cfg.model.lora_rank)  # a LoRA --init and --lora-rank that do not fit
     return load_game_set(cfg.train.eval_games) if cfg.train.eval_games else None
 
 
@@ -374,17 +418,17 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("make-games", help="generate a set of games with a manifest.json")
     g.add_argument("family", choices=family_names())
     g.add_argument("--out", required=True)
-    g.add_argument("--n", type=int, default=16, help="number of games")
-    g.add_argument("--seed", type=int, default=0, help="game i uses seed + i")
+    g.add_argument("--n", type=int, default=16, help=f"number of games (1 to {MAKE_GAMES_N_MAX})")
+    g.add_argument("--seed", type=int, default=0, help="game i uses seed + i (0 to 2**32 - 1)")
     g.add_argument("--challenge", choices=["tw-simple", "tw-cooking", "tw-coin_collector", "tw-treasure_hunter"],
                    help="textworld: a tw-make challenge instead of custom games")
-    g.add_argument("--challenge-args", default="", help='textworld: e.g. "--recipe 1 --take 1 --go 1" or '
-                                                        '"--rewards dense --goal detailed"')
-    g.add_argument("--world-size", type=int, default=2, help="textworld custom: rooms")
-    g.add_argument("--nb-objects", type=int, default=3, help="textworld custom: objects")
-    g.add_argument("--quest-length", type=int, default=4, help="textworld custom: quest length")
-    g.add_argument("--split", default="train", choices=["train", "valid_seen", "valid_unseen"], help="alfworld split")
-    g.add_argument("--task-types", default="", help="alfworld: comma-separated task types (default all six)")
+    g.add_argument("--challenge-args", help='textworld: e.g. "--recipe 1 --take 1 --go 1" or '
+                                            '"--rewards dense --goal detailed"')
+    g.add_argument("--world-size", type=int, help="textworld custom: rooms (default 2)")
+    g.add_argument("--nb-objects", type=int, help="textworld custom: objects (default 3)")
+    g.add_argument("--quest-length", type=int, help="textworld custom: quest length (default 4)")
+    g.add_argument("--split", choices=["train", "valid_seen", "valid_unseen"], help="alfworld split (default train)")
+    g.add_argument("--task-types", help="alfworld: comma-separated task types (default all six)")
     g.add_argument("--official", action="store_true",
                    help="alfworld: index the official games under $ALFWORLD_DATA (alfworld-download) into --out")
     g.add_argument("--level", type=int, default=1, choices=[1, 2, 3], help="swe: problem statement level (1 names "
@@ -517,11 +561,13 @@ def is_user_error(e: BaseException) -> bool:
 
 
 def error_line(cmd: str, e: BaseException) -> str:
-    """`agentrl CMD: error: MESSAGE` on one line (multi-line messages, e.g. YAML's, are joined)."""
+    """`agentrl CMD: error: MESSAGE` on one line (multi-line messages, e.g. YAML's, are joined; bytes of a path
+    that is not valid UTF-8 are shown escaped, so the line prints on any stream)."""
     if isinstance(e, OSError) and e.filename is not None and e.strerror:
         message = f"{e.strerror}: {e.filename}" + (f" -> {e.filename2}" if e.filename2 else "")
     else:
         message = str(e) or type(e).__name__
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     return f"agentrl {cmd}: error: {' '.join(message.split())}"
 
 
@@ -532,12 +578,27 @@ def main(argv: list[str] | None = None) -> int:
     a.argv = argv  # `agentrl sweep` prints the command that resumes it
     try:
         a.func(a)
+        sys.stdout.flush()  # a reader that went away shows here (`agentrl report ... | head`), not at exit
+    except BrokenPipeError:
+        return _stdout_closed()
     except Exception as e:
         if not is_user_error(e):
             raise  # a bug: its traceback is what a report needs
         print(error_line(a.cmd, e), file=sys.stderr)
         return 2
     return 0
+
+
+def _stdout_closed() -> int:
+    """stdout's reader closed the pipe (`agentrl report ... | head`): stop quietly, as a shell tool does, with exit
+    status 141 (128 + SIGPIPE). stdout is pointed at /dev/null so that Python's final flush does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real file descriptor (a test's captured stdout)
+        pass
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

@@ -52,8 +52,34 @@ SEED_MAX = 2**32 - 1
 """Largest seed: numpy (used by TRL's set_seed in SFT) takes seeds in [0, 2**32 - 1]."""
 
 
+MAX_TURNS_MAX = 10_000
+"""Largest env.max_turns: each turn adds at least a reply token and a feedback message (~10 tokens), so more turns
+than this outgrow any model's context; the trainer also checks max_turns against the loaded model's context."""
+MAX_NEW_TOKENS_MAX = 131_072
+"""Largest train.max_new_tokens accepted before a model is loaded (the trainer then checks it against the model's
+context: with no room left for the prompt every episode ends at the context limit and no update happens)."""
+
+
 class ConfigError(ValueError):
     """A configuration value is invalid; the message says which field and how to fix it."""
+
+
+def check_context_room(max_new_tokens: int, max_turns: int, context_limit: int, where: str = "train") -> None:
+    """Refuse a per-turn token budget or a turn count the model's context cannot hold: max_new_tokens must be below
+    context_limit (else every episode ends at the context limit before its first reply and nothing trains; the
+    trainer also stops when a step's prompts leave no room), and max_turns must be <= context_limit (every turn takes
+    at least one token).
+
+    Raises: ConfigError naming the field, its value, the model's context and a typical value."""
+    flag = "train.max_new_tokens (--max-new-tokens)" if where == "train" else "max_new_tokens"
+    if max_new_tokens >= context_limit:
+        raise ConfigError(f"{flag} is {max_new_tokens}, not below the model's context ({context_limit} tokens): no "
+                          "prompt would fit and every episode would end at the context limit with no update; 16-32 "
+                          "suit one action")
+    if max_turns > context_limit:
+        raise ConfigError(f"env.max_turns (--max-turns) is {max_turns}, more turns than the model's context holds "
+                          f"tokens ({context_limit}); episodes end at the context limit long before; 8-12 suit small "
+                          "TextWorld games")
 
 
 @dataclass
@@ -103,8 +129,9 @@ class EnvConfig:
         if not (isinstance(self.max_actions_per_turn, int) and self.max_actions_per_turn >= 1):
             raise ConfigError(f"env.max_actions_per_turn must be an integer >= 1 (got {self.max_actions_per_turn!r});"
                               " RAGEN uses 5 for Sokoban and FrozenLake, 1 for Bandit")
-        if self.max_turns <= 0:
-            raise ConfigError(f"env.max_turns must be >= 1 (got {self.max_turns}); the paper uses 8-12 for small TextWorld games")
+        if not 1 <= self.max_turns <= MAX_TURNS_MAX:
+            raise ConfigError(f"env.max_turns must be >= 1 and <= {MAX_TURNS_MAX} (got {self.max_turns}); the paper "
+                              "uses 8-12 for small TextWorld games")
         if not self.step_timeout_s > 0:
             raise ConfigError(f"env.step_timeout_s must be > 0 seconds (got {self.step_timeout_s}); 30 is the default")
         if not 0.0 <= self.max_env_error_frac <= 1.0:
@@ -281,7 +308,8 @@ class ModelConfig:
     """Weights' dtype: 'auto' (bf16 on CUDA, fp32 on CPU), 'float32', 'bfloat16', 'float16'."""
     lora_rank: int = 0
     """LoRA rank via peft (0 = full fine-tuning; 4-64 with LoRA). LoRA saves little on CPU for a 135M model; it helps
-    for >= 0.5B on GPU."""
+    for >= 0.5B on GPU. Starting from a LoRA adapter of rank r (an SFT run made with --lora-rank r): r keeps training
+    that adapter, 0 merges it and fine-tunes every weight, another rank is refused (models.check_init_lora)."""
     lora_alpha: int = 32
     """LoRA alpha (the adapter's scale is alpha / rank; 16-64, 32 is typical; unused without LoRA)."""
     generator: str = "hf"
@@ -378,6 +406,9 @@ class TrainConfig:
                      "keep_checkpoints", "max_nonfinite_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"train.{name} must be >= 1 (got {getattr(self, name)})")
+        if self.max_new_tokens > MAX_NEW_TOKENS_MAX:
+            raise ConfigError(f"train.max_new_tokens (--max-new-tokens) must be in [1, {MAX_NEW_TOKENS_MAX}] (got "
+                              f"{self.max_new_tokens}): tokens per reply; 16-32 suit one action")
         if self.max_tokens_per_microbatch < 0:
             raise ConfigError(f"train.max_tokens_per_microbatch (--max-tokens-per-microbatch) must be 0 (off) or a "
                               f"token budget > 0 (got {self.max_tokens_per_microbatch}); 2048-4096 on a CPU")
@@ -469,19 +500,45 @@ class RunConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> "RunConfig":
-        """Read a YAML config. Raises FileNotFoundError or ConfigError (malformed YAML, unknown keys, bad values)."""
+        """Read a YAML config. Raises FileNotFoundError or ConfigError (malformed YAML, a key given twice in one
+        mapping — e.g. two `train:` sections, of which YAML would silently keep the last —, unknown keys, bad
+        values)."""
         path = Path(path)
         if path.is_dir():
             raise ConfigError(f"config file {path} is a directory; pass a YAML file")
         if not path.is_file():
             raise FileNotFoundError(f"config file {path} does not exist")
         try:
-            data = yaml.safe_load(path.read_text())
+            data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        except DuplicateKeyError as e:
+            raise ConfigError(f"config file {path}: {e}") from None
         except yaml.YAMLError as e:
             raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
         except UnicodeDecodeError as e:
             raise ConfigError(f"config file {path} is not a text (UTF-8) YAML file: {e}") from e
         return cls.from_dict(data or {})
+
+
+class DuplicateKeyError(ValueError):
+    """A YAML mapping names one key twice (the message names it and both lines)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in seen:
+                    raise DuplicateKeyError(f"key {key!r} is given twice (lines {seen[key]} and {line}); merge them "
+                                            "into one (YAML would keep only the last)")
+                seen[key] = line
+            except TypeError:  # an unhashable key: SafeLoader's own error follows
+                continue
+        return super().construct_mapping(node, deep=deep)
 
 
 def upgrade_legacy_keys(data: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from .config import EnvConfig
+from .config import EnvConfig, check_context_room
 from .envs.base import GameSet
 from .envs.pool import EnvPool, open_pool
 from .prompts import ChatFormat, system_prompt_for
@@ -32,7 +32,8 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
     mean_score_frac (score / max_score), env_errors (episodes that ended in an env error: not loaded, crashed, hung;
     they count as lost), env_error_reasons (distinct, first 5), n_games, seconds, gen_tokens_per_s, and `per_game`
     rows (game, won, turns, score, max_score, actions, termination).
-    Raises: ValueError if max_turns < 1 or batch_size < 1; GameSetError when a game fails the check.
+    Raises: ValueError if max_turns < 1 or batch_size < 1; GameSetError when a game fails the check; ConfigError
+        when max_new_tokens or max_turns do not fit the model's context (config.check_context_room).
     """
     from tqdm.auto import tqdm
 
@@ -47,6 +48,8 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
     bar = tqdm(total=len(games), desc="eval", disable=not progress)
     try:
         gen = GENERATORS[generator](model, tokenizer)  # one backend for every chunk (vLLM: one weight sync)
+        if getattr(gen, "context_limit", None):
+            check_context_room(max_new_tokens, max_turns, gen.context_limit, where="eval")
         for start in range(0, len(games), pool.size):
             chunk = games.games[start:start + pool.size]
             trajs, st = rollout(gen, tokenizer, pool, [g.path for g in chunk],
@@ -86,12 +89,48 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
 
 
 def save_eval(result: dict, path: str | Path) -> None:
-    """Write an evaluation result as JSON (atomically)."""
+    """Write an evaluation result as JSON, atomically (checkpoint.atomic_write_text: the old file or the new one,
+    never a mix or a stray temp file).
+
+    Raises: OSError whose filename is `path` (a full disk's write error names no file otherwise)."""
+    from .checkpoint import atomic_write_text
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(result, indent=1))
+    except OSError as e:
+        raise OSError(e.errno, e.strerror or str(e), str(path)) from e
+
+
+def keep_unsaved(text: str, what: str) -> str:
+    """Put `text` (a result that could not be written where it was asked for, e.g. on a full disk) where it is not
+    lost: a new file `agentrl-unsaved-WHAT-<time>-<pid>.json` in the first of the system's temp dir, the agentrl cache
+    root (paths.cache_root) and the home directory that takes it; if none does, print it to stdout.
+    Returns the file's path, or 'stdout (printed above)'."""
+    import os
+    import tempfile
+
+    from .paths import cache_root
+
+    name = f"agentrl-unsaved-{what}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json"
+    for folder in (tempfile.gettempdir, cache_root, Path.home):
+        path = None
+        try:
+            path = Path(folder()) / name
+            with open(path, "x") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            return str(path)
+        except OSError:
+            if path is not None:
+                try:
+                    path.unlink(missing_ok=True)  # a partial copy is no copy
+                except OSError:
+                    pass
+    print(text, flush=True)
+    return "stdout (printed above)"
 
 
 def format_eval(result: dict, name: str = "") -> str:

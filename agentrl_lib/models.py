@@ -306,7 +306,8 @@ def load_policy(name: str = EMBEDDED, device: str = "auto", dtype: str = "auto",
     Args:
         name: 'embedded', a Hugging Face id, a local directory, a run dir or a checkpoint dir (see resolve_model_path).
         device / dtype: see pick_device / pick_dtype.
-        lora_rank: > 0 wraps the model with a peft LoRA adapter on all linear projections (only the adapter trains).
+        lora_rank: > 0 wraps the model with a peft LoRA adapter on all linear projections (only the adapter trains);
+            ignored when `name` is an adapter itself (it loads with its own rank: see load_start_policy for runs).
 
     Returns:
         (model, tokenizer); the model is on `device`, in eval() mode. Its own generation config is left as loaded:
@@ -316,7 +317,8 @@ def load_policy(name: str = EMBEDDED, device: str = "auto", dtype: str = "auto",
         FileNotFoundError: a path that does not exist (see resolve_model_path).
         ModelLoadError: a bad device or dtype (checked before loading), a Hub id that cannot be fetched
             (check_hub_model), or a file that does not load (bad config.json, corrupt or truncated safetensors,
-            missing weights, bad tokenizer files): the message names the file.
+            missing weights, bad tokenizer files): the message names the file; weights holding NaN or inf
+            (check_finite_weights): the message names the tensor.
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -337,9 +339,67 @@ def load_policy(name: str = EMBEDDED, device: str = "auto", dtype: str = "auto",
 
             model = get_peft_model(model, LoraConfig(r=lora_rank, lora_alpha=lora_alpha, lora_dropout=0.0,
                                                      target_modules="all-linear", task_type="CAUSAL_LM"))
+    check_finite_weights(model, path)
     model.to(dev)
     model.eval()
     tok = load_tokenizer(path)
+    return model, tok
+
+
+def check_finite_weights(model, path: str) -> None:
+    """Refuse a model whose loaded weights hold NaN or ±inf (a run that diverged before saving, a damaged or edited
+    file): such a model samples garbage (evaluation reports 0%) or crashes in torch.multinomial.
+
+    Raises: ModelLoadError naming the first such tensor, how many of its values are not finite, and `path`."""
+    for name, t in model.named_parameters():  # not buffers: some models keep -inf attention masks there
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise ModelLoadError(f"cannot use the model in {path}: tensor {name} holds {bad} non-finite value(s) "
+                                 f"(NaN/inf) of {t.numel()}; the weights diverged before they were saved or the file "
+                                 "was damaged: use an earlier checkpoint or re-save the model")
+
+
+def adapter_rank(name: str) -> int | None:
+    """The rank `r` of the peft LoRA adapter that model `name` resolves to, or None when it is not an adapter."""
+    if not is_adapter(name):
+        return None
+    import json
+
+    try:
+        return int(json.loads(Path(resolve_model_path(name), "adapter_config.json").read_text())["r"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # a damaged adapter_config.json: load_policy names the file
+
+
+def check_init_lora(name: str, lora_rank: int) -> int | None:
+    """Check a new run's model.lora_rank against its starting model `name`. When `name` is a LoRA adapter of rank r
+    (an SFT or RL run made with --lora-rank r): lora_rank r keeps training that adapter; lora_rank 0 (full
+    fine-tuning) merges it into its base and trains every weight (load_start_policy); another rank is refused (an
+    adapter of a new rank would be saved against the bare base model, without the SFT adapter's change).
+
+    Returns: r, or None when `name` is not an adapter.
+    Raises: ConfigError naming both ranks and the two ranks that work.
+    """
+    r = adapter_rank(name)
+    if r is not None and lora_rank not in (0, r):
+        from .config import ConfigError
+
+        raise ConfigError(f"--init {name} is a LoRA adapter of rank {r} but model.lora_rank (--lora-rank) is "
+                          f"{lora_rank}: pass --lora-rank {r} to keep training that adapter, or --lora-rank 0 to "
+                          "merge it into its base and fine-tune every weight")
+    return r
+
+
+def load_start_policy(name: str, device: str = "auto", dtype: str = "auto", lora_rank: int = 0,
+                      lora_alpha: int = 32):
+    """The policy a new run starts from, as its config says it trains: load_policy, then, when `name` is a LoRA
+    adapter and lora_rank is 0, the adapter merged into its base with every weight trainable (check_init_lora).
+    Returns (model, tokenizer). Raises: as load_policy and check_init_lora."""
+    r = check_init_lora(name, lora_rank)
+    model, tok = load_policy(name, device, dtype, lora_rank=lora_rank, lora_alpha=lora_alpha)
+    if r is not None and lora_rank == 0:
+        model = model.merge_and_unload().requires_grad_(True)
+        model.eval()
     return model, tok
 
 

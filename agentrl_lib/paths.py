@@ -34,3 +34,15 @@ def git_commit() -> str:
         return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return outside
+
+
+def undecodable_name(path: str | os.PathLike) -> str | None:
+    """The part of `path` that is not valid UTF-8 (Python keeps such bytes as lone surrogates, which the TextWorld
+    engine, the tokenizer's writer and JSON-with-UTF-8 writers refuse with "surrogates not allowed"), shown with its
+    bytes escaped; None when the whole path is valid UTF-8."""
+    for part in Path(path).parts:
+        try:
+            part.encode("utf-8")
+        except UnicodeEncodeError:
+            return os.fsencode(part).decode("utf-8", "backslashreplace")
+    return None

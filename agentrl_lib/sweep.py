@@ -53,8 +53,9 @@ RECORD_KEYS = ("cell", "seed", "base_hash", "config", "commit", "device", "machi
                "wall_seconds", "train_seconds", "resumed", "run_dir", "steps", "eval", "evals")
 """The keys of every record (one JSON line of a results file). wall_seconds: this call of the run function (training
 that resumed after a stop + evaluation); train_seconds: Σ step_seconds over every training step, also those before a
-stop (the compute a run cost); resumed: whether it continued a half-finished run; evals: {name: eval} of the extra
-game sets (run_sweep's extra_evals, e.g. harder games), {} without them."""
+stop (the compute a run cost); resumed: whether it continued a half-finished run (or was recorded from a finished
+run's dir, finished_run); evals: {name: eval} of the extra game sets (run_sweep's extra_evals, e.g. harder games), {}
+without them."""
 SIGNIFICANT_DIGITS = 5
 """Floats in "steps" are rounded to this many significant digits (keeps a results file at kilobytes)."""
 NO_DIFFERENCE = "no difference at this scale"
@@ -325,16 +326,19 @@ def record_key(record: dict) -> tuple[str, int, str]:
 def load_records(path: str | Path, warn: Callable[[str], None] | None = None) -> list[dict]:
     """The records of a results file, in file order ([] when it does not exist).
 
-    A damaged last line (a write cut short by a crash or a full disk) is ignored, with one line to `warn` (default:
-    stderr); its run is redone by the next sweep. A damaged line before the last is refused: nothing in the sweep
-    writes one, so the file was changed by hand or by another program.
+    A damaged last line that does not end in a newline (a write cut short by a crash or a full disk) is ignored,
+    with one line to `warn` (default: stderr); the next sweep records its run again (run_sweep rebuilds the record
+    from the run dir when the run had finished). Any other line that is not a sweep record — also a whole last line,
+    e.g. a benchmark's result in a file named like a sweep's — is refused: nothing in the sweep writes one, so the
+    file was changed by hand or belongs to another program, and a sweep must not append to it.
 
     Raises: ResultsFileError naming the file and line.
     """
     path = Path(path)
     if not path.exists():
         return []
-    lines = path.read_bytes().split(b"\n")
+    data = path.read_bytes()
+    lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
     records = []
@@ -344,10 +348,12 @@ def load_records(path: str | Path, warn: Callable[[str], None] | None = None) ->
             if not isinstance(rec, dict) or any(k not in rec for k in ("cell", "seed", "base_hash")):
                 raise ValueError("not a sweep record")
         except ValueError as e:  # JSONDecodeError, UnicodeDecodeError are ValueErrors
-            if i < len(lines):
-                raise ResultsFileError(f"{path} line {i} is not a sweep record ({str(e)[:60]}); only the last line "
-                                       "can be cut short by a crash: fix or remove that line") from None
-            (warn or _stderr)(f"{path}: line {i} is damaged (a write cut short?); ignored, its run will be redone")
+            if i < len(lines) or data.endswith(b"\n"):
+                raise ResultsFileError(f"{path} line {i} is not a sweep record ({str(e)[:60]}); only a last line "
+                                       "without its newline can be cut short by a crash: fix or remove that line, or "
+                                       "write the sweep's records to another file") from None
+            (warn or _stderr)(f"{path}: line {i} is damaged (a write cut short?); ignored, its run will be recorded "
+                              "again")
             continue
         records.append(rec)
     return records
@@ -487,6 +493,27 @@ def evaluate_extra(run_dir: Path, config: RunConfig, games: str, max_turns: int 
         del policy
 
 
+def finished_run(run_dir: Path) -> dict | None:
+    """The summary (run_rl's "rows" and "eval") of a run that finished training and its held-out evaluation — an
+    eval.json written after the last metrics row — or None. A sweep stopped after that point (its record cut short,
+    or killed before writing it) rebuilds the record from these files: resuming would retrain nothing, and fails
+    once prune_training_state removed the optimizer state."""
+    from .checkpoint import read_metrics
+
+    ev_path, metrics_path = Path(run_dir) / "eval.json", Path(run_dir) / "metrics.jsonl"
+    try:
+        if not (ev_path.is_file() and metrics_path.is_file()
+                and ev_path.stat().st_mtime_ns >= metrics_path.stat().st_mtime_ns):
+            return None
+        ev = json.loads(ev_path.read_text())
+        rows = read_metrics(metrics_path, upto_step=2**62)
+    except (OSError, ValueError):
+        return None
+    if not rows or not isinstance(ev, dict) or any(k not in ev for k in EVAL_KEYS):
+        return None
+    return {"rows": rows, "eval": ev, "run_dir": str(run_dir), "eval_path": str(ev_path)}
+
+
 def _resolved_name(name: str) -> str:
     local = Path(name).expanduser()
     return str(local.resolve()) if local.exists() else name
@@ -546,10 +573,13 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
             checkpoint, which filled a 64 GB disk after ~30 runs).
     Returns:
         The records of every run of this sweep (found in `out` or written now), in plan order (dry_run: those found).
+        A run whose dir shows it finished training and evaluation but which has no record (the sweep stopped while
+        or before writing it) is recorded from its eval.json and metrics.jsonl (finished_run), not trained again.
     Raises:
         ConfigError: before anything runs, for a bad grid, seed or combination (one line naming it), no held-out
             games, or a run dir holding a run with another config.
-        ResultsFileError: `out` has a damaged line before its last.
+        ResultsFileError: `out` has a line that is not a sweep record (other than a last line cut short), or a
+            record could not be appended (e.g. a full disk; the same command records it later from its run dir).
         SweepInterrupted: Ctrl-C; its message says how many runs are recorded and to run the same command again.
         Whatever `run` raises (run_rl: DivergenceError, TooManyEnvErrors, ...): the records written so far stay.
     """
@@ -601,9 +631,15 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
             bar.set_postfix_str(current.name)
             resume = check_run_dir(current.run_dir, current.config)
             started, t0 = datetime.now(timezone.utc), time.perf_counter()
-            # model.name (the base's, --init's, or a grid axis's) is passed as run_rl's init, as `agentrl train --init`
-            summary = run(current.config, current.run_dir, init=current.config.model.name, resume=resume,
-                          progress=run_progress)
+            summary = finished_run(current.run_dir) if resume else None
+            if summary is not None:  # trained and evaluated, but its record is missing or was cut short
+                warn(f"sweep: {current.run_dir} finished training and evaluation but has no record; recording it from "
+                     "its eval.json and metrics.jsonl")
+            else:
+                # model.name (the base's, --init's, or a grid axis's) is passed as run_rl's init, as `agentrl train
+                # --init`
+                summary = run(current.config, current.run_dir, init=current.config.model.name, resume=resume,
+                              progress=run_progress)
             device = current.config.model.device
             if device not in machines:  # once per device: torch's view of this machine
                 machines[device] = machine_info(device)
@@ -612,7 +648,12 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
                      for name, (games, max_turns) in extra_evals.items()}
             rec = make_record(current, summary, base_key(current.config, current.cell), started, datetime.now(timezone.utc),
                               time.perf_counter() - t0, commit, machine, resumed=resume, evals=evals)
-            done[key(current)] = rec = append_record(out, rec)
+            try:
+                done[key(current)] = rec = append_record(out, rec)
+            except OSError as e:  # e.g. a full disk: the run dir keeps what the next sweep records it from
+                raise ResultsFileError(f"could not append the record of {current.run_dir} to {out} "
+                                       f"({e.strerror or e}); its eval.json and metrics.jsonl are kept: free space, "
+                                       "then run the same command again to record it") from e
             if not keep_training_state:
                 prune_training_state(current.run_dir)
             bar.update(1)

@@ -42,7 +42,7 @@ import torch
 
 from . import checkpoint as ckpt_lib
 from .advantages import ESTIMATORS, AdvantageInputs, singleton_groups, top_std_groups
-from .config import AlgoConfig, ConfigError, RunConfig
+from .config import AlgoConfig, ConfigError, RunConfig, check_context_room
 from .diagnostics import CollapseDetector, CollapseError, input_dependence, repetition_rate
 from .distributed import data_parallel
 from .envs.base import GameSet, check_env_errors, load_game_set
@@ -51,7 +51,7 @@ from .generation import GENERATORS
 from .losses import explained_variance, masked_mean, truncated_is_weights
 from .metrics import complete_row
 from .models import (base_model, disable_dropout, enable_gradient_checkpointing, frozen_reference, is_adapter,
-                     load_policy, load_reference)
+                     load_policy, load_reference, load_start_policy)
 from .policy import TokenModel, ValueHead, prompt_groups, token_forward
 from .prompts import ChatFormat, system_prompt_for
 from .rewards import place_on_tokens, turn_rewards
@@ -82,7 +82,8 @@ class Trainer:
     The run directory is locked (RUN/.lock) from construction until close(); `with Trainer(...) as trainer:` closes
     it (env pool and lock) on leaving the block.
     Raises:
-        GameSetError / FileNotFoundError / ConfigError: bad games dir, model path or config.
+        GameSetError / FileNotFoundError / ConfigError: bad games dir, model path or config (also max_new_tokens or
+            max_turns that the loaded model's context cannot hold: config.check_context_room).
         FileExistsError: run_dir holds a run and resume is False.
         RunLockedError: another process is training in run_dir.
         CheckpointError: resume: no run in run_dir, a field that cannot change on resume changed (named), or no
@@ -138,16 +139,23 @@ class Trainer:
 
             self.start_step, ckpt, (self.policy, self.tok, state) = ckpt_lib.load_newest(self.ckpt_root, load, need_vh)
             self.last_checkpoint = ckpt.name
+            if config.train.steps < self.start_step:  # before config.yaml is rewritten: nothing changes
+                raise ConfigError(f"--resume with train.steps (--steps) {config.train.steps}: {run_dir} has already "
+                                  f"trained {self.start_step} steps; pass --steps > {self.start_step} to train on, or "
+                                  f"evaluate it as it is: agentrl eval --model {run_dir}")
         else:
             if resume:
                 log.warning("%s has no checkpoint yet: starting at step 1 with its saved config", run_dir)
             torch.manual_seed(config.train.seed)  # plumbing: a new LoRA adapter's random init follows the run's seed
-            self.policy, self.tok = load_policy(config.model.name, mc.device, mc.dtype, lora_rank=mc.lora_rank,
-                                                lora_alpha=mc.lora_alpha)
+            # a LoRA adapter as init: merged for lora_rank 0, trained on at its own rank, else refused
+            self.policy, self.tok = load_start_policy(config.model.name, mc.device, mc.dtype, lora_rank=mc.lora_rank,
+                                                      lora_alpha=mc.lora_alpha)
         self.last_step = self.start_step
         self.device = next(self.policy.parameters()).device
         self.chat = ChatFormat(self.tok)
         self.generator = GENERATORS[mc.generator](self.policy, self.tok)  # the backend (generation.py)
+        if getattr(self.generator, "context_limit", None):  # before any rollout: a budget the context cannot hold
+            check_context_room(config.train.max_new_tokens, config.env.max_turns, self.generator.context_limit)
         hidden = base_model(self.policy).config.hidden_size
         self.value_head = ValueHead(hidden).to(self.device) if need_vh else None
         disable_dropout(self.policy)  # π_old is computed without dropout: the update must see the same function
@@ -194,6 +202,8 @@ class Trainer:
                 (resume continues; the same alert is not raised again until its condition has cleared).
             CheckpointError: a checkpoint or metrics row could not be written (disk full, ...).
             TooManyEnvErrors: more than env.max_env_error_frac of a step's episodes ended in an env error.
+            ConfigError: every episode of a step ended at the context limit before its first reply (prompt +
+                train.max_new_tokens exceed the model's context).
         """
         cfg = self.cfg
         rows = self._read_metrics()
@@ -280,6 +290,12 @@ class Trainer:
         # an episode cut by an environment fault is not the policy's doing: it leaves the loss and the group statistics
         trajs_ok = [t for t in trajs if t.n_turns > 0 and not t.termination.startswith("env_error")]
         t_rollout = time.perf_counter() - t0
+        no_room = [t for t in trajs if t.n_turns == 0 and t.termination == "context_limit"]
+        if no_room and len(no_room) == len(trajs):  # plumbing: not one reply fits; every step would be the same
+            raise ConfigError(f"every episode's first prompt (>= {min(t.prompt_len for t in no_room)} tokens) plus "
+                              f"train.max_new_tokens ({cfg.train.max_new_tokens}) exceeds the model's context "
+                              f"({self.generator.context_limit} tokens): nothing can be generated; lower "
+                              "--max-new-tokens (16-32 suit one action)")
         if not trajs_ok:  # plumbing: every episode failed in the environment: nothing to learn from; the run goes on
             return self._all_failed_row(step, trajs, t0)
 
@@ -529,8 +545,17 @@ class Trainer:
         return path
 
     def _read_metrics(self) -> list[dict]:
-        """Metrics rows up to the resume step (later rows, from an interrupted run, are dropped and rewritten)."""
-        return ckpt_lib.read_metrics(self.metrics_path, self.start_step)
+        """Metrics rows up to the resume step (later rows, from an interrupted run, are dropped and rewritten). Steps
+        done but without a row (metrics.jsonl deleted or cut) are named in one logged warning: the learning curve
+        and the collapse detector go on without them."""
+        rows = ckpt_lib.read_metrics(self.metrics_path, self.start_step)
+        missing = sorted(set(range(1, self.start_step + 1)) - {r["step"] for r in rows})
+        if missing:
+            what = f"step {missing[0]}" if len(missing) == 1 else f"{len(missing)} steps ({missing[0]}-{missing[-1]})"
+            line = (f"{self.metrics_path} has no row for {what} of the {self.start_step} this run has done "
+                    "(deleted or damaged): its curve and the collapse detector go on without them")
+            log.warning(line)
+        return rows
 
     def close(self) -> None:
         """Close the env pool and release the run directory's lock."""

@@ -16,6 +16,7 @@ planted by a monkeypatch or a hand-written buggy variant (the check must fail), 
 | REINFORCE++ reward-to-go reset at observation spans (verl, "reset after EOS") | won episode's early turns keep credit |
 | bi-level GAE turn boundaries inferred from non-zero rewards (RAGEN)       | A_t = G_k − V_t with the real turn ends    |
 | TextWorld's running score used as the step reward (a first wrapper's bug) | step rewards == score increments, Σ = max  |
+| outcome score on the last ATTENDED token, an observation (verl 6392, miles 1827) | won episode's turns keep its reward (GAE, REINFORCE++) |
 """
 from __future__ import annotations
 
@@ -463,6 +464,50 @@ def test_bilevel_gae_takes_turn_boundaries_from_turn_ends_not_rewards(monkeypatc
     monkeypatch.setattr(advantages, "bilevel_gae", ragen_bilevel)
     with pytest.raises(AssertionError, match="merged turns"):
         check_bilevel_turn_boundaries(advantages.ESTIMATORS["bilevel_gae"])
+
+
+def last_attended_placement(rewards: list[float], turn_ends: list[int], attention_mask: torch.Tensor) -> torch.Tensor:
+    """verl's placement (PR 6392, miles PR 1827): the episode's outcome (the sum of its turn rewards) on the last
+    token with attention_mask 1, whatever that token is. When the sequence ends in an environment observation (a
+    mask-0 span), that token is not a policy token."""
+    out = torch.zeros(attention_mask.shape[0], dtype=torch.float32)
+    out[int(attention_mask.sum()) - 1] = sum(rewards)
+    return out
+
+
+def check_outcome_reaches_policy_tokens(place) -> None:
+    """Two sparse 3-turn episodes that both END IN AN OBSERVATION (trailing mask-0 tokens; the won one scores 1 on
+    its last turn): placed by `place(turn_rewards, turn_ends, attention_mask)`, the outcome must reach the won
+    episode's policy tokens under GAE (zero values, γ = λ = 1: every won token has advantage 1) and REINFORCE++ (every
+    won token above every lost one). On the last attended token — an observation token, mask 0 — GAE never reads
+    it: the win is lost. (The library's reward-to-go carries a reward through mask-0 tokens, so its REINFORCE++ keeps
+    it here; verl's, which also resets at observation spans, loses it too.)"""
+    from agentrl_lib.advantages import ESTIMATORS, AdvantageInputs
+    from agentrl_lib.config import AlgoConfig
+
+    mask, turn_end, _ = sparse_three_turn_batch()
+    attn = torch.ones_like(mask, dtype=torch.long)
+    assert (mask[:, -1] == 0).all(), "the case needs episodes that end in an observation"
+    turn_rs = [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
+    ends = [row.nonzero().flatten().tolist() for row in turn_end]
+    rewards = torch.stack([place(r, e, a) for r, e, a in zip(turn_rs, ends, attn)])
+    inp = AdvantageInputs(token_rewards=rewards, mask=mask, returns=torch.tensor([1.0, 0.0]),
+                          group_ids=torch.tensor([0, 0]), turn_end=turn_end, values=torch.zeros_like(mask))
+    adv, _ = ESTIMATORS["gae"](inp, AlgoConfig(advantage="gae", gamma=1.0, lam=1.0, normalize_advantages=False))
+    won = adv[0][mask[0] > 0]
+    assert torch.allclose(won, torch.ones_like(won)), f"the won episode lost its reward under GAE: {won.tolist()}"
+    adv, _ = ESTIMATORS["reinforce_pp"](inp, AlgoConfig(advantage="reinforce_pp", gamma=1.0))
+    assert adv[0][mask[0] > 0].min() > adv[1][mask[1] > 0].max(), "the won episode lost its reward under REINFORCE++"
+
+
+def test_outcome_on_turn_end_not_on_the_last_attended_observation_token():
+    from agentrl_lib.rewards import place_on_tokens
+
+    check_outcome_reaches_policy_tokens(lambda r, ends, attn: place_on_tokens(r, ends, attn.shape[0]))
+
+    # negative control: verl's placement on the last attended token (here an observation token, mask 0)
+    with pytest.raises(AssertionError, match="lost its reward under GAE"):
+        check_outcome_reaches_policy_tokens(last_attended_placement)
 
 
 def check_step_rewards_are_score_increments(games, env_cls) -> None:

@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 GENERATOR_VERSION = "agentrl-alfworld-gen/1"
 SPLITS = ("train", "valid_seen", "valid_unseen")
 _SEEN_BUCKETS = 8  # 1 in 8 candidate games (by fingerprint) belongs to valid_seen, the rest to train
+LOAD_FAILURES_BEFORE_STOP = 5
+"""Candidates that fail to load for one and the same reason, before any game is made, after which generation stops
+with that reason (a planner that finds no plan is a different outcome: those candidates are skipped)."""
 _MAX_PLAN = 60  # ALFRED discards plans longer than its PLANNER_MAX_STEPS (100 low-level); ours are high-level
 _LAMP_HOSTS = ("SideTable", "Desk", "Dresser", "Shelf", "CoffeeTable", "DiningTable", "TVStand", "CounterTop")
 # fast-downward's optimal search (textworld's replan) does not finish pick_two_obj_and_place in kitchens (30-40
@@ -268,13 +271,21 @@ def _base_logic() -> tuple[str, str]:
     return Path(ALFRED_PDDL_PATH).read_text(), Path(ALFRED_TWL2_PATH).read_text()
 
 
+class CandidateLoadError(RuntimeError):
+    """A written candidate game could not be loaded at all (not a planner outcome): every later candidate will most
+    likely fail the same way (a path the worker cannot see, a broken install), so make_alfworld_games stops early."""
+
+
 def _solve_and_check(folder: Path, pool) -> list[str]:
     """Plan with fast-downward from the initial state (in a worker process, so a search that blows up is cut at the
     pool's timeout) and play the plan in AlfWorldEnv up to the win; returns the walkthrough.
-    Raises RuntimeError with the reason when there is no plan in time or the plan does not win."""
+    Raises CandidateLoadError when the env raised on loading the game (kind 'error' at reset), RuntimeError with the
+    reason when there is no plan in time or the plan does not win."""
     from .pool import EnvFailure
 
     r = pool.reset([0], [str(folder)])[0]
+    if isinstance(r, EnvFailure) and r.kind == "error":
+        raise CandidateLoadError(r.reason)
     plan: list[str] = []
     while True:
         if isinstance(r, EnvFailure):
@@ -344,8 +355,10 @@ def make_alfworld_games(out: str | Path, n: int, seed: int = 0, split: str = "tr
         plan_timeout_s: planner budget per game (seconds); candidates whose plan takes longer are skipped.
     Returns: the GameSet (params hold `games_per_task_type`, `games_per_floor_plan`, `skipped`,
         `generation_seconds`).
-    Raises: ValueError for unknown task types/split or n < 1; RuntimeError if n games could not be made within
-        the attempt budget (e.g. a task type no floor plan of the split supports).
+    Raises: ValueError for unknown task types/split or n < 1. GameSetError (a ValueError: one line in the CLI) when
+        the first LOAD_FAILURES_BEFORE_STOP candidates could not even be loaded, for the same reason (quoted), or if
+        n games could not be made within the attempt budget (e.g. a task type no floor plan of the split supports);
+        RuntimeError when the planner's worker crashes 3 times in a row.
     """
     from tqdm.auto import tqdm
 
@@ -354,7 +367,7 @@ def make_alfworld_games(out: str | Path, n: int, seed: int = 0, split: str = "tr
     types = check_task_types(task_types)
     plans = floor_plans(split)
     request = {"n": n, "seed": seed, "split": split, "task_types": types, "generator": GENERATOR_VERSION}
-    out = Path(out).expanduser()
+    out = Path(out).expanduser().absolute()  # the planner's worker runs in its own working directory
     existing = reuse_game_set(out, "alfworld", request, force)
     if existing is not None:
         return existing
@@ -381,11 +394,13 @@ def make_alfworld_games(out: str | Path, n: int, seed: int = 0, split: str = "tr
     max_attempts = 40 * n + 200
     crashes = 0
     attempt = 0
+    load_failures: list[str] = []  # reasons of candidates that could not be loaded, while no game is made yet
     try:
         while len(records) < n:
             if attempt >= max_attempts:
-                raise RuntimeError(f"made only {len(records)}/{n} {split} games in {attempt} attempts "
-                                   f"(skipped: {dict(skipped)}); try other task_types or a smaller n")
+                first = f"; the first failure: {load_failures[0]}" if load_failures else ""
+                raise GameSetError(f"made only {len(records)}/{n} {split} games in {attempt} attempts "
+                                   f"(skipped: {dict(skipped)}{first}); try other task_types or a smaller n")
             game_seed = int(hashlib.sha1(f"{GENERATOR_VERSION}/{split}/{seed}/{attempt}".encode()).hexdigest()[:12], 16)
             attempt += 1
             rng = random.Random(game_seed)
@@ -427,6 +442,13 @@ def make_alfworld_games(out: str | Path, n: int, seed: int = 0, split: str = "tr
                 walkthrough = _solve_and_check(folder, pool)
             except Exception as e:  # noqa: BLE001 - planner/engine failures: skip this candidate
                 shutil.rmtree(folder, ignore_errors=True)
+                if isinstance(e, CandidateLoadError) and not records:
+                    load_failures.append(str(e).replace(str(folder), "<game>"))
+                    if (len(load_failures) >= LOAD_FAILURES_BEFORE_STOP
+                            and len(set(load_failures)) == 1):
+                        raise GameSetError(f"ALFWorld generation stopped: the first {len(load_failures)} candidate "
+                                           f"games all failed to load the same way, not in the planner: "
+                                           f"{load_failures[0]} (e.g. {folder})") from e
                 crashes = crashes + 1 if "worker crashed" in str(e) else 0
                 if crashes >= 3:
                     raise RuntimeError(f"the planner worker process crashed 3 times in a row ({e}); run "

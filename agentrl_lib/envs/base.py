@@ -254,20 +254,30 @@ def load_game_set(root: str | Path) -> GameSet:
     """Read a games directory made by `agentrl make-games` (or by a family's game maker).
 
     Raises:
-        GameSetError: the directory does not exist, has no manifest.json, the manifest is malformed, lists no games,
-            names an unknown family, or names game files that are missing (a "seed" family has no files to check).
+        GameSetError: the directory does not exist or is a file, has no manifest.json, the manifest is not UTF-8 JSON
+            or is malformed, lists no games or one game twice, names an unknown family, or names game files that are
+            missing (a "seed" family has no files to check); a file family's directory whose name is not valid UTF-8.
     """
+    from ..paths import undecodable_name
+
     root = Path(root).expanduser().absolute()  # env workers may run in another cwd: game paths must not be relative
     hint = "make one with e.g. `agentrl make-games textworld --challenge tw-cooking --n 8 --seed 0 --out DIR`"
+    if root.exists() and not root.is_dir():
+        parent = f" (pass its directory {root.parent})" if root.name == MANIFEST else ""
+        raise GameSetError(f"games directory {root} is a file, not a directory{parent}; pass the directory that "
+                           f"holds {MANIFEST}")
     if not root.is_dir():
         raise GameSetError(f"games directory {root} does not exist; {hint}")
     mf = root / MANIFEST
     if not mf.is_file():
         raise GameSetError(f"{root} has no {MANIFEST} (is it an empty or foreign directory?); {hint}")
     try:
-        data = json.loads(mf.read_text())
+        data = json.loads(mf.read_bytes().decode("utf-8"))
         family = data["family"]
         rows = data["games"]
+    except UnicodeDecodeError as e:
+        raise GameSetError(f"{mf} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}): a damaged or "
+                           f"foreign file; delete the directory and regenerate it; {hint}") from None
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise GameSetError(f"{mf} is malformed ({e}); delete the directory and regenerate it; {hint}") from e
     if not rows:
@@ -277,7 +287,10 @@ def load_game_set(root: str | Path) -> GameSet:
     except UnknownFamilyError:
         raise GameSetError(f"{mf} names an unknown game family {family!r} (known: {', '.join(family_names())}); "
                            f"regenerate the directory; {hint}") from None
-    games = []
+    if by_file and (bad := undecodable_name(root)) is not None:
+        raise GameSetError(f"games directory {root} has a name that is not valid UTF-8 ({bad!r}): the {family} engine "
+                           f"cannot open files under it; rename it (or move the games) with UTF-8 characters")
+    games, seen = [], {}
     for row in rows:
         try:
             path = root / row["path"] if by_file else str(row["path"])
@@ -288,6 +301,11 @@ def load_game_set(root: str | Path) -> GameSet:
                                f"{hint}") from e
         if by_file and not path.exists():
             raise GameSetError(f"game file {path} listed in {mf} is missing; regenerate the directory")
+        key = str(Path(path).resolve()) if by_file else str(row["path"])
+        if key in seen:  # it would be counted twice in success rates and trained at double weight
+            raise GameSetError(f"{mf} lists game {row['name']!r} twice (rows {seen[key] + 1} and {len(games) + 1}, same "
+                               f"{'file' if by_file else 'seed'}); remove the duplicate row or regenerate the directory")
+        seen[key] = len(games)
         games.append(rec)
     return GameSet(root=root, family=family, games=games, params=data.get("params", {}))
 
@@ -336,7 +354,8 @@ def check_game_set(games: GameSet, pool, cache: bool = True) -> dict[str, Any]:
     Cost measured (2 shared CPU cores, 2026-11-23): see README "Environment faults".
 
     Returns: {"games": n, "played": games played now, "cached": games skipped as already checked, "seconds": wall}.
-    Raises: GameSetError naming the failing games (up to 3 with their reasons) and how to fix them.
+    Raises: GameSetError naming the failing games (up to 3 with their reasons) and how to fix them (a longer step
+        timeout when every failure is the pool's timeout, else regenerating the games).
     """
     t0 = time.perf_counter()
     failures: dict[str, str] = {}
@@ -350,6 +369,7 @@ def check_game_set(games: GameSet, pool, cache: bool = True) -> dict[str, Any]:
     todo: list[tuple[GameRecord, str]] = []
     passed: set[str] = set()
     n_cached = 0
+    timeouts = 0  # failures that are the pool's step timeout (EnvFailure kind 'timeout'), not a broken game
     for g in games.games:
         try:
             files = _game_files(games.family, g.path)
@@ -374,6 +394,7 @@ def check_game_set(games: GameSet, pool, cache: bool = True) -> dict[str, Any]:
                 live[i] = r
             else:
                 failures[chunk[i][0].name] = f"reset failed: {r.reason}"
+                timeouts += getattr(r, "kind", "") == "timeout"
         t = 0
         while True:
             idx = [i for i, r in live.items() if not r.done and t < len(chunk[i][0].walkthrough)]
@@ -384,6 +405,7 @@ def check_game_set(games: GameSet, pool, cache: bool = True) -> dict[str, Any]:
                     live[i] = r
                 else:
                     failures[chunk[i][0].name] = f"step {t + 1} of the walkthrough failed: {r.reason}"
+                    timeouts += getattr(r, "kind", "") == "timeout"
                     del live[i]
             t += 1
         for i, r in live.items():
@@ -401,7 +423,10 @@ def check_game_set(games: GameSet, pool, cache: bool = True) -> dict[str, Any]:
     if failures:
         shown = "; ".join(f"{name}: {' '.join(reason.split())[:300]}" for name, reason in list(failures.items())[:3])
         more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
+        fix = ("every failure is the env step timeout, not a broken game: raise --step-timeout (env.step_timeout_s; "
+               "30 s is the default)" if timeouts == len(failures) else
+               "regenerate the games dir (`agentrl make-games ... --force`)")
         raise GameSetError(f"{len(failures)} of {len(games)} games in {games.root} failed the game check: {shown}"
-                           f"{more}; regenerate the games dir (`agentrl make-games ... --force`)")
+                           f"{more}; {fix}")
     return {"games": len(games), "played": len(todo), "cached": n_cached,
             "seconds": round(time.perf_counter() - t0, 3)}

@@ -1,0 +1,545 @@
+"""The probe suite of issue 27 ("the last 31 of 281"): bad inputs and faults that once crashed, passed silently, lost a
+result or misled, run through the real command line so that a later change cannot bring one back.
+
+Each row of ROWS is one case: the command (`agentrl ...` argv, run in-process by `main`), the exit code expected, a
+phrase its message must contain (the one `agentrl CMD: error: ...` line for a refusal — checked with
+test_bad_inputs.assert_one_clear_error: one line, no traceback — or the output of a command that must work), and
+`keep`: what must not be lost or half-made (a file left as it was, a result kept, no run directory config written).
+Tiny random models (conftest), bandit / scripted games; the cases that need more (a sweep, a closed pipe, a planted
+load failure in ALFWorld generation, a real full disk) are tests below the table, each with a negative control that
+plants the old behaviour. Slow ones are marked `slow`.
+
+The SWE environment's sandbox cases join this file when that environment lands (issue 27).
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from agentrl_lib import sweep
+from agentrl_lib.cli import main
+from agentrl_lib.envs import get_family
+from test_bad_inputs import _console, assert_one_clear_error
+from test_rollout_trainer import _scripted_games
+from test_sweep import _base, scripted  # noqa: F401  (scripted: a fixture, the sweep plays ParityEnv)
+
+NON_UTF8 = os.fsdecode(b"games-\xff")
+"""A directory name that is not valid UTF-8 (Python holds the byte as a lone surrogate)."""
+TINY_TRAIN = ["--device", "cpu", "--no-process-pool", "--algo", "grpo", "--group-size", "2", "--games-per-step", "1",
+              "--max-turns", "1", "--max-new-tokens", "4", "--checkpoint-every", "1"]
+"""`agentrl train` flags of a run that takes about a second per step with the tiny model on bandit games."""
+
+
+# ------------------------------------------------------------------------------------------------ assets
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory, tiny_model_dir, cooking_games):
+    """Shared inputs: bandit games, a LoRA adapter of rank 2 on the tiny model, a copy of the tiny model with one NaN
+    weight, and a 2-step run (checkpoints after each step) that resume cases copy."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file, save_file
+
+    from agentrl_lib.models import load_policy, save_policy
+
+    root = tmp_path_factory.mktemp("probes")
+    bandit = get_family("bandit").make_games(root / "bandit", 2, 0)
+    base, tok = load_policy(tiny_model_dir, device="cpu")
+    adapter = get_peft_model(base, LoraConfig(r=2, lora_alpha=4, target_modules="all-linear", task_type="CAUSAL_LM"))
+    torch.manual_seed(0)
+    for n, p in adapter.named_parameters():
+        if "lora_B" in n:
+            p.data.normal_(0, 0.5)  # an adapter that changes the model, as a trained SFT adapter does
+    save_policy(adapter, tok, root / "lora")
+    shutil.copytree(tiny_model_dir, root / "nan")
+    weights = load_file(root / "nan" / "model.safetensors")
+    weights["model.layers.0.mlp.up_proj.weight"][0, 0] = float("nan")
+    save_file(weights, root / "nan" / "model.safetensors", metadata={"format": "pt"})
+    run = root / "run"
+    assert main(["train", "--games", str(bandit.root), "--init", tiny_model_dir, "--out", str(run), "--steps", "2",
+                 *TINY_TRAIN]) == 0
+    return {"bandit": str(bandit.root), "tw": str(cooking_games.root), "tiny": tiny_model_dir,
+            "lora": str(root / "lora"), "nan": str(root / "nan"), "run2": str(run)}
+
+
+@dataclass
+class Workspace:
+    """One case's working directory (the cwd while it runs) and the paths its argv may name."""
+
+    tmp: Path
+    paths: dict[str, str] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> str:
+        return self.paths[key]
+
+
+@pytest.fixture
+def ws(tmp_path, monkeypatch, assets):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_file").write_text("not a directory\n")
+    return Workspace(tmp_path, {**assets, "tmp": str(tmp_path)})
+
+
+# ------------------------------------------------------------------------------------------------ setups
+def _copy_games(ws: Workspace, src: str, name: str) -> Path:
+    dst = ws.tmp / name
+    shutil.copytree(src, dst)
+    (dst / ".agentrl-game-check.json").unlink(missing_ok=True)  # the check must run (a cached pass would skip it)
+    return dst
+
+
+def _manifest_not_utf8(ws, mp):
+    (_copy_games(ws, ws["bandit"], "badutf8") / "manifest.json").write_bytes(b"\xff\xfe{}")
+
+
+def _games_dir_not_utf8(ws, mp):
+    _copy_games(ws, ws["tw"], NON_UTF8)
+
+
+def _duplicate_row(ws, mp):
+    mf = _copy_games(ws, ws["tw"], "dup") / "manifest.json"
+    data = json.loads(mf.read_text())
+    data["games"].append(data["games"][0])
+    mf.write_text(json.dumps(data))
+
+
+def _tw_copy(ws, mp):
+    _copy_games(ws, ws["tw"], "tw")
+
+
+def _yaml(text):
+    def write(ws, mp):
+        (ws.tmp / "c.yaml").write_text(text)
+    return write
+
+
+def _resume_copy(ws, mp):
+    shutil.copytree(ws["run2"], ws.tmp / "run")
+
+
+def _non_sweep_results(ws, mp):
+    (ws.tmp / "bench.jsonl").write_text(json.dumps({"benchmark": "rl_step", "ratio": 2.66}) + "\n")
+    (ws.tmp / "base.yaml").write_text(f"env: {{games: {ws['bandit']}, max_turns: 1}}\n")
+    mp.setattr(sweep, "run_sweep", _tripwire_after(sweep.run_sweep, "run", "a sweep run started"))
+
+
+def _tripwire_after(fn, kwarg, message):
+    """`fn` with its `kwarg` replaced by a function that fails the test when called (the sweep's run function)."""
+    def wrapped(*a, **k):
+        k[kwarg] = lambda *a, **k: pytest.fail(message)
+        return fn(*a, **k)
+    return wrapped
+
+
+def _disk_full_at_the_end(ws, mp):
+    """The eval result's write fails as on a full disk (a write error names no file); the fallback goes to fallback/.
+    Simulated with a monkeypatch: the real full disk is test_eval_out_on_a_full_tmpfs (slow, needs mount)."""
+    import tempfile
+
+    from agentrl_lib import checkpoint
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    mp.setattr(checkpoint, "atomic_write_text", full)
+    (ws.tmp / "fallback").mkdir()
+    mp.setattr(tempfile, "gettempdir", lambda: str(ws.tmp / "fallback"))
+
+
+# ------------------------------------------------------------------------------------------------ what must be kept
+def _absent(*names):
+    def check(ws):
+        for n in names:
+            assert not (ws.tmp / n).exists(), f"{n} was made although the input was refused"
+    return check
+
+
+def _unchanged(name, content):
+    def check(ws):
+        assert (ws.tmp / name).read_text() == content, f"{name} was changed"
+    return check
+
+
+def _no_run_config(ws):
+    assert not (ws.tmp / "out" / "config.yaml").exists(), "a run directory was started"
+
+
+def _eval_result_kept(ws):
+    [kept] = (ws.tmp / "fallback").glob("agentrl-unsaved-eval-*.json")
+    res = json.loads(kept.read_text())
+    assert res["n_games"] == 2 and len(res["per_game"]) == 2, "the per-game results were lost"
+    assert not (ws.tmp / "eval.json").exists()
+
+
+def _resume_changed_nothing(ws):
+    before = (Path(ws["run2"]) / "config.yaml").read_text()
+    assert (ws.tmp / "run" / "config.yaml").read_text() == before, "config.yaml was rewritten"
+    assert (ws.tmp / "run" / "metrics.jsonl").read_text() == (Path(ws["run2"]) / "metrics.jsonl").read_text()
+
+
+def _merged_full_fine_tune(ws):
+    import yaml
+
+    cfg = yaml.safe_load((ws.tmp / "out" / "config.yaml").read_text())
+    policy = ws.tmp / "out" / "checkpoints" / "step_000001" / "policy"
+    assert cfg["model"]["lora_rank"] == 0 and not (policy / "adapter_config.json").exists(), \
+        "config.yaml says full fine-tuning: the checkpoint must be a full model, not the old adapter"
+    assert (policy / "model.safetensors").is_file()
+
+
+def _adapter_kept_training(ws):
+    policy = ws.tmp / "out" / "checkpoints" / "step_000001" / "policy"
+    assert json.loads((policy / "adapter_config.json").read_text())["r"] == 2
+
+
+def _nothing(ws):
+    pass
+
+
+@dataclass(frozen=True)
+class Case:
+    """One probe: `agentrl ARGV` ({name} placeholders filled from the workspace), the exit code, a phrase of its
+    message (stderr's error line when rc != 0, else anything it printed), what must not be lost, and its setups."""
+
+    id: str
+    argv: list[str]
+    rc: int
+    phrase: str
+    keep: Callable[[Workspace], None] = _nothing
+    setup: tuple = ()
+
+
+TRAIN_NEW = ["train", "--games", "{bandit}", "--out", "{tmp}/out"]
+EVAL = ["eval", "--device", "cpu", "--no-process-pool"]
+
+ROWS = [
+    # --- 1. make-games: generation (the relative --out for ALFWorld: test_alfworld_relative_out below)
+    Case("mg-frozenlake-world-size", ["make-games", "frozenlake", "--world-size", "500", "--n", "1", "--out", "g"], 2,
+         "--world-size does not apply to frozenlake games", _absent("g")),
+    Case("mg-frozenlake-world-size-0", ["make-games", "frozenlake", "--world-size", "0", "--n", "1", "--out", "g"], 2,
+         "--world-size does not apply to frozenlake games", _absent("g")),
+    Case("mg-bandit-challenge", ["make-games", "bandit", "--challenge", "tw-cooking", "--n", "1", "--out", "g"], 2,
+         "--challenge does not apply to bandit games", _absent("g")),
+    Case("mg-textworld-custom-flag-with-challenge", ["make-games", "textworld", "--challenge", "tw-cooking",
+                                                     "--world-size", "3", "--n", "1", "--out", "g"], 2,
+         "--world-size applies only to custom games", _absent("g")),
+    Case("mg-sokoban-n-huge", ["make-games", "sokoban", "--n", "1000000000", "--out", "g"], 2,
+         "--n must be in [1, 100000] (got 1000000000)", _absent("g")),
+    Case("mg-bandit-n-0", ["make-games", "bandit", "--n", "0", "--out", "g"], 2, "--n must be in [1, 100000] (got 0)",
+         _absent("g")),
+    Case("mg-frozenlake-seed-negative", ["make-games", "frozenlake", "--seed", "-1", "--n", "1", "--out", "g"], 2,
+         "--seed must be in [0, 4294967295]", _absent("g")),
+    Case("mg-out-is-a-file", ["make-games", "bandit", "--n", "1", "--out", "a_file"], 2,
+         "--out a_file is a file, not a directory", _unchanged("a_file", "not a directory\n")),
+    # --- 4 / 6. games directories
+    Case("games-dir-is-a-file", EVAL + ["--games", "a_file"], 2, "a_file is a file, not a directory",
+         _unchanged("a_file", "not a directory\n")),
+    Case("games-dir-is-its-manifest", EVAL + ["--games", "{bandit}/manifest.json"], 2, "pass its directory"),
+    Case("games-manifest-not-utf8", EVAL + ["--games", "badutf8"], 2, "manifest.json is not UTF-8 text (byte 0xff",
+         setup=(_manifest_not_utf8,)),
+    Case("games-dir-name-not-utf8", EVAL + ["--games", NON_UTF8], 2, "has a name that is not valid UTF-8",
+         setup=(_games_dir_not_utf8,)),
+    Case("games-manifest-lists-a-game-twice", EVAL + ["--games", "dup"], 2, "twice (rows 1 and 4, same file)",
+         setup=(_duplicate_row,)),
+    Case("eval-step-timeout-too-short", ["eval", "--device", "cpu", "--games", "tw", "--model", "{tiny}",
+                                         "--step-timeout", "0.0001"], 2,
+         "every failure is the env step timeout, not a broken game: raise --step-timeout", setup=(_tw_copy,)),
+    # --- 4. out-of-range values
+    Case("cfg-two-train-sections", ["train", "--config", "c.yaml", "--games", "{bandit}", "--out", "out"], 2,
+         "key 'train' is given twice (lines 1 and 3)", _no_run_config,
+         (_yaml("train: {lr: 1.0e-5}\nenv: {max_turns: 2}\ntrain: {steps: 2}\n"),)),
+    Case("cfg-max-new-tokens-1e11", ["train", "--config", "c.yaml", "--games", "{bandit}", "--out", "out"], 2,
+         "train.max_new_tokens (--max-new-tokens) must be in [1, 131072]", _no_run_config,
+         (_yaml("train: {max_new_tokens: 1e11}\n"),)),
+    Case("cfg-max-turns-23-digits", ["train", "--config", "c.yaml", "--games", "{bandit}", "--out", "out"], 2,
+         "env.max_turns must be >= 1 and <= 10000", _no_run_config, (_yaml("env: {max_turns: 12345678901234567890123}\n"),)),
+    Case("train-max-new-tokens-over-the-context", TRAIN_NEW + ["--init", "{tiny}", *TINY_TRAIN, "--max-new-tokens",
+                                                               "5000"], 2,
+         "is 5000, not below the model's context (4096 tokens)", _no_run_config),
+    Case("train-prompt-leaves-no-room", TRAIN_NEW + ["--init", "{tiny}", *TINY_TRAIN, "--max-new-tokens", "4090"], 2,
+         "plus train.max_new_tokens (4090) exceeds the model's context (4096 tokens)", _nothing),
+    Case("train-out-not-utf8", ["train", "--games", "{bandit}", "--out", NON_UTF8], 2, "is not valid UTF-8",
+         _absent(NON_UTF8)),
+    # --- 3. non-finite weights from disk
+    Case("eval-nan-weights", EVAL + ["--games", "{bandit}", "--model", "{nan}"], 2,
+         "tensor model.layers.0.mlp.up_proj.weight holds 1 non-finite value(s)", _absent("eval.json")),
+    Case("train-init-nan-weights", TRAIN_NEW + ["--init", "{nan}", *TINY_TRAIN], 2,
+         "tensor model.layers.0.mlp.up_proj.weight holds 1 non-finite value(s)", _no_run_config),
+    # --- 5. a LoRA --init and --lora-rank
+    Case("train-lora-init-other-rank", TRAIN_NEW + ["--init", "{lora}", "--lora-rank", "8", *TINY_TRAIN], 2,
+         "is a LoRA adapter of rank 2 but model.lora_rank (--lora-rank) is 8", _no_run_config),
+    Case("train-lora-init-rank-0-merges", TRAIN_NEW + ["--init", "{lora}", "--lora-rank", "0", "--steps", "1",
+                                                       *TINY_TRAIN], 0, "done: 1 steps", _merged_full_fine_tune),
+    Case("train-lora-init-same-rank", TRAIN_NEW + ["--init", "{lora}", "--lora-rank", "2", "--steps", "1",
+                                                   *TINY_TRAIN], 0, "done: 1 steps", _adapter_kept_training),
+    # --- 6. resume
+    Case("resume-fewer-steps-than-done", ["train", "--out", "run", "--resume", "--steps", "1"], 2,
+         "run has already trained 2 steps; pass --steps > 2", _resume_changed_nothing, (_resume_copy,)),
+    Case("resume-without-metrics", ["train", "--out", "run", "--resume", "--steps", "3"], 0,
+         "run/metrics.jsonl has no row for 2 steps (1-2) of the 2 this run has done", _nothing,
+         (_resume_copy, lambda ws, mp: (ws.tmp / "run" / "metrics.jsonl").unlink())),
+    # --- 2. the end of long jobs
+    Case("eval-out-disk-full", EVAL + ["--games", "{bandit}", "--model", "{tiny}", "--max-turns", "1", "--out",
+                                       "eval.json"], 2,
+         "could not write --out eval.json (No space left on device); the results are kept in", _eval_result_kept,
+         (_disk_full_at_the_end,)),
+    Case("sweep-into-a-non-sweep-file", ["sweep", "--base", "base.yaml", "--eval-games", "{bandit}", "--out",
+                                         "bench.jsonl", "--runs-dir", "runs"], 2,
+         "bench.jsonl line 1 is not a sweep record", _unchanged("bench.jsonl", '{"benchmark": "rl_step", "ratio": '
+                                                                              '2.66}\n'),
+         (_non_sweep_results,)),
+]
+
+
+@pytest.mark.parametrize("case", ROWS, ids=[c.id for c in ROWS])
+def test_probe(case, ws, monkeypatch, capsys, caplog):
+    for setup in case.setup:
+        setup(ws, monkeypatch)
+    argv = [a.format(**ws.paths) for a in case.argv]
+    try:
+        rc = main(argv)
+    except SystemExit as e:  # argparse's own errors
+        rc = e.code
+    out, err = capsys.readouterr()
+    assert rc == case.rc, f"exit code {rc}, expected {case.rc}: {err.strip()[-500:]}"
+    if case.rc:
+        assert_one_clear_error(rc, out, err, argv[0], [case.phrase])
+    else:
+        assert "Traceback" not in out + err
+        assert case.phrase in out + err + caplog.text, f"{case.phrase!r} not in the output"
+    case.keep(ws)
+
+
+def test_rows_are_unique_and_cover_each_defect():
+    assert len({c.id for c in ROWS}) == len(ROWS) >= 25
+    assert {c.id.split("-")[0] for c in ROWS} >= {"mg", "games", "eval", "cfg", "train", "resume", "sweep"}
+
+
+# ------------------------------------------------------------------------------------------------ negative controls
+def _row(name):
+    return next(c for c in ROWS if c.id == name)
+
+
+def test_control_without_the_finite_check_nan_weights_evaluate_to_zero(ws, monkeypatch, capsys):
+    """Remove check_finite_weights: the NaN model is evaluated and exits 0 (the silent 0% of the issue)."""
+    from agentrl_lib import models
+
+    monkeypatch.setattr(models, "check_finite_weights", lambda model, path: None)
+    rc = main([a.format(**ws.paths) for a in _row("eval-nan-weights").argv])
+    assert rc == 0 and "success 0.0%" in capsys.readouterr().out
+
+
+def test_control_without_the_unique_key_loader_the_last_section_wins(tmp_path):
+    import yaml
+
+    text = "train: {lr: 1.0e-5}\nenv: {max_turns: 2}\ntrain: {steps: 2}\n"
+    assert yaml.safe_load(text)["train"] == {"steps": 2}, "PyYAML drops the first train: section in silence"
+
+
+def test_control_without_the_context_checks_nothing_trains(ws, monkeypatch, capsys):
+    """Remove both context checks (check_context_room and the all-episodes-at-the-context-limit stop): every episode
+    ends at the context limit before its first reply, no update happens, and the run exits 0 (the issue's 1e11)."""
+    from agentrl_lib import trainer
+
+    monkeypatch.setattr(trainer, "check_context_room", lambda *a, **k: None)
+    real = trainer.rollout
+
+    def hide(*a, **k):  # the trainer's stop reads termination 'context_limit': relabel it
+        trajs, stats = real(*a, **k)
+        for t in trajs:
+            t.termination = "max_turns"
+        return trajs, stats
+
+    monkeypatch.setattr(trainer, "rollout", hide)
+    argv = [a.format(**ws.paths) for a in _row("train-max-new-tokens-over-the-context").argv] + ["--steps", "1"]
+    assert main(argv) == 0
+    row = json.loads((ws.tmp / "out" / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["mean_turns"] == 0 and row["skipped_update"] == 1
+
+
+# ------------------------------------------------------------------------------------------------ make-games alfworld
+def test_alfworld_relative_out(tmp_path, monkeypatch, capsys):
+    """`make-games alfworld --out REL` (its planner worker runs in another working directory) makes the games."""
+    pytest.importorskip("alfworld")
+    pytest.importorskip("fast_downward")
+    monkeypatch.chdir(tmp_path)
+    rc = main(["make-games", "alfworld", "--n", "1", "--task-types", "pick_and_place_simple", "--out", "rel/alf"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and "1 alfworld games in" in out, err[-500:]
+    assert json.loads((tmp_path / "rel" / "alf" / "manifest.json").read_text())["games"]
+
+
+class _LoadFailsPool:
+    """Stands in for the planner's ProcessPool: every reset fails as a game the worker cannot load (kind 'error'),
+    or, with kind='timeout', as a planner that runs out of time."""
+
+    def __init__(self, *args, kind="error", **kwargs):
+        self.kind, self.resets = kind, 0
+
+    def reset(self, slots, games):
+        from agentrl_lib.envs.pool import EnvFailure
+
+        self.resets += 1
+        return [EnvFailure(f"GameLoadError: ALFWorld game folder {g} does not exist" if self.kind == "error"
+                           else "worker timed out after 20 s", kind=self.kind) for g in games]
+
+    def close(self):
+        pass
+
+
+def test_alfworld_generation_stops_with_the_one_reason_every_candidate_fails(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("alfworld")
+    from agentrl_lib.envs import alfworld_gen, pool
+
+    pools = []
+    monkeypatch.setattr(pool, "ProcessPool", lambda *a, **k: pools.append(_LoadFailsPool()) or pools[-1])
+    rc = main(["make-games", "alfworld", "--n", "1", "--task-types", "pick_and_place_simple", "--out",
+               str(tmp_path / "alf")])
+    err = capsys.readouterr().err
+    assert_one_clear_error(rc, "", err.strip().splitlines()[-1], "make-games",
+                           ["the first 5 candidate games all failed to load the same way",
+                            "GameLoadError: ALFWorld game folder <game> does not exist"])
+    assert pools[0].resets == alfworld_gen.LOAD_FAILURES_BEFORE_STOP, "it stops at once, not after 240 attempts"
+    # negative control: planner outcomes (timeouts) are skipped, not a reason to stop early
+    monkeypatch.setattr(pool, "ProcessPool", lambda *a, **k: pools.append(_LoadFailsPool(kind="timeout")) or pools[-1])
+    assert main(["make-games", "alfworld", "--n", "1", "--task-types", "pick_and_place_simple", "--out",
+                 str(tmp_path / "alf2")]) == 2
+    assert pools[1].resets > alfworld_gen.LOAD_FAILURES_BEFORE_STOP
+    assert "made only 0/1 train games" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ report | head
+def test_report_into_a_closed_pipe_exits_quietly(tmp_path):
+    records = [{"cell": {"algo.advantage": a, "x": i}, "seed": 0, "base_hash": "b", "config": {},
+                "eval": {"success_rate": 0.1 * (i % 7)}} for i in range(2000) for a in ("gae", "grpo")]
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    script = Path(sys.executable).parent / "agentrl"
+    cmd = [str(script)] if script.is_file() else [sys.executable, "-m", "agentrl_lib.cli"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(cmd + ["report", "r.jsonl", "--resamples", "10"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()  # `| head -1`: read one line, then close the pipe
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert first.startswith(b"| algo.advantage")
+    assert proc.returncode == 128 + signal.SIGPIPE and err == "", (proc.returncode, err[-800:])
+
+
+def test_console_script_probes(tmp_path, assets):
+    """Three rows through the installed console script (as a user runs them): one line each, no traceback."""
+    (tmp_path / "a_file").write_text("x\n")
+    for args, phrase in [(["make-games", "bandit", "--n", "0", "--out", "g"], "--n must be in"),
+                         (["eval", "--games", "a_file"], "is a file, not a directory"),
+                         (["eval", "--games", assets["bandit"], "--model", assets["nan"], "--device", "cpu",
+                           "--no-process-pool"], "non-finite")]:
+        p = _console(tmp_path, *args)
+        assert_one_clear_error(p.returncode, p.stdout, p.stderr.strip().splitlines()[-1], args[0], [phrase])
+        assert "Traceback" not in p.stderr
+
+
+# ------------------------------------------------------------------------------------------------ sweeps
+@pytest.fixture
+def sweep_setup(tmp_path, tiny_model_dir, scripted):  # noqa: F811
+    games = _scripted_games(tmp_path / "games")
+    return {"base": _base(games), "out": tmp_path / "s.jsonl", "runs": tmp_path / "runs", "init": tiny_model_dir}
+
+
+def _sweep(s, **kw):
+    return sweep.run_sweep(s["base"], ["reward.kind=sparse"], [0], s["out"], runs_dir=s["runs"], init=s["init"],
+                           progress=False, **kw)
+
+
+def test_a_record_cut_short_is_rebuilt_from_the_run_dir_not_stranded(sweep_setup, monkeypatch):
+    """A sweep whose last record was cut short (its run pruned after recording): the next sweep records the run from
+    its eval.json and metrics.jsonl and trains nothing. Negative control: resuming the pruned run strands it."""
+    from agentrl_lib.checkpoint import CheckpointError
+    from agentrl_lib.run import run_rl
+
+    [rec] = _sweep(sweep_setup)
+    out = sweep_setup["out"]
+    out.write_bytes(out.read_bytes()[:-40])  # the record's write cut short
+    warnings = []
+    [again] = _sweep(sweep_setup, run=lambda *a, **k: pytest.fail("a finished run was trained again"),
+                     warn=warnings.append)
+    assert any("will be recorded again" in w for w in warnings)
+    assert any("recording it from its eval.json and metrics.jsonl" in w for w in warnings)
+    assert again["eval"] == rec["eval"] and again["steps"] == rec["steps"] and again["resumed"] is True
+    assert [json.loads(x) for x in out.read_text().splitlines()] == [again]
+
+    # negative control: without the rebuild, the resume of the pruned run fails (the issue's stuck sweep)
+    out.write_bytes(out.read_bytes()[:-40])
+    monkeypatch.setattr(sweep, "finished_run", lambda run_dir: None)
+    with pytest.raises(CheckpointError, match="no usable checkpoint"):
+        _sweep(sweep_setup, run=run_rl, warn=lambda line: None)
+
+
+def test_a_record_that_cannot_be_written_is_one_line_and_recorded_later(sweep_setup, monkeypatch):
+    """A full disk when the record is appended: one line naming the results file and the run; the run dir is not
+    pruned, and the same sweep later records the run without training it again."""
+    def full(path, record):
+        raise OSError(errno.ENOSPC, "No space left on device")  # as os.write reports it: no file named
+    monkeypatch.setattr(sweep, "append_record", full)
+    with pytest.raises(sweep.ResultsFileError) as e:
+        _sweep(sweep_setup)
+    msg = str(e.value)
+    assert str(sweep_setup["out"]) in msg and "No space left on device" in msg and "run the same command again" in msg
+    assert "\n" not in msg
+    monkeypatch.undo()
+    [rec] = _sweep(sweep_setup, run=lambda *a, **k: pytest.fail("a finished run was trained again"),
+                   warn=lambda line: None)
+    assert rec["eval"]["n_games"] == 2 and len(sweep_setup["out"].read_text().splitlines()) == 1
+
+
+# ------------------------------------------------------------------------------------------------ a real full disk
+@pytest.mark.slow
+def test_eval_out_on_a_full_tmpfs(tmp_path, monkeypatch, capsys, assets):
+    """`agentrl eval --out` on a real full filesystem (a 64 KiB tmpfs filled before the evaluation ends): one line
+    naming the file, and the per-game results kept elsewhere. Needs root and `mount -t tmpfs` (else skipped; the
+    fast row eval-out-disk-full simulates ENOSPC)."""
+    import tempfile
+
+    from agentrl_lib import evaluate as evaluate_mod
+
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        real = evaluate_mod.evaluate
+
+        def fill_then_evaluate(*a, **k):  # the disk fills while the evaluation runs
+            res = real(*a, **k)
+            fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT)
+            try:
+                while os.write(fd, b"\0" * 4096):
+                    pass
+            except OSError as e:
+                assert e.errno == errno.ENOSPC
+            finally:
+                os.close(fd)
+            return res
+
+        monkeypatch.setattr(evaluate_mod, "evaluate", fill_then_evaluate)
+        (tmp_path / "fallback").mkdir()
+        monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path / "fallback"))
+        out = mnt / "eval.json"
+        rc = main(EVAL + ["--games", assets["bandit"], "--model", assets["tiny"], "--max-turns", "1", "--out",
+                          str(out)])
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert rc == 2 and f"could not write --out {out} (No space left on device)" in err, err
+        [kept] = (tmp_path / "fallback").glob("agentrl-unsaved-eval-*.json")
+        assert json.loads(kept.read_text())["n_games"] == 2
+        assert not out.exists() and not list(mnt.glob(".eval.json.tmp*")), "no partial file left on the full disk"
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
