@@ -323,13 +323,15 @@ class TrainConfig:
     """Trajectories (episodes) per gradient step (>= 1; 4-8 on a CPU: memory grows with it)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass of updates (not rollouts): less memory for long trajectories
-    (ALFWorld, 24 turns) at the cost of a second forward; measured numbers in README ("ALFWorld offline")."""
+    (ALFWorld, 24 turns) at the cost of a second forward; measured numbers in book/environments.md ("ALFWorld
+    offline")."""
     max_tokens_per_microbatch: int = 0
     """Token budget of one forward/backward pass (0 = a whole minibatch at once). > 0: each minibatch is cut into
     micro-batches of at most this many padded tokens (rows x its longest row, longest rows first), each padded only
     to its own longest row, their gradients accumulated: the same update (the minibatch's token count stays the
     loss denominator) at a peak memory bounded by the budget, not by the longest episode of the rollout. The no-grad
-    passes (π_old, values, π_ref) are cut the same way. 2048-4096 on a 16-24 GB CPU machine; measured in README."""
+    passes (π_old, values, π_ref) are cut the same way. 2048-4096 on a 16-24 GB CPU machine; measured in
+    book/design.md."""
     lr: float = 1e-5
     """Learning rate of the policy (> 0; the paper: 1e-6 for 1.5B; a 135M model tolerates more, the demo uses 3e-5)."""
     value_lr: float = 1e-4
