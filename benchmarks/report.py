@@ -1,11 +1,11 @@
-"""The benchmark tables of README and the book, rendered from the results files the benchmark scripts write (the
+"""The benchmark tables of the book's page book/benchmarks.md, rendered from the results files the benchmark scripts write (the
 newest line of each), with the machine, date, commit and load each line records: no number is typed by hand.
 
     python benchmarks/report.py            # print the tables (Markdown)
-    python benchmarks/report.py --write    # replace README's block between the benchmarks markers
+    python benchmarks/report.py --write    # replace book/benchmarks.md's block between the benchmarks markers
 
-tests/test_benchmarks.py fails when README's block differs from what this prints (re-run with --write after a new
-benchmark line). The book's "Benchmarks" page (book/build.py) is this output.
+tests/test_benchmarks.py fails when the page's block differs from what this prints (re-run with --write after a new
+benchmark line); book/build.py also refreshes it in the book it builds.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
+PAGE = ROOT / "book" / "benchmarks.md"
 START, END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
 
 
@@ -152,10 +153,10 @@ SECTIONS = [  # (results file, title, renderer, the script that writes it)
 ]
 
 
-def benchmark_tables(level: int = 3) -> str:
+def benchmark_tables(level: int = 2) -> str:
     """Markdown: one titled table per results file present (SECTIONS order; update_speed: one per algorithm,
     rl_step_vs_trl: one per agentrl π_old source), each naming its machine and commit; titles are headings of
-    `level` (README: 3, under its "## Benchmarks"; the book's page: 2, under its title)."""
+    `level` (2: under the page's title)."""
     parts = []
     for name, title, render, script in SECTIONS:
         per = {"update_speed": "algo", "rl_step_vs_trl": "old_logprobs"}.get(name)  # one table per algo / π_old
@@ -167,24 +168,31 @@ def benchmark_tables(level: int = 3) -> str:
     return "\n".join(parts)
 
 
-def readme_block() -> str:
+def page_block() -> str:
+    """The marked block of book/benchmarks.md: the markers around benchmark_tables()."""
     return f"{START}\n{benchmark_tables()}{END}"
+
+
+def with_tables(text: str) -> str:
+    """`text` with page_block() in place of its marked block; raises ValueError without the markers."""
+    if START not in text or END not in text:
+        raise ValueError(f"no {START} ... {END} block: add the two markers where the tables go")
+    head, rest = text.split(START, 1)
+    return head + page_block() + rest.split(END, 1)[1]
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--write", action="store_true", help="replace README's benchmarks block")
+    p.add_argument("--write", action="store_true", help="replace book/benchmarks.md's block")
     a = p.parse_args()
     if not a.write:
         print(benchmark_tables())
         return
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    if START not in text or END not in text:
-        raise SystemExit(f"README.md has no {START} ... {END} block: add the two markers where the tables go")
-    head, rest = text.split(START, 1)
-    readme.write_text(head + readme_block() + rest.split(END, 1)[1])
-    print("README.md: benchmark tables rewritten")
+    try:
+        PAGE.write_text(with_tables(PAGE.read_text()))
+    except ValueError as e:
+        raise SystemExit(f"{PAGE.relative_to(ROOT)}: {e}") from None
+    print(f"{PAGE.relative_to(ROOT)}: benchmark tables rewritten")
 
 
 if __name__ == "__main__":

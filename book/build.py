@@ -3,6 +3,7 @@
     python book/build.py                 # HTML from the notebooks' stored outputs → book/_build/html/index.html
     python book/build.py --execute       # re-execute every chapter first (AGENTRL_FAST=1 for the fast mode)
     python book/build.py --out DIR       # build elsewhere (DIR/html/index.html); the browser test does this
+    python book/build.py --readme-figure # README's picture from chapter 00's stored output (after re-executing it)
 
 What it does:
 1. Vendors MathJax 3, require.js and the ipywidgets embed manager: the npm tarballs are downloaded once from the
@@ -10,9 +11,10 @@ What it does:
    below, and the few files a page needs are unpacked into the site's `_static/vendor/`. Nothing is loaded from a
    CDN, nothing large is committed. (Not under the book's `_static`: Jupyter Book 1 would inject every .js there into
    every page.)
-2. Assembles the sources in DIR/src: book/*.md, book/*.ipynb, notebooks/NN_*.ipynb (in order of their number; a
-   chapter that does not exist yet is simply absent), the pages generated from the library (the findings table of
-   results/findings.py, the metrics glossary of agentrl_lib.metrics) and the table of contents.
+2. Assembles the sources in DIR/src: book/*.md (the guides moved from the README, and the results pages, whose
+   generated tables — results/findings.py, benchmarks/report.py — are refreshed), book/*.ipynb,
+   notebooks/NN_*.ipynb (in order of their number; a chapter that does not exist yet is simply absent), the page
+   generated from the library (the metrics glossary of agentrl_lib.metrics) and the table of contents.
 3. Runs `jupyter-book build` with Sphinx warnings as errors (-W; a broken internal link is a warning), then checks
    every relative href/src of the built HTML points to a file of the site.
 """
@@ -60,8 +62,28 @@ VENDOR = [
 FONT_SUFFIXES = (".woff2", ".woff", ".ttf")  # what the bundled CSS offers a current browser
 REGISTRY = os.environ.get("NPM_REGISTRY", "https://registry.npmjs.org").rstrip("/")
 
-# the pages after the chapters, in order (book/NAME.md or .ipynb, or generated below)
-BACK_MATTER = ["findings", "benchmarks", "glossary", "papers", "widgets_without_a_kernel", "api"]
+# the guides after the chapters (the reference that used to be the README), then the results and reference pages,
+# in order (book/NAME.md or .ipynb, or generated below)
+GUIDES = ["demo", "install", "command_line", "design", "environments", "extending", "scaling", "vllm",
+          "when_things_go_wrong"]
+BACK_MATTER = ["findings", "benchmarks", "glossary", "papers", "the_book", "widgets_without_a_kernel", "api"]
+
+
+README_FIGURE = BOOK / "figures" / "quickstart_learning_curves.png"
+"""README's picture: the learning curves chapter 00 stored (tests/test_packaging.py checks it is that output)."""
+
+
+def quickstart_figure() -> bytes:
+    """The PNG of chapter 00's learning curves: the first image output of its cells that train (`run_rl(`) or plot
+    the curves (`plot_learning_curves(`). Raises LookupError when the chapter has no such stored output."""
+    nb = json.loads((ROOT / "notebooks" / "00_quickstart.ipynb").read_text())
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "code" and ("run_rl(" in source or "plot_learning_curves(" in source):
+            for out in cell.get("outputs", []):
+                if "image/png" in out.get("data", {}):
+                    return base64.b64decode(out["data"]["image/png"])
+    raise LookupError("notebooks/00_quickstart.ipynb stores no learning-curve image: execute it first")
 
 
 def log(msg: str) -> None:
@@ -151,36 +173,29 @@ def _import_script(rel: str):
     return mod
 
 
+def book_page(name: str, text: str, present: set[str]) -> str:
+    """A book/NAME.md page as the book shows it: its generated tables refreshed (findings.md: results/findings.py,
+    benchmarks.md: benchmarks/report.py; the committed copies are kept current by tests) and its links to chapters
+    (`../notebooks/NN_x.ipynb`, right on GitHub) made relative to the book's sources (`notebooks/NN_x.ipynb`), or
+    dropped for a chapter that is not in the book yet."""
+    if name == "findings":
+        findings = _import_findings()
+        text = findings.with_table(text, findings.findings_table())
+    elif name == "benchmarks":
+        text = _import_script("benchmarks/report.py").with_tables(text)
+
+    def link(m: re.Match) -> str:
+        return f"[{m.group(1)}](notebooks/{m.group(2)}.ipynb)" if m.group(2) in present \
+            else f"{m.group(1)} (not written yet)"
+
+    return re.sub(r"\[([^\]]+)\]\(\.\./notebooks/([0-9][0-9]_[A-Za-z0-9_]+)\.ipynb\)", link, text)
+
+
 def generated_pages(present: set[str]) -> dict[str, str]:
-    """The pages written from the library and the results at build time: {name: MyST Markdown}."""
+    """The pages written from the library at build time: {name: MyST Markdown}."""
     sys.path.insert(0, str(ROOT))
     from agentrl_lib import metrics
 
-    table = _import_findings().findings_table()
-
-    # a chapter the table links to that is not in the book yet: keep its name, drop the link
-    def link(m: re.Match) -> str:
-        return m.group(0) if m.group(2) in present else f"{m.group(1)} (not written yet)"
-
-    table = re.sub(r"\[([^\]]+)\]\(notebooks/([0-9][0-9]_[A-Za-z0-9_]+)\.ipynb\)", link, table)
-    findings = f"""# Findings at small scale
-
-What the workbook's sweeps found, next to the papers' numbers. The table is computed when the book is built, by
-`findings_table()` of `results/findings.py`, from the results files under `results/` (the same table as in the
-README, which a test keeps current). Every results file is regenerated by one command, which resumes where it
-stopped:
-
-```bash
-python results/regenerate.py all --jobs 1
-```
-
-Each row compares held-out success rates between two cells of a sweep: the mean over seeds, the number of seeds,
-and the 95% percentile-bootstrap interval of the difference (`agentrl_lib.sweep.report`). "No difference at this
-scale" means the interval contains 0: at a 135M model, a few dozen RL steps and 2-3 seeds, that is the honest
-reading, not evidence that the paper is wrong.
-
-{table}
-"""
     glossary = f"""# Glossary of the logged metrics
 
 Every key the trainer writes to `metrics.jsonl`, one row per key, rendered when the book is built from
@@ -189,23 +204,15 @@ chapter shows the rows it reads.
 
 {metrics.glossary_markdown()}
 """
-    benchmarks = f"""# Benchmarks
-
-What the library's design buys in time and memory, measured side by side in one run on one machine (medians of
-repeats; each table names its machine, date and commit). The tables are rendered when the book is built by
-`benchmark_tables()` of `benchmarks/report.py` from the results files the scripts under `benchmarks/` write (the same
-tables as in the README, which a test keeps current); the README's "Benchmarks" section has the commands that
-regenerate each file. No GPU was lent to this project's machine when these ran: every number is a CPU's.
-
-{_import_script("benchmarks/report.py").benchmark_tables(level=2)}
-"""
-    return {"findings": findings, "benchmarks": benchmarks, "glossary": glossary}
+    return {"glossary": glossary}
 
 
-def toc(chapter_names: list[str], back: list[str]) -> str:
+def toc(chapter_names: list[str], guides: list[str], back: list[str]) -> str:
     lines = ["# Generated by book/build.py from notebooks/NN_*.ipynb and the book's pages", "format: jb-book",
              "root: intro", "parts:", "  - caption: Chapters", "    numbered: false", "    chapters:"]
     lines += [f"      - file: notebooks/{c}" for c in chapter_names]
+    lines += ["  - caption: Using the library", "    chapters:"]
+    lines += [f"      - file: {g}" for g in guides]
     lines += ["  - caption: Results and reference", "    chapters:"]
     lines += [f"      - file: {b}" for b in back]
     return "\n".join(lines) + "\n"
@@ -252,8 +259,11 @@ def assemble(src: Path, run_notebooks: bool) -> list[str]:
             execute(nb, src / nb.name)
     for name, text in generated_pages(set(names)).items():
         (src / f"{name}.md").write_text(text)
-    back = [b for b in BACK_MATTER if (src / f"{b}.md").exists() or (src / f"{b}.ipynb").exists()]
-    (src / "_toc.yml").write_text(toc(names, back))
+    for page in src.glob("*.md"):
+        page.write_text(book_page(page.stem, page.read_text(), set(names)))
+    guides, back = ([b for b in part if (src / f"{b}.md").exists() or (src / f"{b}.ipynb").exists()]
+                    for part in (GUIDES, BACK_MATTER))
+    (src / "_toc.yml").write_text(toc(names, guides, back))
     return names
 
 
@@ -312,7 +322,14 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=BOOK / "_build", help="build folder (default book/_build)")
     p.add_argument("--execute", action="store_true",
                    help="re-execute every notebook first (slow; AGENTRL_FAST=1 for the fast mode)")
+    p.add_argument("--readme-figure", action="store_true",
+                   help=f"only write README's picture ({README_FIGURE.relative_to(ROOT)}) from chapter 00's output")
     a = p.parse_args()
+    if a.readme_figure:
+        README_FIGURE.parent.mkdir(exist_ok=True)
+        README_FIGURE.write_bytes(quickstart_figure())
+        log(f"wrote {README_FIGURE.relative_to(ROOT)}")
+        return
     try:
         build(a.out, a.execute)
     except RuntimeError as e:

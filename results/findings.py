@@ -1,10 +1,11 @@
-"""The README's "Findings at small scale" table, computed from the results files (never typed by hand).
+"""The "Findings at small scale" table of the book's page book/findings.md, computed from the results files (never
+typed by hand).
 
     python results/findings.py            # print the table
-    python results/findings.py --write    # replace the table between README's findings markers
+    python results/findings.py --write    # replace the table between book/findings.md's findings markers
 
-tests/test_findings.py fails when README's table differs from what this prints (re-run with --write after new
-results land). Each row: the finding, the paper's number, ours (mean over seeds, n, 95% bootstrap interval of the
+tests/test_findings.py fails when the page's table differs from what this prints (re-run with --write after new
+results land); book/build.py also refreshes it in the book it builds. Each row: the finding, the paper's number, ours (mean over seeds, n, 95% bootstrap interval of the
 difference from agentrl_lib.sweep.report), and the verdict: "agrees" / "disagrees" when the interval excludes 0,
 "no difference at this scale" when it contains 0, "cannot tell yet" when a cell has fewer than 2 seeds.
 """
@@ -20,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 from agentrl_lib.diagnostics import read_alerts  # noqa: E402
 from agentrl_lib.sweep import load_records, report  # noqa: E402
 
-README = ROOT / "README.md"
+PAGE = ROOT / "book" / "findings.md"
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 REGENERATE = "python results/regenerate.py"
 
@@ -116,7 +117,7 @@ def findings_table() -> str:
                  "see chapter" if complexity else f"cannot tell yet (`{REGENERATE} complexity`)", "01_environment"))
     lines = ["| finding | paper | ours (held-out success, mean over seeds) | verdict | chapter |",
              "|:--|:--|:--|:--|:--|"]
-    lines += [f"| {f} | {p} | {o} | {v} | [{c}](notebooks/{c}.ipynb) |" for f, p, o, v, c in rows]
+    lines += [f"| {f} | {p} | {o} | {v} | [{c}](../notebooks/{c}.ipynb) |" for f, p, o, v, c in rows]
     devices = sorted({(r.get("machine") or {}).get("gpu") or r.get("device") for r in main + split + complexity + stability
                       if r.get("device")})
     secs = sum(r.get("train_seconds") or 0 for r in main + split + complexity + stability)
@@ -127,26 +128,31 @@ def findings_table() -> str:
     return "\n".join(lines)
 
 
-def readme_block(text: str) -> str:
-    """The text between README's findings markers (stripped), or raise ValueError when they are missing."""
+def page_block(text: str) -> str:
+    """The text between the findings markers of a page's text (stripped), or raise ValueError when they are
+    missing."""
     if START not in text or END not in text:
-        raise ValueError(f"README.md lacks the markers {START} / {END}")
+        raise ValueError(f"{PAGE.relative_to(ROOT)} lacks the markers {START} / {END}")
     return text.split(START, 1)[1].split(END, 1)[0].strip()
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--write", action="store_true", help="replace README's table")
+    p.add_argument("--write", action="store_true", help="replace the table of book/findings.md")
     a = p.parse_args()
     table = findings_table()
     if not a.write:
         print(table)
         return
-    text = README.read_text()
-    readme_block(text)  # the markers exist
+    PAGE.write_text(with_table(PAGE.read_text(), table))
+    print(f"{PAGE.relative_to(ROOT)}: findings table updated")
+
+
+def with_table(text: str, table: str) -> str:
+    """`text` with `table` between its findings markers."""
+    page_block(text)  # the markers exist
     head, rest = text.split(START, 1)
-    README.write_text(head + START + "\n" + table + "\n" + END + rest.split(END, 1)[1])
-    print("README.md findings table updated")
+    return head + START + "\n" + table + "\n" + END + rest.split(END, 1)[1]
 
 
 if __name__ == "__main__":

@@ -68,17 +68,17 @@ def test_bench_update_speed_tiny(tmp_path, tiny_model_dir):
     assert res["config"]["minibatch"] == 2 and res["seed"] == 0
 
 
-def test_readme_benchmark_tables_are_rendered_from_the_results_files():
-    """README's benchmark tables are benchmarks/report.py's output on the committed results (no number typed by
+def test_book_benchmark_tables_are_rendered_from_the_results_files():
+    """book/benchmarks.md's tables are benchmarks/report.py's output on the committed results (no number typed by
     hand); after a new benchmark line, `python benchmarks/report.py --write`."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("report", ROOT / "benchmarks" / "report.py")
     report = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(report)
-    block = report.readme_block()
+    block = report.page_block()
     assert "| rollout, s |" in block and "vLLM / HF" in block  # the results files were read
-    assert block in (ROOT / "README.md").read_text(), "README's benchmark tables are stale: python " \
+    assert block in (ROOT / "book" / "benchmarks.md").read_text(), "book/benchmarks.md's tables are stale: python " \
         "benchmarks/report.py --write"
 
 

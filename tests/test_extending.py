@@ -1,5 +1,5 @@
-"""README "Extending": the three examples there (an advantage estimator, an env family, a generation backend) are
-executed from the README itself, registered, and train one RL step together through run_rl with a tiny model."""
+"""The book's "Extending" page (book/extending.md): the three examples there (an advantage estimator, an env family,
+a generation backend) are executed from the page itself, registered, and train one RL step together through run_rl with a tiny model."""
 from __future__ import annotations
 
 import re
@@ -13,14 +13,11 @@ from agentrl_lib.advantages import ESTIMATORS
 from agentrl_lib.envs import FAMILIES
 from agentrl_lib.generation import GENERATORS
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "book" / "extending.md"
 
 
-def readme_examples() -> list[str]:
-    text = README.read_text()
-    section = text[text.index("## Extending"):]
-    section = section[:section.index("\n## ", 1)]
-    return re.findall(r"```python\n(.*?)```", section, re.S)
+def page_examples() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.S)
 
 
 @pytest.fixture
@@ -33,12 +30,12 @@ def registries():
 
 
 def run_examples(tiny_model_dir, tmp_path, monkeypatch, patch=None) -> tuple[dict, dict]:
-    """Execute the README's blocks in one namespace; the last one trains (with the tiny model, in tmp_path)."""
-    blocks = readme_examples()
-    assert len(blocks) == 4, "README's Extending section: estimator, env family, backend, a run"
+    """Execute the page's blocks in one namespace; the last one trains (with the tiny model, in tmp_path)."""
+    blocks = page_examples()
+    assert len(blocks) == 4, "book/extending.md: estimator, env family, backend, a run"
     ns: dict = {"__name__": "readme_extending"}
     for block in blocks[:3]:
-        exec(compile(block, str(README), "exec"), ns)
+        exec(compile(block, str(PAGE), "exec"), ns)
     calls = {"estimator": 0, "generate": 0}
     est_call, gen_call = ns["BatchMeanReinforce"].__call__, ns["LoopGenerator"].generate
 
@@ -58,11 +55,11 @@ def run_examples(tiny_model_dir, tmp_path, monkeypatch, patch=None) -> tuple[dic
                         lambda config, run_dir, **kw: real_run_rl(config, run_dir, init=tiny_model_dir,
                                                                   progress=False, **kw))
     monkeypatch.chdir(tmp_path)
-    exec(compile(blocks[3], str(README), "exec"), ns)
+    exec(compile(blocks[3], str(PAGE), "exec"), ns)
     return ns, calls
 
 
-def test_readme_extensions_train_one_step_together(registries, tiny_model_dir, tmp_path, monkeypatch):
+def test_page_extensions_train_one_step_together(registries, tiny_model_dir, tmp_path, monkeypatch):
     ns, calls = run_examples(tiny_model_dir, tmp_path, monkeypatch)
     (row,) = ns["summary"]["rows"]
     assert calls["estimator"] == 1 and calls["generate"] >= 1, calls

@@ -1,4 +1,4 @@
-"""README's "Findings at small scale" table is computed from results/*.jsonl (results/findings.py): the committed
+"""The "Findings at small scale" table of book/findings.md is computed from results/*.jsonl (results/findings.py): the committed
 table equals a fresh computation, and the verdicts follow the bootstrap intervals (negative controls included)."""
 import importlib.util
 from pathlib import Path
@@ -11,9 +11,9 @@ findings = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(findings)
 
 
-def test_readme_table_is_the_one_the_results_give():
-    block = findings.readme_block((ROOT / "README.md").read_text())
-    assert block == findings.findings_table(), ("README's findings table is stale: run "
+def test_book_table_is_the_one_the_results_give():
+    block = findings.page_block((ROOT / "book" / "findings.md").read_text())
+    assert block == findings.findings_table(), ("book/findings.md's findings table is stale: run "
                                                 "`python results/findings.py --write` after new results")
 
 

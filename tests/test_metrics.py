@@ -1,8 +1,11 @@
 """The metrics schema (agentrl_lib/metrics.py): every key a training step logs is declared in METRICS, every key that
-applies to the estimator is logged, every metrics.jsonl row has every key, and README's list is the rendered one."""
+applies to the estimator is logged, every metrics.jsonl row has every key, and the book's glossary page is the
+rendered one."""
+import importlib.util
 import json
 import re
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +17,7 @@ from agentrl_lib.metrics import METRICS, UndocumentedMetricWarning, applies, com
 from agentrl_lib.trainer import Trainer
 from test_rollout_trainer import BrokenEnv, ParityEnv, _scripted_games
 
-README = agentrl_lib.__path__[0] + "/../README.md"
+BOOK = Path(agentrl_lib.__path__[0]).parent / "book"
 
 
 def _config(games, algo, **train):
@@ -104,9 +107,12 @@ def test_glossary_renders_one_row_per_key():
         glossary_markdown(["no_such_key"])
 
 
-def test_readme_metrics_list_is_the_rendered_glossary():
-    text = open(README).read()
-    found = re.search(r"<!-- metrics-glossary:start.*?-->\n(.*?)\n<!-- metrics-glossary:end -->", text, re.S)
-    assert found, "README has no rendered metrics glossary"
-    assert found.group(1) == glossary_markdown(), \
-        "README's metrics table is stale: paste metrics.glossary_markdown() between the markers"
+def test_book_glossary_page_is_the_rendered_glossary():
+    """The glossary is rendered when the book is built (book/build.py), never pasted: the page holds
+    glossary_markdown(), and the command-line page, where README's copy of the table was, links to it."""
+    spec = importlib.util.spec_from_file_location("book_build", BOOK / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    assert glossary_markdown() in build.generated_pages(set())["glossary"]
+    assert "glossary" in build.BACK_MATTER
+    assert "](glossary.md)" in (BOOK / "command_line.md").read_text()

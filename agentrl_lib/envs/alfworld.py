@@ -12,7 +12,7 @@ command text and the expert plan while the agent follows it (here). Rules and te
 Games: `make_alfworld_games` (envs/alfworld_gen.py) generates them offline; `load_official_games`
 (envs/alfworld_official.py) indexes the official data.
 
-No notebook chapter yet: README.md, section "ALFWorld offline", shows the commands.
+No notebook chapter yet: book/environments.md, section "ALFWorld offline", shows the commands.
 """
 from __future__ import annotations
 

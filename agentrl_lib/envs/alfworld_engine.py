@@ -8,7 +8,7 @@ their text), shallow context copies where derivation never mutates, and fast-dow
 problem (a second reset of the same game skips it). Patches are scoped to the block, so a stock env in the same
 process keeps its own behaviour. Importing this module imports neither textworld nor fast_downward.
 
-No notebook chapter yet: README.md, section "ALFWorld offline", shows the commands.
+No notebook chapter yet: book/environments.md, section "ALFWorld offline", shows the commands.
 """
 from __future__ import annotations
 

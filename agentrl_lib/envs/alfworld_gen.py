@@ -21,7 +21,7 @@ train and valid_seen use the 96 training floor plans, valid_unseen the 24 held-o
 train and valid_seen are made disjoint by game identity: a game's fingerprint (hash of its problem and goal) decides
 its split (valid_seen iff fingerprint mod 8 == 0), so no game can be in both, whatever the seeds.
 
-No notebook chapter yet: README.md, section "ALFWorld offline", shows the commands.
+No notebook chapter yet: book/environments.md, section "ALFWorld offline", shows the commands.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Index the official ALFWorld data (Shridhar et al. 2021, arXiv 2010.03768), when `alfworld-download` has put it on
 disk, as a GameSet for the same env and CLI (`agentrl make-games alfworld --official`).
 
-No notebook chapter yet: README.md, section "ALFWorld offline", shows the commands.
+No notebook chapter yet: book/environments.md, section "ALFWorld offline", shows the commands.
 """
 from __future__ import annotations
 

@@ -351,7 +351,7 @@ def check_game_set(games: GameSet, pool, cache: bool = True) -> dict[str, Any]:
     envs). Games that passed are recorded in CHECK_CACHE next to manifest.json, keyed by their files' sizes and
     mtimes: a second check of an unchanged set plays nothing. Leaves the pool's slots mid-episode (rollouts reset).
 
-    Cost measured (2 shared CPU cores, 2026-11-23): see README "Environment faults".
+    Cost measured (2 shared CPU cores, 2026-11-23): see book/when_things_go_wrong.md "Environment faults".
 
     Returns: {"games": n, "played": games played now, "cached": games skipped as already checked, "seconds": wall}.
     Raises: GameSetError naming the failing games (up to 3 with their reasons) and how to fix them (a longer step
