@@ -143,11 +143,33 @@ def env_step_table(r: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def peak_table(r: dict) -> str:
+    flags = ", ".join(r.get("cpu_flags") or []) or "no AVX-512 / bf16 flags"
+    out = [f"The update's forward + backward ({r['rows']} episodes × {r['tokens']} tokens, {r['policy_tokens']} policy "
+           f"tokens: {r['update_flops'] / 1e9:.0f} GFLOP counted as 6 × non-embedding parameters × tokens + the output "
+           f"layer at the policy tokens) against torch.matmul at the model's own shapes, medians; {r['cpu']} ({flags}); "
+           f"{where(r)}.", "",
+           "| dtype | matmul at the model's shapes, GFLOP/s | update, s | update, GFLOP/s | fraction of the matmul peak |",
+           "|---|---|---|---|---|"]
+    for name, u in r["update"].items():
+        label = "bf16 autocast" if name == "bfloat16" else "fp32"
+        out.append(f"| {label} | {r['matmul_gflops'][name]:.0f} | {u['median_seconds']:.2f} | {u['gflops']:.0f} | "
+                   f"**{100 * u['fraction_of_matmul_peak']:.0f}%** |")
+    out.append("")
+    if "bf16_speedup" in r:
+        out.append(f"bf16 autocast runs the update {r['bf16_speedup']:.2f}× faster than fp32 here, at a far smaller "
+                   "share of what the bf16 matmuls could do.")
+    else:
+        out.append("This CPU has no bf16 hardware (avx512_bf16 / amx_bf16): bf16 was not measured.")
+    return "\n".join(out) + "\n"
+
+
 SECTIONS = [  # (results file, title, renderer, the script that writes it)
     ("rl_step_vs_trl", "An RL step against TRL", rl_step_table, "bench_rl_step_vs_trl.py"),
     ("rollout_speed", "The batched multi-turn rollout against simpler loops", rollout_table, "bench_rollout.py"),
     ("update_speed", "The update: padding cut, π_old from the rollout", update_speed_table, "bench_update_speed.py"),
     ("bench_update_memory", "The update: memory", update_memory_table, "bench_update_memory.py"),
+    ("peak", "The update against the machine's peak (fp32, bf16)", peak_table, "bench_peak.py"),
     ("vllm_vs_hf", "vLLM against HF generation", vllm_table, "bench_vllm_vs_hf.py"),
     ("env_step", "Env step time of each family", env_step_table, "bench_env_step.py"),
 ]

@@ -68,6 +68,15 @@ def test_bench_update_speed_tiny(tmp_path, tiny_model_dir):
     assert res["config"]["minibatch"] == 2 and res["seed"] == 0
 
 
+def test_bench_peak_tiny(tmp_path, tiny_model_dir):
+    res = run_script("bench_peak.py", ["--model", tiny_model_dir, "--rows", "2", "--tokens", "40", "--repeats", "1",
+                                       "--threads", "1"], tmp_path / "peak.jsonl")
+    assert positive(res["update_flops"], res["matmul_gflops"]["float32"], res["update"]["float32"]["gflops"])
+    assert res["policy_tokens"] == 2 * 2  # 5% of 40 tokens per row, spread over the second half
+    assert ("bfloat16" in res["update"]) == res["bf16_hardware"]  # bf16 only where the CPU has it
+    assert res["config"]["rows"] == 2 and "cpu_flags" in res
+
+
 def test_book_benchmark_tables_are_rendered_from_the_results_files():
     """book/benchmarks.md's tables are benchmarks/report.py's output on the committed results (no number typed by
     hand); after a new benchmark line, `python benchmarks/report.py --write`."""
