@@ -57,6 +57,8 @@ SEED_MAX = 2**32 - 1
 MAX_TURNS_MAX = 10_000
 """Largest env.max_turns: each turn adds at least a reply token and a feedback message (~10 tokens), so more turns
 than this outgrow any model's context; the trainer also checks max_turns against the loaded model's context."""
+MIXED_PRECISIONS = ("no", "bf16")
+"""Values of train.mixed_precision."""
 MAX_NEW_TOKENS_MAX = 131_072
 """Largest train.max_new_tokens accepted before a model is loaded (the trainer then checks it against the model's
 context: with no room left for the prompt every episode ends at the context limit and no update happens)."""
@@ -365,6 +367,13 @@ class TrainConfig:
     rows (policy.hidden_states), in the no-grad passes and in the update. The same numbers up to float rounding;
     ~45% fewer token positions for a group of 4 cooking episodes (benchmarks/bench_update_speed.py). The update
     shares only within a minibatch: see group_minibatches. Off under gradient checkpointing."""
+    mixed_precision: str = "no"
+    """'no' (every forward in the weights' dtype, model.dtype) or 'bf16': rollouts, the no-grad passes and the update's
+    forward run under torch.autocast in bfloat16 while the weights and AdamW stay in model.dtype (fp32 on a CPU).
+    The update ran 2.35x faster on a Xeon with AMX-BF16 (benchmarks/bench_peak.py). Needs bf16 hardware: a GPU, or
+    a CPU with avx512_bf16 / amx_bf16 (checked at start; refused elsewhere, where bf16 is emulated and slower).
+    With 'bf16', algo.tis 'auto' turns truncated importance sampling on (the rollout's and the update's bf16
+    log-probs differ; logprob_mismatch logs by how much). A sweep keeps one value: it is part of a run's identity."""
     group_minibatches: bool = False
     """Minibatches made of whole groups (rows that share their first prompt) in random order instead of random rows,
     so the update's forward and backward share each group's prompt too (share_prefix). It changes which episodes
@@ -414,6 +423,9 @@ class TrainConfig:
                      "keep_checkpoints", "max_nonfinite_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"train.{name} must be >= 1 (got {getattr(self, name)})")
+        if self.mixed_precision not in MIXED_PRECISIONS:
+            raise ConfigError(f"train.mixed_precision (--mixed-precision) must be one of {', '.join(MIXED_PRECISIONS)} "
+                              f"(got {self.mixed_precision!r}); bf16 needs a GPU or a CPU with avx512_bf16 / amx_bf16")
         if self.max_new_tokens > MAX_NEW_TOKENS_MAX:
             raise ConfigError(f"train.max_new_tokens (--max-new-tokens) must be in [1, {MAX_NEW_TOKENS_MAX}] (got "
                               f"{self.max_new_tokens}): tokens per reply; 16-32 suit one action")

@@ -55,6 +55,25 @@ def pick_device(device: str = "auto") -> torch.device:
     return dev
 
 
+def bf16_problem(device: torch.device) -> str | None:
+    """Why bf16 compute would be slow on `device`, or None when it has bf16 hardware: a CUDA GPU that supports
+    bf16, or a CPU whose /proc/cpuinfo flags include avx512_bf16 or amx_bf16 (elsewhere torch emulates bf16 matmuls,
+    slower than fp32). Detected, never assumed: this project's machines change CPU between sessions."""
+    if device.type == "cuda":
+        return None if torch.cuda.is_bf16_supported() else f"the GPU {torch.cuda.get_device_name(device)} has no bf16"
+    if device.type != "cpu":
+        return f"bf16 autocast is not set up for {device.type}"
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return "cannot read /proc/cpuinfo to find bf16 instructions (avx512_bf16 / amx_bf16)"
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    if {"avx512_bf16", "amx_bf16"} & set(flags):
+        return None
+    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "")
+    return f"this CPU ({model or 'unknown model'}) has neither avx512_bf16 nor amx_bf16, so bf16 is emulated and slower"
+
+
 def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """'auto' → bfloat16 on CUDA (when supported), float32 on CPU (bf16 is not faster on most CPUs).
 

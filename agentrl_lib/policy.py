@@ -23,7 +23,8 @@ class ValueHead(nn.Module):
         nn.init.zeros_(self.linear.bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.linear(hidden.float()).squeeze(-1)
+        with torch.autocast(hidden.device.type, enabled=False):  # fp32 values under train.mixed_precision bf16 too
+            return self.linear(hidden.float()).squeeze(-1)
 
 
 def prompt_groups(input_ids: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:

@@ -50,7 +50,7 @@ from .envs.pool import EnvPool, open_pool
 from .generation import GENERATORS
 from .losses import explained_variance, masked_mean, truncated_is_weights
 from .metrics import complete_row
-from .models import (base_model, disable_dropout, enable_gradient_checkpointing, frozen_reference, is_adapter,
+from .models import (base_model, bf16_problem, disable_dropout, enable_gradient_checkpointing, frozen_reference, is_adapter,
                      load_policy, load_reference, load_start_policy)
 from .policy import TokenModel, ValueHead, prompt_groups, token_forward
 from .prompts import ChatFormat, system_prompt_for
@@ -170,7 +170,13 @@ class Trainer:
                 self.ref = (load_reference(config.model.name, mc.device, mc.dtype) if state is not None
                             else frozen_reference(self.policy))
         policy_dtype = next(self.policy.parameters()).dtype
-        self.use_tis = config.algo.tis == "on" or (config.algo.tis == "auto" and policy_dtype != torch.float32
+        # plumbing: train.mixed_precision bf16: every forward under autocast (weights and AdamW stay in policy_dtype)
+        self.autocast = functools.partial(torch.autocast, self.device.type, dtype=torch.bfloat16,
+                                          enabled=config.train.mixed_precision == "bf16")
+        if config.train.mixed_precision == "bf16" and (why := bf16_problem(self.device)):
+            raise ConfigError(f"train.mixed_precision bf16: {why}; use --mixed-precision no")
+        low_precision = policy_dtype != torch.float32 or config.train.mixed_precision == "bf16"
+        self.use_tis = config.algo.tis == "on" or (config.algo.tis == "auto" and low_precision
                                                     and config.algo.old_logprobs == "recompute")
         groups = [{"params": [p for p in self.policy.parameters() if p.requires_grad], "lr": config.train.lr}]
         if self.value_head is not None:
@@ -282,13 +288,13 @@ class Trainer:
 
         # ALGO: 1. rollout — G episodes per game, all batched
         self.policy.eval()
-        trajs, rstats = rollout(self.generator, self.tok, self.pool, episode_games, groups=group_ids,
-                                max_turns=cfg.env.max_turns, max_new_tokens=cfg.train.max_new_tokens,
-                                temperature=cfg.train.temperature, show_admissible=cfg.env.show_admissible,
-                                show_inventory=cfg.env.show_inventory,
-                                system_prompt=system_prompt_for(self.games.family, cfg.env.action_format,
-                                                                cfg.env.max_actions_per_turn), chat=self.chat,
-                                action_format=cfg.env.action_format, max_actions_per_turn=cfg.env.max_actions_per_turn)
+        with self.autocast():
+            trajs, rstats = rollout(
+                self.generator, self.tok, self.pool, episode_games, groups=group_ids, max_turns=cfg.env.max_turns,
+                max_new_tokens=cfg.train.max_new_tokens, temperature=cfg.train.temperature,
+                show_admissible=cfg.env.show_admissible, show_inventory=cfg.env.show_inventory,
+                system_prompt=system_prompt_for(self.games.family, cfg.env.action_format, cfg.env.max_actions_per_turn),
+                chat=self.chat, action_format=cfg.env.action_format, max_actions_per_turn=cfg.env.max_actions_per_turn)
         trajs, rstats = self.dp.gather_rollout(trajs, rstats)  # plumbing: every rank gets every episode
         # an episode cut by an environment fault is not the policy's doing: it leaves the loss and the group statistics
         trajs_ok = [t for t in trajs if t.n_turns > 0 and not t.termination.startswith("env_error")]
@@ -314,7 +320,8 @@ class Trainer:
         batch = self._collate(trajs_ok, rewards, kept)
 
         # ALGO: 4. π_old, V_old, π_ref: forward passes without gradients (see _old_forward); added to the batch
-        m = self._old_forward(batch, rstats)
+        with self.autocast():
+            m = self._old_forward(batch, rstats)
 
         # ALGO: 5. advantages (and the critic's value targets) from the chosen estimator
         with torch.no_grad():
@@ -526,9 +533,10 @@ class Trainer:
         mb = select(batch, mine if len(mine) else idx[:1])
         if not len(mine):
             mb["mask"] = mb["mask"] * 0.0
-        loss, pm = accumulate_microbatches(self.forward, mb, cfg.algo, cfg.train.max_tokens_per_microbatch,
-                                           cfg.env.max_turns * cfg.train.max_new_tokens, n_tokens, n_episodes,
-                                           self.dp.backward)
+        with self.autocast():  # train.mixed_precision; backward follows the forward's dtypes
+            loss, pm = accumulate_microbatches(self.forward, mb, cfg.algo, cfg.train.max_tokens_per_microbatch,
+                                               cfg.env.max_turns * cfg.train.max_new_tokens, n_tokens, n_episodes,
+                                               self.dp.backward)
         total = self.dp.sum([loss.item(), *pm.values()])
         return torch.tensor(total[0]), dict(zip(pm, total[1:]))
 
