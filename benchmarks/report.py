@@ -90,7 +90,8 @@ def update_speed_table(r: dict) -> str:
     out = [f"The update stage of one {r['algo'].upper()} step on a real rollout batch's lengths ({r['episodes']} "
            f"episodes, {r['tokens']} tokens, {r['padded_tokens']} padded to the longest; minibatches of "
            f"{r['minibatch']}), medians of {n_runs}, the layouts alternating; {where(r)}.", "",
-           "| layout | update, s | of which no-grad π_old/V_old, s | tokens / s | speed-up |", "|---|---|---|---|---|"]
+           f"| layout | update, s | of which no-grad π_old/V_old, s | tokens / s | speed-up vs "
+           f"{'padded' if 'padded' in r else 'cut'} |", "|---|---|---|---|---|"]
     for name, label in (("padded", "every forward padded to the batch's longest episode (before)"),
                         ("cut", "chunks and minibatches cut to their longest row (`forward_in_chunks`)"),
                         ("behaviour", "cut, and π_old the rollout's log-probs (`--old-logprobs behaviour`): no "
@@ -101,7 +102,8 @@ def update_speed_table(r: dict) -> str:
         if name not in r:
             continue
         x = r[name]
-        sp = "—" if name == "padded" else f"**{r['padded']['median_seconds'] / x['median_seconds']:.2f}×**"
+        base = "padded" if "padded" in r else "cut"  # the speed-up against the first layout measured
+        sp = "—" if name == base else f"**{r[base]['median_seconds'] / x['median_seconds']:.2f}×**"
         out.append(f"| {label} | {x['median_seconds']:.1f} | {x['median_no_grad_seconds']:.1f} | "
                    f"{x['tokens_per_s']:.0f} | {sp} |")
     out.append("")
