@@ -24,6 +24,7 @@ cells with equal numbers of seeds, never three seeds of one cell and none of ano
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shlex
@@ -126,7 +127,9 @@ def parallel(jobs: list[tuple[str, list[str]]], n: int) -> list[str]:
     failed = []
     if DRY_RUN:
         for name, cmd in jobs:
-            print(f"{name}: {shlex.join(cmd[2:])}")
+            minutes, how = estimate_minutes(cmd)
+            PLAN.append((name, minutes))
+            print(f"{name} [{how}]: {shlex.join(cmd[2:])}")
         return failed
 
     def one(job):
@@ -139,6 +142,62 @@ def parallel(jobs: list[tuple[str, list[str]]], n: int) -> list[str]:
     with ThreadPoolExecutor(max(1, n)) as ex:
         list(ex.map(one, jobs))
     return failed
+
+
+# The cost model of --dry-run, in minutes on the project's 2-core CPU, fp32, quiet machine (measured: a cooking step of
+# 16 episodes from a weak SFT model took 92-140 s; an SFT of 16 walkthroughs 86 s; an evaluation of 16 cooking games
+# 18-21 s, README's demo section). Recorded runs of a results file replace the guess with their median wall time.
+SECONDS_PER_EPISODE = {"cooking.yaml": 7.3, "custom.yaml": 7.3, "bandit.yaml": 9.0}
+SECONDS_PER_DEMO, SECONDS_PER_EVAL_GAME = 5.5, 1.3
+PLAN: list[tuple[str, float]] = []
+
+
+def _flag(cmd: list[str], name: str, default: str = "") -> str:
+    return cmd[cmd.index(name) + 1] if name in cmd else default
+
+
+def estimate_minutes(cmd: list[str]) -> tuple[float, str]:
+    """(minutes, how it was estimated) of one agentrl command of the plan: 0 for a sweep run already recorded in its
+    results file; the median wall time of the file's recorded CPU runs when there are some; else the cost model."""
+    verb = cmd[len(AGENTRL)] if len(cmd) > len(AGENTRL) else ""
+    if verb == "sweep":
+        out, base = Path(_flag(cmd, "--out")), _flag(cmd, "--base")
+        grid = cmd[cmd.index("--grid") + 1:cmd.index("--seeds")]
+        seed, init = int(_flag(cmd, "--seeds")), _flag(cmd, "--init").rstrip("/")
+        records = [json.loads(x) for x in out.read_text().splitlines() if x.strip()] if out.exists() else []
+        axes = [(k, v.split(",")) for k, v in (g.split("=", 1) for g in grid)]
+        tags = dict(t.split("=", 1) for t in cmd[cmd.index("--tag") + 1:] if "=" in t and not t.startswith("-")) \
+            if "--tag" in cmd else {}
+
+        def same(r, cell) -> bool:
+            labels = {k: str(v) for k, v in (r.get("cell") or {}).items()}
+            return (r.get("seed") == seed and all(labels.get(k, "").split("/")[-1] == v.split("/")[-1]
+                                                  for k, v in {**cell, **tags}.items())
+                    and str(r.get("config", {}).get("model", {}).get("name", "")).endswith(init))
+        cells = [dict(zip([k for k, _ in axes], vals)) for vals in itertools.product(*[v for _, v in axes])]
+        left = [c for c in cells if not any(same(r, c) for r in records)]
+        if not left:
+            return 0.0, "recorded"
+        cell = left[0]
+        cpu = [r["wall_seconds"] for r in records if r.get("device") == "cpu" and r.get("wall_seconds")]
+        if cpu:
+            return len(left) * sorted(cpu)[len(cpu) // 2] / 60, \
+                f"{len(left)} run(s) x the median of {len(cpu)} recorded CPU runs"
+        import yaml
+
+        conf = yaml.safe_load((ROOT / base).read_text())
+        over = {k: float(v) for k, v in cell.items() if k in ("train.steps", "train.games_per_step")}
+        steps = over.get("train.steps", conf["train"]["steps"])
+        per_step = over.get("train.games_per_step", conf["train"]["games_per_step"]) * conf["algo"]["group_size"]
+        n_eval = 64 * (2 if "--also-eval" in cmd else 1)
+        return len(left) * (steps * per_step * SECONDS_PER_EPISODE[Path(base).name]
+                             + n_eval * SECONDS_PER_EVAL_GAME) / 60, f"{len(left)} run(s), cost model"
+    if verb == "sft":
+        demos = float(_flag(cmd, "--demos", "64")) * float(_flag(cmd, "--epochs", "1"))
+        return (30 + demos * SECONDS_PER_DEMO) / 60, "cost model"
+    if verb in ("eval", "make-games"):
+        return (64 * SECONDS_PER_EVAL_GAME if verb == "eval" else 90) / 60, "cost model"
+    return 0.0, "not estimated"
 
 
 def games(names) -> list[tuple[str, list[str]]]:
@@ -171,7 +230,8 @@ def stage_eval(model: str, games_name: str, max_turns: int, stage: str, **meta) 
     out = ROOT / "runs" / "evals" / f"{name}.json"
     meta_path = out.with_suffix(".meta.json")
     if DRY_RUN:
-        return [] if out.exists() else [(f"eval-{name}", ["", "", "eval", model, "on", games_name])]
+        return [] if out.exists() else [(f"eval-{name}", [*AGENTRL, "eval", "--model", model, "--games",
+                                                          f"games/{games_name}"])]
     meta_path.parent.mkdir(parents=True, exist_ok=True)
     meta_path.write_text(json.dumps({"stage": stage, "model": model, "games": games_name, "max_turns": max_turns,
                                      **meta}))
@@ -325,6 +385,10 @@ def main() -> None:
     failed = parallel(list(dict(sfts).items()), a.jobs)
     failed += parallel(jobs + evals, a.jobs)
     if DRY_RUN:
+        total = sum(m for _, m in PLAN)
+        print(f"\n{sum(m > 0 for _, m in PLAN)} commands to run, about {total / 60:.1f} CPU hours at --jobs 1 on a quiet "
+              f"2-core CPU (fp32; measured run times where the results files hold some, else the cost model above "
+              f"estimate_minutes); a GPU runs a cooking run in 2-7 min (results/algo_reward.jsonl, earlier design)")
         return
     log(f"collected {collect_evals()} new stage evaluations into results/stage_evals.jsonl")
     log(f"{a.part}: {time.perf_counter() - t0:.0f}s wall" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
