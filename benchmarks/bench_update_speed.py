@@ -25,7 +25,9 @@ collated them). The batch is laid out as rollouts lay it out (the prompt, then t
 tokens); the token ids are random (the cost of a forward does not depend on them), except that the episodes of a
 group (consecutive blocks of --group-size) share their first --prompt tokens, as a group's episodes share the system
 prompt and the game's first observation (273-284 tokens on these games). The layouts alternate within each
-repeat (both see the same load of a shared machine), each from the same weights and optimizer state. Prints the
+repeat (both see the same load of a shared machine), each from the same weights and optimizer state. Each run records
+its wall time and this process's CPU time (time.process_time, all threads; run with OMP_WAIT_POLICY=PASSIVE so that
+waiting threads do not spin): on a machine shared with other jobs the CPU time is the steadier measure of the work. Prints the
 median seconds of each layout and the ratio, and appends one JSON line to --out. Peak memory is one process's for both
 layouts: bench_update_memory.py measures memory per setting.
 """
@@ -50,12 +52,13 @@ def build_batch(lengths: list[int], policy_tokens: list[int], vocab: int, prompt
 
     g = torch.Generator().manual_seed(0)
     B, T = len(lengths), max(lengths)
+    first_action = min(prompt, max(1, min(lengths) - 2 * max(policy_tokens)))  # room for every row's turns after it
     ids = torch.randint(1, vocab, (B, T), generator=g)
     attn, mask = torch.zeros(B, T, dtype=torch.long), torch.zeros(B, T)
     for b, (n, p) in enumerate(zip(lengths, policy_tokens)):
         attn[b, :n] = 1
         turns = max(1, round(p / 5))
-        start = min(prompt, n // 2)
+        start = first_action  # the first action follows the prompt, at the same place in every row
         stride = max((n - start) // turns, 1)
         left = p
         for k in range(turns):
@@ -64,8 +67,7 @@ def build_batch(lengths: list[int], policy_tokens: list[int], vocab: int, prompt
             left -= take
     for b in range(B):  # the group's first row's prompt
         first = b - b % group_size
-        share = min(prompt, lengths[b] // 2, lengths[first] // 2)
-        ids[b, :share] = ids[first, :share]
+        ids[b, :first_action] = ids[first, :first_action]
     return ids * attn, attn, mask
 
 
@@ -137,7 +139,7 @@ def main() -> None:
             head.load_state_dict(start_head)
         opt = torch.optim.AdamW(params, lr=1e-5)
         policy.train()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         with torch.no_grad():
             if layout == "padded":
                 old = token_forward(policy, ids, attn, mask, temp, head)
@@ -160,8 +162,8 @@ def main() -> None:
                 loss, _ = accumulate_microbatches(fwd, select(full, idx), algo)
             opt.step()
             losses.append(loss.item())
-        t2 = time.perf_counter()
-        return {"seconds": round(t2 - t0, 3), "no_grad_seconds": round(t1 - t0, 3),
+        t2, c2 = time.perf_counter(), time.process_time()
+        return {"seconds": round(t2 - t0, 3), "cpu_seconds": round(c2 - c0, 3), "no_grad_seconds": round(t1 - t0, 3),
                 "minibatch_seconds": round(t2 - t1, 3), "losses": [round(x, 6) for x in losses]}
 
     with torch.no_grad():  # what the rollout would have sampled with: π at the starting weights
@@ -173,8 +175,8 @@ def main() -> None:
         for name in (layouts if r % 2 == 0 else layouts[::-1]):  # alternate the order: neither always goes first
             load = load1()
             runs[name].append({**update(name), "load_before": load, "load_after": load1()})
-            print(f"repeat {r + 1} {name:6s}: {runs[name][-1]['seconds']:7.1f} s (no-grad "
-                  f"{runs[name][-1]['no_grad_seconds']:.1f} s)", flush=True)
+            print(f"repeat {r + 1} {name:6s}: {runs[name][-1]['seconds']:7.1f} s, CPU {runs[name][-1]['cpu_seconds']:.1f} s "
+                  f"(no-grad {runs[name][-1]['no_grad_seconds']:.1f} s)", flush=True)
     tokens = int(attn.sum())
     result = {"bench": "update_speed", "algo": a.algo, "episodes": B, "minibatch": a.minibatch,
               "group_size": a.group_size, "prompt": a.prompt, "tokens": tokens,
@@ -183,6 +185,7 @@ def main() -> None:
     for name in layouts:
         med = statistics.median(x["seconds"] for x in runs[name])
         result[name] = {"runs": runs[name], "median_seconds": med,
+                        "median_cpu_seconds": statistics.median(x["cpu_seconds"] for x in runs[name]),
                         "median_no_grad_seconds": statistics.median(x["no_grad_seconds"] for x in runs[name]),
                         "median_minibatch_seconds": statistics.median(x["minibatch_seconds"] for x in runs[name]),
                         "tokens_per_s": round(tokens / med, 1)}
@@ -197,6 +200,8 @@ def main() -> None:
                                                       result[name]["median_seconds"], 2)
         if name not in ("padded", "cut"):
             result[name]["speedup_vs_cut"] = round(result["cut"]["median_seconds"] / result[name]["median_seconds"], 2)
+            result[name]["cpu_speedup_vs_cut"] = round(result["cut"]["median_cpu_seconds"] /
+                                                       result[name]["median_cpu_seconds"], 2)
         print(f"  {name:9s} {result[name]['median_seconds']:6.1f} s  {result[name]['tokens_per_s']:6.1f} tokens/s"
               + (f"  {result[name]['speedup_vs_padded']}x padded" if "speedup_vs_padded" in result[name] else "")
               + (f"  {result[name]['speedup_vs_cut']}x cut" if "speedup_vs_cut" in result[name] else ""))

@@ -91,7 +91,7 @@ def update_speed_table(r: dict) -> str:
            f"episodes, {r['tokens']} tokens, {r['padded_tokens']} padded to the longest; minibatches of "
            f"{r['minibatch']}), medians of {n_runs}, the layouts alternating; {where(r)}.", "",
            f"| layout | update, s | of which no-grad π_old/V_old, s | tokens / s | speed-up vs "
-           f"{'padded' if 'padded' in r else 'cut'} |", "|---|---|---|---|---|"]
+           f"{'padded' if 'padded' in r else 'cut'} | CPU seconds (speed-up) |", "|---|---|---|---|---|---|"]
     for name, label in (("padded", "every forward padded to the batch's longest episode (before)"),
                         ("cut", "chunks and minibatches cut to their longest row (`forward_in_chunks`)"),
                         ("behaviour", "cut, and π_old the rollout's log-probs (`--old-logprobs behaviour`): no "
@@ -104,8 +104,12 @@ def update_speed_table(r: dict) -> str:
         x = r[name]
         base = "padded" if "padded" in r else "cut"  # the speed-up against the first layout measured
         sp = "—" if name == base else f"**{r[base]['median_seconds'] / x['median_seconds']:.2f}×**"
+        cpu = "—"
+        if "median_cpu_seconds" in x:
+            cpu = f"{x['median_cpu_seconds']:.1f}" + ("" if name == base else
+                                                      f" ({r[base]['median_cpu_seconds'] / x['median_cpu_seconds']:.2f}×)")
         out.append(f"| {label} | {x['median_seconds']:.1f} | {x['median_no_grad_seconds']:.1f} | "
-                   f"{x['tokens_per_s']:.0f} | {sp} |")
+                   f"{x['tokens_per_s']:.0f} | {sp} | {cpu} |")
     out.append("")
     out.append(f"Largest difference between the layouts' minibatch losses: {r['max_loss_difference']:.1e}.")
     return "\n".join(out) + "\n"
