@@ -90,7 +90,7 @@ def test_tasks_are_valid_and_record_the_swe_gym_fields(tasks_dir):
         assert noop["fail_to_pass_passed"] == 0 and noop["n_pass"] == len(t["PASS_TO_PASS"])
     assert len(ids) == 3  # different (function, mutation) per task
     stats = tasks_dir.params["generation"]
-    assert stats["kept"] == 3 and stats["tried"] >= 3
+    assert stats["kept"] == 3 and stats["tried"] >= 3 and stats["max_per_function"] == 1  # least-used functions first
 
 
 def _apply_gold(t: dict, repo: Path, dest: Path) -> Path:
@@ -291,3 +291,39 @@ def test_make_games_refuses_with_one_line_without_a_sandbox(monkeypatch, tmp_pat
         sb.sandbox_problem.cache_clear()
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "bwrap" in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------------------------------------------- more packages
+
+@pytest.mark.parametrize("package,source", [("mpmath", "package"), ("boltons", "generated")])
+def test_tasks_from_more_packages(package, source, tmp_path):
+    """A task from mpmath (its own tests) and one from boltons (tests generated from the unmutated functions): the
+    gold patch resolves it, a no-op scores the recorded unpatched baseline."""
+    from agentrl_lib.envs.swe_tasks import generate_tasks, score_submission
+
+    tasks, stats = generate_tasks(tmp_path, 1, seed=0, packages=(package,), log=lambda *a: None)
+    t = tasks[0]
+    assert t["tests_source"] == source and t["package"]["name"] == package and stats["by_package"][package]["kept"] == 1
+    repo = tmp_path / "tasks" / t["instance_id"] / "repo"
+    assert all((repo / f).is_file() for f in t["test_files"])
+    gold = score_submission(t, repo, _apply_gold(t, repo, tmp_path / "gold"))
+    assert gold["resolved"] == 1.0 and gold["n_total"] == t["unpatched"]["n_total"]
+    noop = score_submission(t, repo, repo)
+    assert noop["n_pass"] == t["unpatched"]["n_pass"] == len(t["PASS_TO_PASS"]) and noop["relative"] == 0.0
+
+
+def test_generated_tests_pin_the_original_and_catch_a_planted_bug(tmp_path):
+    """The generated boltons.mathutils tests pass on the original and fail on a mutant (negative control)."""
+    from agentrl_lib.envs.swe_generated import CALLS, generated_tests
+    from agentrl_lib.envs.swe_tasks import SOURCES, copy_repo, run_tests
+
+    src, counts = generated_tests("boltons.mathutils", "boltons", "26.2.0")
+    assert set(counts) == set(CALLS["boltons.mathutils"]) and all(counts.values())
+    repo = copy_repo(SOURCES["boltons"], tmp_path / "repo")
+    outcomes, _ = run_tests(repo, ["tests/test_mathutils.py"])
+    assert len(outcomes) == sum(counts.values()) and set(outcomes.values()) == {"passed"}
+    mod = repo / "boltons" / "mathutils.py"
+    mod.write_text(mod.read_text().replace("return min(max(x, lower), upper)", "return max(x, lower)"))
+    assert "return max(x, lower)" in mod.read_text()
+    outcomes, _ = run_tests(repo, ["tests/test_mathutils.py"])
+    assert any(o != "passed" for t, o in outcomes.items() if "clamp" in t)
