@@ -599,12 +599,15 @@ def repo_diff(base: Path, work: Path) -> tuple[dict[str, str | None], str]:
     return changes, "".join(diff)
 
 
-def apply_submission(task: dict, base: Path, work: Path, dest: Path) -> tuple[Path, list[str]]:
+def apply_submission(task: dict, base: Path, work: Path, dest: Path,
+                     changes: dict[str, str | None] | None = None) -> tuple[Path, list[str]]:
     """A fresh copy of the buggy repository `base` at `dest` with the agent's changes in `work` applied, except to
     protected paths (`is_protected`): the task's tests are the task's. Symlinks the agent made are not copied.
+    `changes`: repo_diff(base, work)[0] when the caller has it.
     Returns: (dest, the protected paths whose changes were dropped)."""
     copy_tree(base, dest)
-    changes, _ = repo_diff(base, work)
+    if changes is None:
+        changes, _ = repo_diff(base, work)
     dropped = []
     for path, text in changes.items():
         if is_protected(path, task):
@@ -633,22 +636,46 @@ def reward_kinds(n_pass: int, n_total: int, n_baseline: int) -> dict[str, float]
     return {"pass_ratio": ratio, "resolved": float(n_pass == n_total), "relative": rel}
 
 
-def score_submission(task: dict, base: Path, work: Path, site: dict[str, Path] | None = None) -> dict[str, Any]:
+SCORE_CACHE_SIZE = 256
+"""Scores remembered per process (`score_submission`): the (task, effective change) pairs last scored."""
+_scores: dict[tuple[str, str], tuple[int, int]] = {}
+
+
+def score_submission(task: dict, base: Path, work: Path, site: dict[str, Path] | None = None,
+                     cache: bool = True) -> dict[str, Any]:
     """Evaluate the agent's working copy `work` of task `task` (buggy repository `base`): apply its diff to a fresh
     copy with the tests restored, run the test files in the sandbox, count the listed tests that pass.
 
+    Cached (`cache`): a submission whose effective change (its changes to unprotected paths) is empty scores the
+    task's recorded unpatched baseline (task["unpatched"], measured at validation) with no test run; one whose
+    effective change was scored before in this process (the last SCORE_CACHE_SIZE: a group of episodes that submit
+    the same fix) reuses that score. Both are exact: the tests are deterministic and run on the same files.
     Returns: {"pass_ratio", "resolved", "relative"} (reward_kinds) plus n_pass, n_total, fail_to_pass_passed,
-    dropped (protected paths whose changes were ignored), diff (the agent's unified diff), test_seconds.
+    dropped (protected paths whose changes were ignored), diff (the agent's unified diff), test_seconds (0 when
+    cached), cached ("unpatched", "memo" or "").
     Raises: sandbox.SandboxUnavailable; OSError when the copies cannot be made (an env fault)."""
     listed = task["FAIL_TO_PASS"] + task["PASS_TO_PASS"]
-    _, diff = repo_diff(base, work)
-    with tempfile.TemporaryDirectory(prefix="agentrl-swe-eval-") as tmp:
-        fresh, dropped = apply_submission(task, base, work, Path(tmp) / "repo")
-        t = time.perf_counter()
-        outcomes, _ = run_tests(fresh, task["test_files"], site)
-        seconds = time.perf_counter() - t
-    n_pass = sum(outcomes.get(tid) == "passed" for tid in listed)
-    f2p = sum(outcomes.get(tid) == "passed" for tid in task["FAIL_TO_PASS"])
+    changes, diff = repo_diff(base, work)
+    effective = {p: t for p, t in changes.items() if not is_protected(p, task)}
+    dropped = [p for p in changes if is_protected(p, task)]
+    key = (task["instance_id"], hashlib.sha1(json.dumps(effective, sort_keys=True).encode()).hexdigest())
+    seconds, how = 0.0, ""
+    if cache and not effective and "unpatched" in task:
+        n_pass, f2p, how = task["unpatched"]["n_pass"], task["unpatched"]["fail_to_pass_passed"], "unpatched"
+    elif cache and key in _scores:
+        (n_pass, f2p), how = _scores[key], "memo"
+    else:
+        with tempfile.TemporaryDirectory(prefix="agentrl-swe-eval-") as tmp:
+            fresh, _ = apply_submission(task, base, work, Path(tmp) / "repo", changes)
+            t = time.perf_counter()
+            outcomes, _ = run_tests(fresh, task["test_files"], site)
+            seconds = time.perf_counter() - t
+        n_pass = sum(outcomes.get(tid) == "passed" for tid in listed)
+        f2p = sum(outcomes.get(tid) == "passed" for tid in task["FAIL_TO_PASS"])
+        if outcomes:  # a killed run (time, output) is not remembered
+            _scores[key] = (n_pass, f2p)
+            while len(_scores) > SCORE_CACHE_SIZE:
+                _scores.pop(next(iter(_scores)))
     return {**reward_kinds(n_pass, len(listed), len(task["PASS_TO_PASS"])), "n_pass": n_pass,
             "n_total": len(listed), "fail_to_pass_passed": f2p, "dropped": dropped, "diff": diff,
-            "test_seconds": round(seconds, 3)}
+            "test_seconds": round(seconds, 3), "cached": how}
