@@ -86,8 +86,9 @@ def test_tasks_are_valid_and_record_the_swe_gym_fields(tasks_dir):
         gold = _apply_gold(t, repo, Path(g.path).parent.parent / "gold-check")
         res = score_submission(t, repo, gold)
         assert res["n_pass"] == res["n_total"] == len(t["FAIL_TO_PASS"]) + len(t["PASS_TO_PASS"])
-        noop = score_submission(t, repo, repo)
-        assert noop["fail_to_pass_passed"] == 0 and noop["n_pass"] == len(t["PASS_TO_PASS"])
+        noop = score_submission(t, repo, repo, cache=False)  # run, not the recorded baseline
+        assert noop["fail_to_pass_passed"] == 0 and noop["n_pass"] == len(t["PASS_TO_PASS"]) == t["unpatched"]["n_pass"]
+        assert noop["cached"] == "" and noop["test_seconds"] > 0
     assert len(ids) == 3  # different (function, mutation) per task
     stats = tasks_dir.params["generation"]
     assert stats["kept"] == 3 and stats["tried"] >= 3 and stats["max_per_function"] == 1  # least-used functions first
@@ -327,3 +328,95 @@ def test_generated_tests_pin_the_original_and_catch_a_planted_bug(tmp_path):
     assert "return max(x, lower)" in mod.read_text()
     outcomes, _ = run_tests(repo, ["tests/test_mathutils.py"])
     assert any(o != "passed" for t, o in outcomes.items() if "clamp" in t)
+
+
+def test_scores_are_cached_exactly(tasks_dir, tmp_path):
+    """A no-op scores the recorded baseline without a test run; a repeated fix reuses its score; both equal a run."""
+    from agentrl_lib.envs.swe_tasks import score_submission
+
+    g = tasks_dir.games[2]
+    t, repo = _task(g), Path(g.path) / "repo"
+    noop = score_submission(t, repo, repo)
+    assert noop["cached"] == "unpatched" and noop["test_seconds"] == 0
+    assert noop["n_pass"] == score_submission(t, repo, repo, cache=False)["n_pass"]
+    gold = _apply_gold(t, repo, tmp_path / "gold")
+    first, again = score_submission(t, repo, gold, cache=False), score_submission(t, repo, gold)
+    assert again["cached"] in ("memo", "") and first["n_pass"] == again["n_pass"] == first["n_total"]
+    assert score_submission(t, repo, gold)["cached"] == "memo"
+    (gold / t["files"][0]).write_text((repo / t["files"][0]).read_text() + "\n# a comment\n")  # another change
+    other = score_submission(t, repo, gold)
+    assert other["cached"] == "" and other["n_pass"] == noop["n_pass"]  # the bug is back: a real run
+
+
+# ---------------------------------------------------------------------------------------------------- run settings
+
+def test_swe_reward_setting_and_the_step_watchdog():
+    """EnvConfig.swe_reward reaches the env (validated); the pool's watchdog leaves a command its full 30 s."""
+    from agentrl_lib.config import ConfigError, EnvConfig
+    from agentrl_lib.envs import get_family
+
+    fam = get_family("swe")
+    with pytest.raises(ConfigError, match="swe_reward"):
+        EnvConfig(swe_reward="binary").validate()
+    EnvConfig(swe_reward="resolved").validate()
+    kw = fam.env_kwargs(EnvConfig(swe_reward="resolved"))
+    assert kw["reward"] == "resolved" and "reward" not in fam.env_kwargs(EnvConfig())  # '' = the set's kind
+    assert fam.watchdog_s(30.0) == kw["step_timeout_s"] == 70.0 and fam.watchdog_s(200.0) == 200.0
+    assert get_family("bandit").watchdog_s(30.0) == 30.0  # other families keep the configured value
+    env = _env(**kw)
+    try:
+        assert env.wall_s == 30.0 and env.reward == "resolved"
+    finally:
+        env.close()
+    # control: the first pass's arithmetic under the configured 30 s gave a command 12.5 s
+    assert _env(step_timeout_s=30.0).wall_s == 12.5
+
+
+def _copy_set(tasks_dir, dest: Path, n: int) -> Path:
+    shutil.copytree(tasks_dir.root, dest, ignore=shutil.ignore_patterns("episodes.jsonl", ".agentrl-game-check.json"))
+    mf = json.loads((dest / "manifest.json").read_text())
+    mf["games"], mf["n_games"] = mf["games"][:n], n
+    (dest / "manifest.json").write_text(json.dumps(mf))
+    return dest
+
+
+@pytest.mark.slow
+def test_sft_on_swe_walkthroughs_with_a_tiny_model(tasks_dir, tiny_model_dir, tokenizer, tmp_path):
+    """`agentrl sft` on 3 swe tasks runs end to end; every walkthrough (a patch in a heredoc) fits the context."""
+    from transformers import AutoConfig
+
+    from agentrl_lib.cli import main
+    from agentrl_lib.envs.base import load_game_set
+    from agentrl_lib.prompts import ChatFormat
+    from agentrl_lib.sft import expert_examples
+
+    games = _copy_set(tasks_dir, tmp_path / "games", 3)
+    examples = expert_examples(load_game_set(games), ChatFormat(tokenizer))
+    assert len(examples) == 3
+    context = AutoConfig.from_pretrained(tiny_model_dir).max_position_embeddings
+    assert max(len(e["input_ids"]) for e in examples) < context
+    assert main(["sft", "--model", tiny_model_dir, "--games", str(games), "--out", str(tmp_path / "sft"),
+                 "--device", "cpu"]) == 0
+    summary = json.loads((tmp_path / "sft" / "sft_summary.json").read_text())
+    assert summary["examples"] == 3 and summary["tokens"] == sum(len(e["input_ids"]) for e in examples)
+    assert (tmp_path / "sft" / "policy").is_dir()
+
+
+@pytest.mark.slow
+def test_one_grpo_step_on_two_swe_tasks_with_a_tiny_model(tasks_dir, tiny_model_dir, tmp_path):
+    """`agentrl train` with GRPO, 2 tasks x group 2, --swe-reward resolved: one step completes, the run's reward
+    kind is the flag's (episodes.jsonl), not the set's."""
+    import yaml
+
+    from agentrl_lib.cli import main
+
+    games = _copy_set(tasks_dir, tmp_path / "games", 2)
+    run = tmp_path / "run"
+    assert main(["train", "--algo", "grpo", "--games", str(games), "--model", tiny_model_dir, "--out", str(run),
+                 "--steps", "1", "--group-size", "2", "--games-per-step", "2", "--max-turns", "2",
+                 "--max-new-tokens", "16", "--swe-reward", "resolved", "--no-check-games", "--device", "cpu"]) == 0
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1]
+    assert yaml.safe_load((run / "config.yaml").read_text())["env"]["swe_reward"] == "resolved"
+    eps = [json.loads(x) for x in (games / "episodes.jsonl").read_text().splitlines()]
+    assert len(eps) == 4 and {e["reward_kind"] for e in eps} == {"resolved"}
