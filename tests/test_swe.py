@@ -118,8 +118,8 @@ def test_generation_is_seeded_and_prefix_stable(tasks_dir, tmp_path):
 def test_train_and_held_out_never_share_a_function(tasks_dir, held_out_dir):
     from agentrl_lib.envs.swe_tasks import SOURCES, check_source, function_split, functions
 
-    train = {(_task(g)["module"], _task(g)["function"]) for g in tasks_dir.games}
-    held = {(_task(g)["module"], _task(g)["function"]) for g in held_out_dir.games}
+    train = {(_task(g)["package"]["name"], _task(g)["module"], _task(g)["function"]) for g in tasks_dir.games}
+    held = {(_task(g)["package"]["name"], _task(g)["module"], _task(g)["function"]) for g in held_out_dir.games}
     assert train and held and not train & held
     assert all(_task(g)["split"] == "valid_unseen" for g in held_out_dir.games)
     # the split is a property of the function alone
@@ -127,7 +127,7 @@ def test_train_and_held_out_never_share_a_function(tasks_dir, held_out_dir):
     names = [(m, f.name) for m in pkg.modules for f in functions((check_source(pkg) / m).read_text())]
     splits = {function_split("toolz", m, f) for m, f in names}
     assert splits == {"train", "valid_unseen"}
-    assert all(function_split("toolz", m, f) == "valid_unseen" for m, f in held)
+    assert all(function_split(p, m, f) == "valid_unseen" for p, m, f in held)
 
 
 # ---------------------------------------------------------------------------------------------------- rewards
@@ -360,7 +360,8 @@ def test_swe_reward_setting_and_the_step_watchdog():
         EnvConfig(swe_reward="binary").validate()
     EnvConfig(swe_reward="resolved").validate()
     kw = fam.env_kwargs(EnvConfig(swe_reward="resolved"))
-    assert kw["reward"] == "resolved" and "reward" not in fam.env_kwargs(EnvConfig())  # '' = the set's kind
+    assert kw["reward"] == "resolved" and fam.env_kwargs(EnvConfig()).get("reward") == ""
+    assert _env(reward="").reward is None  # '' = the task set's kind
     assert fam.watchdog_s(30.0) == kw["step_timeout_s"] == 70.0 and fam.watchdog_s(200.0) == 200.0
     assert get_family("bandit").watchdog_s(30.0) == 30.0  # other families keep the configured value
     env = _env(**kw)
@@ -398,11 +399,11 @@ def test_sft_on_swe_walkthroughs_with_a_tiny_model(tasks_dir, tiny_model_dir, to
     assert main(["sft", "--model", tiny_model_dir, "--games", str(games), "--out", str(tmp_path / "sft"),
                  "--device", "cpu"]) == 0
     summary = json.loads((tmp_path / "sft" / "sft_summary.json").read_text())
-    assert summary["examples"] == 3 and summary["tokens"] == sum(len(e["input_ids"]) for e in examples)
+    # the replayed observations carry pytest's timings, so the token count may differ by a few
+    assert summary["examples"] == 3 and abs(summary["tokens"] - sum(len(e["input_ids"]) for e in examples)) < 30
     assert (tmp_path / "sft" / "policy").is_dir()
 
 
-@pytest.mark.slow
 def test_one_grpo_step_on_two_swe_tasks_with_a_tiny_model(tasks_dir, tiny_model_dir, tmp_path):
     """`agentrl train` with GRPO, 2 tasks x group 2, --swe-reward resolved: one step completes, the run's reward
     kind is the flag's (episodes.jsonl), not the set's."""
