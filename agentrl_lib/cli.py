@@ -42,7 +42,7 @@ MAKE_GAMES_N_MAX = 100_000
 """`agentrl make-games --n` upper bound: more games take hours to generate (Sokoban's BFS, TextWorld's compiler) and
 give a manifest of hundreds of MB; split a bigger set over several --seed ranges."""
 FAMILY_FLAGS = ("challenge", "challenge_args", "world_size", "nb_objects", "quest_length", "split", "task_types",
-                "official", "force")
+                "official", "level", "swe_reward", "packages", "force")
 """`agentrl make-games` flags passed to the family's game maker when it takes a keyword parameter of that name."""
 _TEXTWORLD_CUSTOM = ("world_size", "nb_objects", "quest_length")
 
@@ -431,10 +431,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--task-types", help="alfworld: comma-separated task types (default all six)")
     g.add_argument("--official", action="store_true",
                    help="alfworld: index the official games under $ALFWORLD_DATA (alfworld-download) into --out")
-    g.add_argument("--level", type=int, default=1, choices=[1, 2, 3], help="swe: problem statement level (1 names "
+    g.add_argument("--level", type=int, choices=[1, 2, 3], help="swe: problem statement level (1, the default, names "
                    "file, function, failing tests; 2 the failing tests' output; 3 an issue-style text)")
-    g.add_argument("--swe-reward", default="relative", choices=["relative", "pass_ratio", "resolved"],
-                   help="swe: the set's reward kind (relative: pass ratio above the unpatched baseline)")
+    g.add_argument("--swe-reward", choices=["relative", "pass_ratio", "resolved"],
+                   help="swe: the set's reward kind (default relative: pass ratio above the unpatched baseline)")
+    g.add_argument("--packages", help="swe: comma-separated source packages (toolz, mpmath, boltons; default all)")
     g.add_argument("--force", action="store_true", help="regenerate even if a cached identical set exists")
     g.set_defaults(func=_make_games)
 

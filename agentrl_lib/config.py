@@ -35,6 +35,8 @@ ALGO_PRESETS: dict[str, dict[str, Any]] = {
 in advantages.ESTIMATORS (its module docstring has the table)."""
 REWARDS = ("sparse", "dense", "env")
 ACTION_FORMATS = ("plain", "ragen")
+SWE_REWARDS = ("relative", "pass_ratio", "resolved")
+"""EnvConfig.swe_reward's values besides '' (envs.swe.REWARD_KINDS, kept here so config imports no env module)."""
 """EnvConfig.action_format values (prompts.ACTION_FORMATS, kept here so config imports no env module)."""
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 TIS_MODES = ("auto", "on", "off")
@@ -106,7 +108,8 @@ class EnvConfig:
     in this process, and a hung step ends the process after step_timeout_s (resumable with --resume)."""
     step_timeout_s: float = 30.0
     """Watchdog of one env reset/step, in seconds (> 0): TextWorld steps take 2-15 ms, ALFWorld resets up to 0.5 s;
-    10-120. A step past it is an env error for its episode (process pool) or ends the process (serial pool)."""
+    10-120. A step past it is an env error for its episode (process pool) or ends the process (serial pool). A family
+    whose steps need longer raises it (EnvFamily.step_timeout_s; swe: 70, a 30 s command then a 30 s test run)."""
     max_env_error_frac: float = 0.5
     """Stop training (and make `agentrl eval` exit non-zero) when more than this fraction of a step's (an
     evaluation's) episodes end in an env error, in [0, 1]; 1 never stops. Env-error episodes are counted as
@@ -125,6 +128,11 @@ class EnvConfig:
     env as is (so a plain 'Left || Up' is two moves for those envs). There is no cap per episode: max_turns × this
     bounds an episode's actions (and those envs end an episode at 100 moves). RAGEN's max_actions_per_traj (10, with
     5 turns × 5) is a tighter budget; max_turns × max_actions_per_turn = 10 (e.g. 5 × 2) gives the same total."""
+    swe_reward: str = ""
+    """swe games only: the reward kind of this run, '' (the task set's kind, `make-games swe --swe-reward`), 'relative'
+    (the pass ratio above the unpatched baseline: a no-op earns 0), 'pass_ratio' (passing / listed tests: the
+    Practitioner's Guide's) or 'resolved' (1 if every listed test passes, else 0), e.g. --swe-reward resolved. All
+    three are logged per episode whatever the kind; with reward.kind = sparse the run trains on 'resolved' anyway."""
 
     def validate(self) -> None:
         if self.action_format not in ACTION_FORMATS:
@@ -138,6 +146,9 @@ class EnvConfig:
                               "uses 8-12 for small TextWorld games")
         if not self.step_timeout_s > 0:
             raise ConfigError(f"env.step_timeout_s must be > 0 seconds (got {self.step_timeout_s}); 30 is the default")
+        if self.swe_reward not in ("", *SWE_REWARDS):
+            raise ConfigError(f"env.swe_reward must be '' (the task set's kind) or one of {SWE_REWARDS} (got "
+                              f"{self.swe_reward!r}); e.g. --swe-reward resolved")
         if not 0.0 <= self.max_env_error_frac <= 1.0:
             raise ConfigError(f"env.max_env_error_frac must be in [0, 1] (got {self.max_env_error_frac}); 0.5 stops a "
                               "run when more than half of a step's episodes fail, 1 never stops")

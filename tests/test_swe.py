@@ -86,11 +86,12 @@ def test_tasks_are_valid_and_record_the_swe_gym_fields(tasks_dir):
         gold = _apply_gold(t, repo, Path(g.path).parent.parent / "gold-check")
         res = score_submission(t, repo, gold)
         assert res["n_pass"] == res["n_total"] == len(t["FAIL_TO_PASS"]) + len(t["PASS_TO_PASS"])
-        noop = score_submission(t, repo, repo)
-        assert noop["fail_to_pass_passed"] == 0 and noop["n_pass"] == len(t["PASS_TO_PASS"])
+        noop = score_submission(t, repo, repo, cache=False)  # run, not the recorded baseline
+        assert noop["fail_to_pass_passed"] == 0 and noop["n_pass"] == len(t["PASS_TO_PASS"]) == t["unpatched"]["n_pass"]
+        assert noop["cached"] == "" and noop["test_seconds"] > 0
     assert len(ids) == 3  # different (function, mutation) per task
     stats = tasks_dir.params["generation"]
-    assert stats["kept"] == 3 and stats["tried"] >= 3
+    assert stats["kept"] == 3 and stats["tried"] >= 3 and stats["max_per_function"] == 1  # least-used functions first
 
 
 def _apply_gold(t: dict, repo: Path, dest: Path) -> Path:
@@ -117,8 +118,8 @@ def test_generation_is_seeded_and_prefix_stable(tasks_dir, tmp_path):
 def test_train_and_held_out_never_share_a_function(tasks_dir, held_out_dir):
     from agentrl_lib.envs.swe_tasks import SOURCES, check_source, function_split, functions
 
-    train = {(_task(g)["module"], _task(g)["function"]) for g in tasks_dir.games}
-    held = {(_task(g)["module"], _task(g)["function"]) for g in held_out_dir.games}
+    train = {(_task(g)["package"]["name"], _task(g)["module"], _task(g)["function"]) for g in tasks_dir.games}
+    held = {(_task(g)["package"]["name"], _task(g)["module"], _task(g)["function"]) for g in held_out_dir.games}
     assert train and held and not train & held
     assert all(_task(g)["split"] == "valid_unseen" for g in held_out_dir.games)
     # the split is a property of the function alone
@@ -126,7 +127,7 @@ def test_train_and_held_out_never_share_a_function(tasks_dir, held_out_dir):
     names = [(m, f.name) for m in pkg.modules for f in functions((check_source(pkg) / m).read_text())]
     splits = {function_split("toolz", m, f) for m, f in names}
     assert splits == {"train", "valid_unseen"}
-    assert all(function_split("toolz", m, f) == "valid_unseen" for m, f in held)
+    assert all(function_split(p, m, f) == "valid_unseen" for p, m, f in held)
 
 
 # ---------------------------------------------------------------------------------------------------- rewards
@@ -291,3 +292,132 @@ def test_make_games_refuses_with_one_line_without_a_sandbox(monkeypatch, tmp_pat
         sb.sandbox_problem.cache_clear()
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "bwrap" in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------------------------------------------- more packages
+
+@pytest.mark.parametrize("package,source", [("mpmath", "package"), ("boltons", "generated")])
+def test_tasks_from_more_packages(package, source, tmp_path):
+    """A task from mpmath (its own tests) and one from boltons (tests generated from the unmutated functions): the
+    gold patch resolves it, a no-op scores the recorded unpatched baseline."""
+    from agentrl_lib.envs.swe_tasks import generate_tasks, score_submission
+
+    tasks, stats = generate_tasks(tmp_path, 1, seed=0, packages=(package,), log=lambda *a: None)
+    t = tasks[0]
+    assert t["tests_source"] == source and t["package"]["name"] == package and stats["by_package"][package]["kept"] == 1
+    repo = tmp_path / "tasks" / t["instance_id"] / "repo"
+    assert all((repo / f).is_file() for f in t["test_files"])
+    gold = score_submission(t, repo, _apply_gold(t, repo, tmp_path / "gold"))
+    assert gold["resolved"] == 1.0 and gold["n_total"] == t["unpatched"]["n_total"]
+    noop = score_submission(t, repo, repo)
+    assert noop["n_pass"] == t["unpatched"]["n_pass"] == len(t["PASS_TO_PASS"]) and noop["relative"] == 0.0
+
+
+def test_generated_tests_pin_the_original_and_catch_a_planted_bug(tmp_path):
+    """The generated boltons.mathutils tests pass on the original and fail on a mutant (negative control)."""
+    from agentrl_lib.envs.swe_generated import CALLS, generated_tests
+    from agentrl_lib.envs.swe_tasks import SOURCES, copy_repo, run_tests
+
+    src, counts = generated_tests("boltons.mathutils", "boltons", "26.2.0")
+    assert set(counts) == set(CALLS["boltons.mathutils"]) and all(counts.values())
+    repo = copy_repo(SOURCES["boltons"], tmp_path / "repo")
+    outcomes, _ = run_tests(repo, ["tests/test_mathutils.py"])
+    assert len(outcomes) == sum(counts.values()) and set(outcomes.values()) == {"passed"}
+    mod = repo / "boltons" / "mathutils.py"
+    mod.write_text(mod.read_text().replace("return min(max(x, lower), upper)", "return max(x, lower)"))
+    assert "return max(x, lower)" in mod.read_text()
+    outcomes, _ = run_tests(repo, ["tests/test_mathutils.py"])
+    assert any(o != "passed" for t, o in outcomes.items() if "clamp" in t)
+
+
+def test_scores_are_cached_exactly(tasks_dir, tmp_path):
+    """A no-op scores the recorded baseline without a test run; a repeated fix reuses its score; both equal a run."""
+    from agentrl_lib.envs.swe_tasks import score_submission
+
+    g = tasks_dir.games[2]
+    t, repo = _task(g), Path(g.path) / "repo"
+    noop = score_submission(t, repo, repo)
+    assert noop["cached"] == "unpatched" and noop["test_seconds"] == 0
+    assert noop["n_pass"] == score_submission(t, repo, repo, cache=False)["n_pass"]
+    gold = _apply_gold(t, repo, tmp_path / "gold")
+    first, again = score_submission(t, repo, gold, cache=False), score_submission(t, repo, gold)
+    assert again["cached"] in ("memo", "") and first["n_pass"] == again["n_pass"] == first["n_total"]
+    assert score_submission(t, repo, gold)["cached"] == "memo"
+    (gold / t["files"][0]).write_text((repo / t["files"][0]).read_text() + "\n# a comment\n")  # another change
+    other = score_submission(t, repo, gold)
+    assert other["cached"] == "" and other["n_pass"] == noop["n_pass"]  # the bug is back: a real run
+
+
+# ---------------------------------------------------------------------------------------------------- run settings
+
+def test_swe_reward_setting_and_the_step_watchdog():
+    """EnvConfig.swe_reward reaches the env (validated); the pool's watchdog leaves a command its full 30 s."""
+    from agentrl_lib.config import ConfigError, EnvConfig
+    from agentrl_lib.envs import get_family
+
+    fam = get_family("swe")
+    with pytest.raises(ConfigError, match="swe_reward"):
+        EnvConfig(swe_reward="binary").validate()
+    EnvConfig(swe_reward="resolved").validate()
+    kw = fam.env_kwargs(EnvConfig(swe_reward="resolved"))
+    assert kw["reward"] == "resolved" and fam.env_kwargs(EnvConfig()).get("reward") == ""
+    assert _env(reward="").reward is None  # '' = the task set's kind
+    assert fam.watchdog_s(30.0) == kw["step_timeout_s"] == 70.0 and fam.watchdog_s(200.0) == 200.0
+    assert get_family("bandit").watchdog_s(30.0) == 30.0  # other families keep the configured value
+    env = _env(**kw)
+    try:
+        assert env.wall_s == 30.0 and env.reward == "resolved"
+    finally:
+        env.close()
+    # control: the first pass's arithmetic under the configured 30 s gave a command 12.5 s
+    assert _env(step_timeout_s=30.0).wall_s == 12.5
+
+
+def _copy_set(tasks_dir, dest: Path, n: int) -> Path:
+    shutil.copytree(tasks_dir.root, dest, ignore=shutil.ignore_patterns("episodes.jsonl", ".agentrl-game-check.json"))
+    mf = json.loads((dest / "manifest.json").read_text())
+    mf["games"], mf["n_games"] = mf["games"][:n], n
+    (dest / "manifest.json").write_text(json.dumps(mf))
+    return dest
+
+
+@pytest.mark.slow
+def test_sft_on_swe_walkthroughs_with_a_tiny_model(tasks_dir, tiny_model_dir, tokenizer, tmp_path):
+    """`agentrl sft` on 3 swe tasks runs end to end; every walkthrough (a patch in a heredoc) fits the context."""
+    from transformers import AutoConfig
+
+    from agentrl_lib.cli import main
+    from agentrl_lib.envs.base import load_game_set
+    from agentrl_lib.prompts import ChatFormat
+    from agentrl_lib.sft import expert_examples
+
+    games = _copy_set(tasks_dir, tmp_path / "games", 3)
+    examples = expert_examples(load_game_set(games), ChatFormat(tokenizer))
+    assert len(examples) == 3
+    context = AutoConfig.from_pretrained(tiny_model_dir).max_position_embeddings
+    assert max(len(e["input_ids"]) for e in examples) < context
+    assert main(["sft", "--model", tiny_model_dir, "--games", str(games), "--out", str(tmp_path / "sft"),
+                 "--device", "cpu"]) == 0
+    summary = json.loads((tmp_path / "sft" / "sft_summary.json").read_text())
+    # the replayed observations carry pytest's timings, so the token count may differ by a few
+    assert summary["examples"] == 3 and abs(summary["tokens"] - sum(len(e["input_ids"]) for e in examples)) < 30
+    assert (tmp_path / "sft" / "policy").is_dir()
+
+
+def test_one_grpo_step_on_two_swe_tasks_with_a_tiny_model(tasks_dir, tiny_model_dir, tmp_path):
+    """`agentrl train` with GRPO, 2 tasks x group 2, --swe-reward resolved: one step completes, the run's reward
+    kind is the flag's (episodes.jsonl), not the set's."""
+    import yaml
+
+    from agentrl_lib.cli import main
+
+    games = _copy_set(tasks_dir, tmp_path / "games", 2)
+    run = tmp_path / "run"
+    assert main(["train", "--algo", "grpo", "--games", str(games), "--model", tiny_model_dir, "--out", str(run),
+                 "--steps", "1", "--group-size", "2", "--games-per-step", "2", "--max-turns", "2",
+                 "--max-new-tokens", "16", "--swe-reward", "resolved", "--no-check-games", "--device", "cpu"]) == 0
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1]
+    assert yaml.safe_load((run / "config.yaml").read_text())["env"]["swe_reward"] == "resolved"
+    eps = [json.loads(x) for x in (games / "episodes.jsonl").read_text().splitlines()]
+    assert len(eps) == 4 and {e["reward_kind"] for e in eps} == {"resolved"}

@@ -59,12 +59,22 @@ class EnvFamily:
     reply_as_action: bool = False
     """The env receives the model's whole reply as its action and parses it itself (swe: the ```bash block),
     instead of `prompts.parse_reply`'s first line / RAGEN answer (env.action_format is then not applied)."""
+    step_timeout_s: float = 0.0
+    """The shortest watchdog per env call this family's steps need, seconds (0: none beyond EnvConfig.step_timeout_s).
+    swe: 70 (a 30 s command, then an auto-submit's 30 s test run). A run's pool uses `watchdog_s`."""
+
+    def watchdog_s(self, configured: float) -> float:
+        """The pool's watchdog per env call for a configured EnvConfig.step_timeout_s: the larger of the two (the
+        env bounds its own commands; the watchdog only catches a hung env, so it must not cut a legal step)."""
+        return max(float(configured), self.step_timeout_s)
 
     def env_kwargs(self, env_cfg: Any = None, **settings: Any) -> dict[str, Any]:
         """Keyword arguments for `make_env` from an EnvConfig (and/or `settings`, by EnvConfig field name): the
         options this family declares; None (unset) keeps the env's default. Other options are ignored."""
         values = {name: getattr(env_cfg, name) for name in self.options if hasattr(env_cfg, name)}
         values.update({k: v for k, v in settings.items() if k in self.options})
+        if values.get("step_timeout_s") is not None:  # the env sizes its limits to the watchdog the pool uses
+            values["step_timeout_s"] = self.watchdog_s(values["step_timeout_s"])
         return {self.options[name]: v for name, v in values.items() if v is not None}
 
 

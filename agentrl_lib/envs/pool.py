@@ -533,8 +533,8 @@ class ProcessPool:
 
 def open_pool(env_cfg, size: int, games) -> EnvPool:
     """The env pool a run uses (trainer, evaluation, CLI), built from an EnvConfig (`process_pool`,
-    `step_timeout_s`, `check_games`, and the options the games' family takes, EnvFamily.options, e.g.
-    TextWorld's `show_inventory`), with every game of `games` (a GameSet) checked through it first
+    `step_timeout_s` (raised to what the family's steps need: EnvFamily.watchdog_s), `check_games`, and the options
+    the games' family takes, EnvFamily.options, e.g. TextWorld's `show_inventory`), with every game of `games` (a GameSet) checked through it first
     (`check_game_set`; cached).
 
     Raises: GameSetError when a game fails the check (the pool is closed then); UnknownFamilyError for a family
@@ -543,7 +543,8 @@ def open_pool(env_cfg, size: int, games) -> EnvPool:
 
     family = get_family(games.family)
     kind = ProcessPool if env_cfg.process_pool else SerialPool
-    pool = kind(size, family=family, timeout_s=env_cfg.step_timeout_s, **family.env_kwargs(env_cfg))
+    timeout_s = family.watchdog_s(env_cfg.step_timeout_s)
+    pool = kind(size, family=family, timeout_s=timeout_s, **family.env_kwargs(env_cfg))
     if env_cfg.check_games:
         try:
             check_game_set(games, pool)

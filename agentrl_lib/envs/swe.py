@@ -14,7 +14,8 @@ gold patch, the test lists) and repo/ (the buggy repository). An episode:
 
 Reward kinds (swe_tasks.reward_kinds): "pass_ratio" (the Practitioner's Guide), "resolved" (binary, SkyRL) and
 "relative" (the pass ratio above the unpatched baseline: a no-op or test-deleting submission earns 0; the default).
-The kind is the task set's (`make-games swe --swe-reward KIND`; an env built with `reward=` overrides it). All three
+The kind is the task set's (`make-games swe --swe-reward KIND`), unless the run names one (EnvConfig.swe_reward,
+`agentrl train/eval --swe-reward KIND`, passed to the env as `reward=`). All three
 are written for every submission to <games dir>/episodes.jsonl. With reward.kind = sparse a run trains on
 `resolved` whatever the set's kind; with dense, on the set's kind.
 
@@ -35,16 +36,22 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..config import SWE_REWARDS
 from . import EnvFamily, register_family
 from .base import GameLoadError, GameRecord, GameSet, StepInfo, StepResult, reuse_game_set, write_manifest
 from .sandbox import Limits, require_sandbox, run_sandboxed
 
-REWARD_KINDS = ("relative", "pass_ratio", "resolved")
-"""The env's reward kinds (swe_tasks.reward_kinds); the first is the default."""
+REWARD_KINDS = SWE_REWARDS
+"""The env's reward kinds (swe_tasks.reward_kinds; config.SWE_REWARDS, EnvConfig.swe_reward); the first is the
+default."""
 LEVELS = (1, 2, 3)
 """Difficulty levels of the problem statement (swe_tasks module docstring)."""
 COMMAND_TIMEOUT_S = 30.0
 """Wall-clock seconds per agent command (the Practitioner's Guide)."""
+STEP_TIMEOUT_S = 2 * COMMAND_TIMEOUT_S + 10.0
+"""The pool watchdog one swe step needs (EnvFamily.step_timeout_s), seconds: the turn-limit step runs a command
+(30 s) and then the auto-submit's test run (swe_tasks.TEST_WALL_S, 30 s), plus 10 s for the copies. Under the
+default EnvConfig.step_timeout_s (30 s) a run's pool uses this; a larger --step-timeout wins."""
 SUBMIT = "submit"
 
 SYSTEM_PROMPT = ("You are a software engineer fixing a bug in a Python repository, the current directory. Each "
@@ -96,10 +103,12 @@ class SweEnv:
 
     Args:
         max_turns: turns before auto-submit (EnvConfig.max_turns; the paper's 8). Use the run's max_turns.
-        reward: a REWARD_KINDS entry, or None for the task set's kind (manifest param "reward").
+        reward: a REWARD_KINDS entry, or None / "" for the task set's kind (manifest param "reward");
+            EnvConfig.swe_reward (`agentrl train --swe-reward resolved`).
         command_timeout_s: wall-clock limit of one command, seconds.
-        step_timeout_s: the pool's watchdog per step (EnvConfig.step_timeout_s): when given, a command and the test
-            run of an auto-submit each get at most (step_timeout_s - 5) / 2 s, so a step ends before the watchdog.
+        step_timeout_s: the pool's watchdog per step (EnvFamily.watchdog_s of EnvConfig.step_timeout_s, at least
+            STEP_TIMEOUT_S in a run): when given, a command and the test run of an auto-submit each get at most
+            (step_timeout_s - 5) / 2 s, so a step ends before the watchdog (70 s: the full 30 s per command).
         max_output_chars: longest observation of a command's output before the middle is elided.
         log: append each submission's rewards to <games dir>/episodes.jsonl.
     Raises: sandbox.SandboxUnavailable (one line: why) when no sandbox can be made here; ValueError for a bad
@@ -108,6 +117,7 @@ class SweEnv:
 
     def __init__(self, max_turns: int = 8, reward: str | None = None, command_timeout_s: float = COMMAND_TIMEOUT_S,
                  step_timeout_s: float | None = None, max_output_chars: int = 2000, log: bool = True):
+        reward = reward or None
         if reward is not None and reward not in REWARD_KINDS:
             raise ValueError(f"swe reward must be one of {REWARD_KINDS} (got {reward!r})")
         if max_turns < 1 or max_output_chars < 100 or command_timeout_s <= 0:
@@ -195,7 +205,7 @@ class SweEnv:
         row = {"instance_id": self.task["instance_id"], "submitted": how, "turns": self.turns,
                "reward_kind": self.kind, **{k: res[k] for k in ("pass_ratio", "resolved", "relative", "n_pass",
                                                                    "n_total", "fail_to_pass_passed", "dropped",
-                                                                   "test_seconds")},
+                                                                   "test_seconds", "cached")},
                "diff_chars": len(res["diff"]), "submit_seconds": round(seconds, 3), "time": time.time()}
         try:
             fd = os.open(Path(self.game).parents[1] / "episodes.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -220,13 +230,13 @@ def walkthrough(task: dict) -> list[str]:
     lo, hi = task["function_lines"]
     line = task["mutation"]["line"]
     a, b = max(lo, line - 12), min(hi, line + 12)
-    test_file = task["test_files"][0]
+    test_files = " ".join(task["test_files"])
     return [
         f"Let me run a failing test.\n```bash\npython -m pytest -q -p no:cacheprovider {task['FAIL_TO_PASS'][0]} "
         "2>&1 | tail -n 25\n```",
         f"Let me read the code of `{task['function']}`.\n```bash\nsed -n '{a},{b}p' {task['files'][0]}\n```",
         f"I will fix the bug.\n```bash\npatch -p1 <<'EOF'\n{task['patch']}EOF\n```",
-        f"Let me run the tests.\n```bash\npython -m pytest -q -p no:cacheprovider {test_file} 2>&1 | tail -n 3\n```",
+        f"Let me run the tests.\n```bash\npython -m pytest -q -p no:cacheprovider {test_files} 2>&1 | tail -n 3\n```",
         f"The tests pass.\n```bash\n{SUBMIT}\n```",
     ]
 
@@ -241,7 +251,7 @@ def task_files(path: str) -> list[Path]:
 
 
 def make_swe_games(out, n: int, seed: int = 0, force: bool = False, split: str = "train", level: int = 1,
-                   swe_reward: str = "relative") -> GameSet:
+                   swe_reward: str = "relative", packages: str = "") -> GameSet:
     """Make `n` validated swe tasks (swe_tasks.generate_tasks) in `out`: tasks/<instance_id>/{task.json, repo/}
     and manifest.json (walkthrough = `walkthrough(task)`; params n, seed, split, level, reward + generation stats).
 
@@ -250,10 +260,11 @@ def make_swe_games(out, n: int, seed: int = 0, force: bool = False, split: str =
         level: the problem statement's difficulty level (LEVELS): 1 names file, function and failing tests;
             2 shows the failing tests' output; 3 an issue-style text.
         swe_reward: the set's reward kind (REWARD_KINDS).
-    Raises: ValueError for a bad level / reward / split; sandbox.SandboxUnavailable (no sandbox here);
+        packages: comma-separated source packages (swe_tasks.SOURCES: toolz, mpmath, boltons); "" = all of them.
+    Raises: ValueError for a bad level / reward / split / package; sandbox.SandboxUnavailable (no sandbox here);
         swe_tasks.TaskGenerationError (a source package missing or at another version)."""
     from .base import load_game_set
-    from .swe_tasks import SPLITS, generate_tasks
+    from .swe_tasks import SOURCES, SPLITS, generate_tasks
 
     if level not in LEVELS:
         raise ValueError(f"swe --level must be one of {LEVELS} (got {level!r})")
@@ -261,20 +272,24 @@ def make_swe_games(out, n: int, seed: int = 0, force: bool = False, split: str =
         raise ValueError(f"swe --swe-reward must be one of {REWARD_KINDS} (got {swe_reward!r})")
     if split not in SPLITS:
         raise ValueError(f"swe --split must be one of {SPLITS} (got {split!r})")
+    names = tuple(p.strip() for p in (packages or ",".join(SOURCES)).split(",") if p.strip())
+    if unknown := [p for p in names if p not in SOURCES]:
+        raise ValueError(f"swe --packages: unknown {unknown}; known: {', '.join(SOURCES)}")
     require_sandbox()
     out = Path(out)
-    params = {"n": n, "seed": seed, "split": split, "level": level, "reward": swe_reward}
+    params = {"n": n, "seed": seed, "split": split, "level": level, "reward": swe_reward, "packages": ",".join(names)}
     if (old := reuse_game_set(out, "swe", params, force)) is not None:
         return old
     if (out / "tasks").exists():
         shutil.rmtree(out / "tasks")
     for stale in ("episodes.jsonl", ".agentrl-game-check.json"):
         (out / stale).unlink(missing_ok=True)
-    tasks, stats = generate_tasks(out, n, seed, split)
+    tasks, stats = generate_tasks(out, n, seed, split, packages=names)
     games = [GameRecord(path=str(out / "tasks" / t["instance_id"]), name=t["instance_id"], seed=seed + i,
                         max_score=1.0, walkthrough=walkthrough(t),
                         params={"function": f"{t['module']}:{t['function']}", "mutation": t["mutation"]["kind"],
-                                "n_tests": len(t["FAIL_TO_PASS"]) + len(t["PASS_TO_PASS"])})
+                                "n_tests": len(t["FAIL_TO_PASS"]) + len(t["PASS_TO_PASS"]),
+                                "tests_source": t["tests_source"]})
              for i, t in enumerate(tasks)]
     write_manifest(out, "swe", games, {**params, "generation": stats})
     return load_game_set(out)
@@ -283,4 +298,4 @@ def make_swe_games(out, n: int, seed: int = 0, force: bool = False, split: str =
 register_family(EnvFamily(name="swe", make_env=SweEnv, make_games=make_swe_games, system_prompt=SYSTEM_PROMPT,
                           options={"max_turns": "max_turns", "step_timeout_s": "step_timeout_s",
                                    "swe_reward": "reward"},
-                          game_id="file", game_files=task_files, reply_as_action=True))
+                          game_id="file", game_files=task_files, reply_as_action=True, step_timeout_s=STEP_TIMEOUT_S))

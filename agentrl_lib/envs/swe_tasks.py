@@ -11,6 +11,10 @@ A task (SWE-Gym's fields, Pan et al. 2024, plus ours):
     FAIL_TO_PASS       test node ids that pass on the original and fail with the bug
     PASS_TO_PASS       test node ids of the same test files that pass with and without the bug
     test_files         the test files that hold them (restored from the task before every evaluation)
+    tests_source       "package" (the package's own tests: toolz, mpmath) or "generated" (boltons ships none:
+                       swe_generated.py pins what the unmutated functions return on hand-written inputs)
+    unpatched          {n_pass, n_total, fail_to_pass_passed} of the buggy repository as made (= |PASS_TO_PASS|):
+                       the score of a submission that changes nothing, so evaluation skips its test run
     function, module, mutation {kind, line, before, after}, package {name, version}, split, level
 
 Difficulty levels (issue 26): 1, the statement names the file, the function and the failing tests; 2, it shows only
@@ -29,7 +33,8 @@ Python modifiers need libcst (checked 2026-11-26).
 
 A task is kept only when its FAIL_TO_PASS is not empty and the gold patch, applied with `patch -p1` to a fresh copy,
 makes every listed test pass (both checked in the sandbox). Every task of one set comes from a different (function,
-mutation); train and held-out sets never share a function: a function's split is fixed by a hash of its name
+mutation), the least-used functions first (so one function appears at most ceil(n / valid functions) times); train
+and held-out sets never share a function: a function's split is fixed by a hash of its name
 (`function_split`), 1 in 5 functions held out.
 
 Reward kinds of a submission (`score_submission`), on a fresh copy of the buggy repository with the agent's diff
@@ -47,6 +52,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -77,20 +83,39 @@ class SourcePackage:
     """The pinned version (pyproject.toml pins the same)."""
     roots: tuple[str, ...]
     """Top-level packages copied into a task's repository (relative to site-packages)."""
-    modules: dict[str, str]
-    """Source file (repository path) → its test file (repository path) in the package's own tests."""
+    modules: dict[str, tuple[str, ...]]
+    """Source file (repository path) → the test files (repository paths) that check it."""
+    tests_source: str = "package"
+    """"package": the test files are the package's own (shipped in its wheel); "generated": the wheel ships none, and
+    tests/test_<module>.py is written by swe_generated.generated_tests from the unmutated functions' behaviour (only
+    the functions with calls in swe_generated.CALLS become tasks)."""
 
 
 SOURCES = {
     "toolz": SourcePackage("toolz", "1.2.0", ("toolz", "tlz"), {
-        "toolz/itertoolz.py": "toolz/tests/test_itertoolz.py",
-        "toolz/dicttoolz.py": "toolz/tests/test_dicttoolz.py",
-        "toolz/functoolz.py": "toolz/tests/test_functoolz.py",
-        "toolz/recipes.py": "toolz/tests/test_recipes.py",
+        "toolz/itertoolz.py": ("toolz/tests/test_itertoolz.py",),
+        "toolz/dicttoolz.py": ("toolz/tests/test_dicttoolz.py",),
+        "toolz/functoolz.py": ("toolz/tests/test_functoolz.py",),
+        "toolz/recipes.py": ("toolz/tests/test_recipes.py",),
     }),
+    "mpmath": SourcePackage("mpmath", "1.3.0", ("mpmath",), {
+        "mpmath/libmp/libmpf.py": ("mpmath/tests/test_bitwise.py", "mpmath/tests/test_division.py",
+                                   "mpmath/tests/test_basic_ops.py"),
+        "mpmath/libmp/libelefun.py": ("mpmath/tests/test_power.py", "mpmath/tests/test_functions.py"),
+        "mpmath/libmp/gammazeta.py": ("mpmath/tests/test_gammazeta.py",),
+        "mpmath/functions/functions.py": ("mpmath/tests/test_functions.py",),
+    }),
+    "boltons": SourcePackage("boltons", "26.2.0", ("boltons",), {
+        "boltons/iterutils.py": ("tests/test_iterutils.py",),
+        "boltons/strutils.py": ("tests/test_strutils.py",),
+        "boltons/mathutils.py": ("tests/test_mathutils.py",),
+    }, tests_source="generated"),
 }
-"""Packages that ship their tests in the wheel. (funcy 2.1 and boltons 26.2 ship none: issue 26 asks for tests
-generated from the original function there; not done yet.)"""
+"""The source packages: toolz and mpmath ship their tests in the wheel (mpmath's test files were picked for a
+module when they exercise its functions and run in ~1-2 s); boltons ships none, so its tests are generated."""
+MAX_MUTANT_WALL_S = 10.0
+"""Validation's wall-clock limit for one test run of a mutant, seconds, beyond 4x the unmutated run's time: a
+mutation that makes the tests loop (an off-by-one in a convergence loop) is dropped quickly, not after TEST_WALL_S."""
 
 TEST_WALL_S = 30.0
 """Wall-clock limit of one test run in the sandbox, seconds."""
@@ -141,13 +166,15 @@ def run_tests(repo: Path, test_files: list[str], site: dict[str, Path] | None = 
     cmd = f"{PYTEST} {' '.join(test_files)}"
     r = run_sandboxed(cmd, repo, Limits(wall_s=wall_s), site=site if site is not None else pytest_site())
     outcomes: dict[str, str] = {}
-    text, _, tail = r.output.rpartition(MARKER)
-    if _ and not r.timed_out and not r.output_capped:
+    text, found, tail = r.output.rpartition(MARKER)
+    report, _, rest = tail.partition("\n")
+    if found and not r.timed_out and not r.output_capped:
         try:
-            outcomes = json.loads(tail.splitlines()[0])
-        except (ValueError, IndexError):
+            outcomes = json.loads(report)
+        except ValueError:
             outcomes = {}
-    return outcomes, text if _ else r.output
+    # pytest prints its FAILURES section after the plugin's line: keep both sides of it
+    return outcomes, text.rstrip("\n") + "\n" + rest if found else r.output
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -168,12 +195,31 @@ def check_source(pkg: SourcePackage) -> Path:
 
 
 def copy_repo(pkg: SourcePackage, dest: Path) -> Path:
-    """Copy the package's roots (source and tests, no __pycache__) into `dest` (created). Returns dest."""
+    """Copy the package's roots (source and tests, no __pycache__) into `dest` (created); for a package with
+    generated tests, write them (swe_generated.generated_tests). Returns dest."""
     src = check_source(pkg)
     dest.mkdir(parents=True, exist_ok=True)
     for root in pkg.roots:
         shutil.copytree(src / root, dest / root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    if pkg.tests_source == "generated":
+        for module, tests in pkg.modules.items():
+            (dest / tests[0]).parent.mkdir(parents=True, exist_ok=True)
+            (dest / tests[0]).write_text(_generated(pkg.name, module)[0])
     return dest
+
+
+@functools.lru_cache(maxsize=None)
+def _generated(name: str, module: str) -> tuple[str, dict[str, int]]:
+    """(test source, tests per function) generated for `module` of SOURCES[name] (once per process)."""
+    from .swe_generated import generated_tests
+
+    return generated_tests(module[:-3].replace("/", "."), name, SOURCES[name].version)
+
+
+def _has_tests(pkg: SourcePackage, module: str, function: str) -> bool:
+    """Whether `function` has tests to fail: always for a package's own tests (validation decides), for generated
+    tests when swe_generated.CALLS has calls for it."""
+    return pkg.tests_source != "generated" or _generated(pkg.name, module)[1].get(function, 0) > 0
 
 
 def copy_tree(src: Path, dest: Path) -> Path:
@@ -328,7 +374,9 @@ def statements(module: str, func: ast.FunctionDef, pkg: SourcePackage, f2p: list
     shown = ", ".join(f2p[:5]) + (f" and {len(f2p) - 5} more" if len(f2p) > 5 else "")
     doc = (ast.get_docstring(func) or "").strip().splitlines()
     summary = doc[0].strip() if doc else ""
-    public = f"{pkg.roots[0]}.{func.name}"
+    top = importlib.import_module(pkg.roots[0])
+    public = (f"{pkg.roots[0]}.{func.name}" if getattr(top, func.name, None) is not None
+              else f"{module[:-3].replace('/', '.')}.{func.name}")
     return {
         "1": (f"There is a bug in the function `{func.name}` in `{module}`: these tests fail: {shown}. "
               "Fix the function; do not edit the tests."),
@@ -343,29 +391,32 @@ def statements(module: str, func: ast.FunctionDef, pkg: SourcePackage, f2p: list
 # ---------------------------------------------------------------------------------------------------------------
 # generation and validation
 
-def _candidates(split: str) -> list[tuple[SourcePackage, str, str, str]]:
-    """(package, module path, test file, function name) of every function in `split` ("valid_seen" = "train")."""
+def _candidates(split: str, packages: tuple[str, ...]) -> list[tuple[SourcePackage, str, tuple[str, ...], str]]:
+    """(package, module path, test files, function name) of every function of `packages` in `split` ("valid_seen"
+    = "train") that has a mutation site and tests (`_has_tests`)."""
     want = "valid_unseen" if split == "valid_unseen" else "train"
     out = []
-    for pkg in SOURCES.values():
+    for name in packages:
+        pkg = SOURCES[name]
         root = check_source(pkg)
-        for module, test_file in pkg.modules.items():
+        for module, test_files in pkg.modules.items():
             source = (root / module).read_text()
             for f in functions(source):
-                if function_split(pkg.name, module, f.name) == want and mutations(source, f):
-                    out.append((pkg, module, test_file, f.name))
+                if (function_split(pkg.name, module, f.name) == want and mutations(source, f)
+                        and _has_tests(pkg, module, f.name)):
+                    out.append((pkg, module, test_files, f.name))
     return out
 
 
-def validate(repo: Path, module: str, mutated: str, original: str, test_file: str, baseline: dict[str, str],
-             site: dict[str, Path], scratch: Path) -> dict | None:
+def validate(repo: Path, module: str, mutated: str, original: str, test_files: list[str], baseline: dict[str, str],
+             site: dict[str, Path], scratch: Path, wall_s: float = TEST_WALL_S) -> dict | None:
     """Run the tests with the bug planted and after the gold patch; the task's test lists, or None to drop it.
 
     FAIL_TO_PASS: tests passing on the original (`baseline`) and not with the bug; PASS_TO_PASS: passing on both.
     Kept only if FAIL_TO_PASS is not empty and the gold patch, applied with `patch -p1` in the sandbox to a fresh
-    copy of the buggy repository, makes every one of them pass."""
+    copy of the buggy repository, makes every one of them pass. `wall_s` limits each test run."""
     (repo / module).write_text(mutated)
-    buggy, output = run_tests(repo, [test_file], site)
+    buggy, output = run_tests(repo, test_files, site, wall_s)
     f2p = sorted(t for t, o in baseline.items() if o == "passed" and buggy.get(t) != "passed")
     p2p = sorted(t for t, o in baseline.items() if o == "passed" and buggy.get(t) == "passed")
     if not f2p or not buggy:
@@ -377,7 +428,7 @@ def validate(repo: Path, module: str, mutated: str, original: str, test_file: st
         r = run_sandboxed("patch -p1 --batch --quiet < .gold.diff && rm .gold.diff", fresh, Limits(wall_s=20))
         if r.returncode != 0:
             return None
-        fixed, _ = run_tests(fresh, [test_file], site)
+        fixed, _ = run_tests(fresh, test_files, site, wall_s)
     finally:
         shutil.rmtree(fresh, ignore_errors=True)
     if any(fixed.get(t) != "passed" for t in f2p + p2p):
@@ -386,34 +437,44 @@ def validate(repo: Path, module: str, mutated: str, original: str, test_file: st
 
 
 def generate_tasks(out: Path, n: int, seed: int = 0, split: str = "train", max_tries: int | None = None,
-                   log=print) -> tuple[list[dict], dict]:
+                   log=print, packages: tuple[str, ...] | None = None) -> tuple[list[dict], dict]:
     """Make `n` validated tasks under out/tasks/<instance_id>/ ({task.json, repo/}), drawn with `seed` from the
-    functions of `split` (SPLITS). Task i is drawn from (seed, i) and differs from tasks 0..i-1 in (function,
-    mutation), so the first k tasks of a set are the set made with n = k.
+    functions of `packages` (default: every SOURCES package) in `split` (SPLITS). Task i is drawn from (seed, i):
+    the functions used least often by tasks 0..i-1 come first (in a seeded random order), so a set spreads over as
+    many functions as validate (a function appears at most ceil(n / valid functions) times) and the packages mix in
+    proportion to their functions; a task differs from tasks 0..i-1 in (function, mutation). The first k tasks of
+    a set are the set made with n = k.
 
-    Returns: (task records, stats {tried, kept, by_kind_tried, by_kind_kept, seconds, tests_per_task}).
+    Returns: (task records, stats {tried, kept, by_kind_tried, by_kind_kept, seconds, tests_per_task,
+        functions (distinct), max_per_function, by_package: {name: the same counts for that package}}).
     Raises: TaskGenerationError (a source package missing, or no valid task in `max_tries` draws, default 40 n);
-        sandbox.SandboxUnavailable; ValueError for a bad n or split."""
+        sandbox.SandboxUnavailable; ValueError for a bad n, split or package."""
     if n < 1:
         raise ValueError(f"n must be >= 1 (got {n})")
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS} (got {split!r})")
+    packages = tuple(packages or SOURCES)
+    if unknown := [p for p in packages if p not in SOURCES]:
+        raise ValueError(f"unknown swe source package(s) {unknown}; known: {', '.join(SOURCES)}")
     t0 = time.perf_counter()
     site = pytest_site()
-    cands = _candidates(split)
+    cands = _candidates(split, packages)
     if not cands:
-        raise TaskGenerationError(f"no function of the source packages is in split {split!r}")
+        raise TaskGenerationError(f"no function of the source packages {packages} is in split {split!r}")
     max_tries = max_tries or 40 * n
-    tasks, used, stats = [], set(), {"tried": 0, "kept": 0, "by_kind_tried": {}, "by_kind_kept": {}}
-    baselines: dict[tuple[str, str], dict[str, str]] = {}
+    tasks, used, uses = [], set(), {}
+    stats = {"tried": 0, "kept": 0, "by_kind_tried": {}, "by_kind_kept": {}}
+    by_pkg = {p: {"tried": 0, "kept": 0, "by_kind_tried": {}, "by_kind_kept": {}, "seconds": 0.0} for p in packages}
+    baselines: dict[tuple, tuple[dict[str, str], float]] = {}
     (out / "tasks").mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="agentrl-swe-gen-") as tmp:
         scratch = Path(tmp)
         for i in range(n):
             rng = random.Random(f"swe:{seed}:{split}:{i}")
             order = rng.sample(cands, len(cands))
+            order.sort(key=lambda c: uses.get((c[0].name, c[1], c[3]), 0))  # stable: least used first
             task = None
-            for pkg, module, test_file, fname in order:
+            for pkg, module, test_files, fname in order:
                 if stats["tried"] >= max_tries:
                     break
                 root = check_source(pkg)
@@ -430,24 +491,34 @@ def generate_tasks(out: Path, n: int, seed: int = 0, split: str = "train", max_t
                     ast.parse(mutated)
                 except SyntaxError:
                     continue
-                stats["tried"] += 1
-                stats["by_kind_tried"][m.kind] = stats["by_kind_tried"].get(m.kind, 0) + 1
+                t_try = time.perf_counter()
+                ps = by_pkg[pkg.name]
+                for st in (stats, ps):
+                    st["tried"] += 1
+                    st["by_kind_tried"][m.kind] = st["by_kind_tried"].get(m.kind, 0) + 1
                 repo = scratch / "repo"
                 shutil.rmtree(repo, ignore_errors=True)
                 copy_repo(pkg, repo)
-                key = (pkg.name, test_file)
+                key = (pkg.name, test_files)
                 if key not in baselines:
-                    baselines[key], _ = run_tests(repo, [test_file], site)
-                result = validate(repo, module, mutated, original, test_file, baselines[key], site, scratch)
+                    t = time.perf_counter()
+                    outcomes, _ = run_tests(repo, list(test_files), site)
+                    baselines[key] = outcomes, time.perf_counter() - t
+                baseline, base_s = baselines[key]
+                result = validate(repo, module, mutated, original, list(test_files), baseline, site, scratch,
+                                  wall_s=min(TEST_WALL_S, 4 * base_s + MAX_MUTANT_WALL_S))
+                ps["seconds"] += time.perf_counter() - t_try
                 if result is None:
                     continue
                 before = original[m.start:m.end]
                 digest = hashlib.sha1(f"{module}:{m.start}:{m.new}".encode()).hexdigest()[:6]
                 iid = f"{pkg.name}__{Path(module).stem}__{fname}__{m.kind}__{digest}"
+                f2p, p2p = result["FAIL_TO_PASS"], result["PASS_TO_PASS"]
                 task = {"instance_id": iid, "repo": f"{pkg.name}=={pkg.version}", "files": [module],
-                        "problem_statement": statements(module, func, pkg, result["FAIL_TO_PASS"], result["output"]),
-                        "patch": result["patch"], "FAIL_TO_PASS": result["FAIL_TO_PASS"],
-                        "PASS_TO_PASS": result["PASS_TO_PASS"], "test_files": [test_file],
+                        "problem_statement": statements(module, func, pkg, f2p, result["output"]),
+                        "patch": result["patch"], "FAIL_TO_PASS": f2p, "PASS_TO_PASS": p2p,
+                        "test_files": list(test_files), "tests_source": pkg.tests_source,
+                        "unpatched": {"n_pass": len(p2p), "n_total": len(f2p) + len(p2p), "fail_to_pass_passed": 0},
                         "package": {"name": pkg.name, "version": pkg.version}, "module": module, "function": fname,
                         "function_lines": [func.lineno, func.end_lineno],
                         "mutation": {"kind": m.kind, "line": m.line, "before": before, "after": m.new},
@@ -457,19 +528,35 @@ def generate_tasks(out: Path, n: int, seed: int = 0, split: str = "train", max_t
                 dest.mkdir(parents=True)
                 shutil.move(str(repo), dest / "repo")
                 (dest / "task.json").write_text(json.dumps(task, indent=1))
-                stats["kept"] += 1
-                stats["by_kind_kept"][m.kind] = stats["by_kind_kept"].get(m.kind, 0) + 1
-                log(f"  task {i + 1}/{n}: {iid} ({len(task['FAIL_TO_PASS'])} failing, "
-                    f"{len(task['PASS_TO_PASS'])} passing tests)")
+                for st in (stats, ps):
+                    st["kept"] += 1
+                    st["by_kind_kept"][m.kind] = st["by_kind_kept"].get(m.kind, 0) + 1
+                uses[(pkg.name, module, fname)] = uses.get((pkg.name, module, fname), 0) + 1
+                log(f"  task {i + 1}/{n}: {iid} ({len(f2p)} failing, {len(p2p)} passing tests)")
                 break
             if task is None:
                 raise TaskGenerationError(f"no valid swe task for index {i} after {stats['tried']} mutations tried "
                                           f"(split {split!r}); ask for fewer tasks or raise max_tries")
             tasks.append(task)
     stats["seconds"] = round(time.perf_counter() - t0, 1)
-    sizes = [len(t["FAIL_TO_PASS"]) + len(t["PASS_TO_PASS"]) for t in tasks]
-    stats["tests_per_task"] = {"min": min(sizes), "max": max(sizes), "mean": round(sum(sizes) / len(sizes), 1)}
+    stats.update(_sizes(tasks))
+    for name, ps in by_pkg.items():
+        ps["seconds"] = round(ps["seconds"], 1)
+        ps.update(_sizes([t for t in tasks if t["package"]["name"] == name]))
+    stats["by_package"] = by_pkg
     return tasks, stats
+
+
+def _sizes(tasks: list[dict]) -> dict:
+    """Tests per task (min / max / mean), distinct functions and the most tasks one function has."""
+    if not tasks:
+        return {"tests_per_task": None, "functions": 0, "max_per_function": 0}
+    sizes = [len(t["FAIL_TO_PASS"]) + len(t["PASS_TO_PASS"]) for t in tasks]
+    per_fn: dict[str, int] = {}
+    for t in tasks:
+        per_fn[f"{t['module']}:{t['function']}"] = per_fn.get(f"{t['module']}:{t['function']}", 0) + 1
+    return {"tests_per_task": {"min": min(sizes), "max": max(sizes), "mean": round(sum(sizes) / len(sizes), 1)},
+            "functions": len(per_fn), "max_per_function": max(per_fn.values())}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -512,12 +599,15 @@ def repo_diff(base: Path, work: Path) -> tuple[dict[str, str | None], str]:
     return changes, "".join(diff)
 
 
-def apply_submission(task: dict, base: Path, work: Path, dest: Path) -> tuple[Path, list[str]]:
+def apply_submission(task: dict, base: Path, work: Path, dest: Path,
+                     changes: dict[str, str | None] | None = None) -> tuple[Path, list[str]]:
     """A fresh copy of the buggy repository `base` at `dest` with the agent's changes in `work` applied, except to
     protected paths (`is_protected`): the task's tests are the task's. Symlinks the agent made are not copied.
+    `changes`: repo_diff(base, work)[0] when the caller has it.
     Returns: (dest, the protected paths whose changes were dropped)."""
     copy_tree(base, dest)
-    changes, _ = repo_diff(base, work)
+    if changes is None:
+        changes, _ = repo_diff(base, work)
     dropped = []
     for path, text in changes.items():
         if is_protected(path, task):
@@ -546,22 +636,46 @@ def reward_kinds(n_pass: int, n_total: int, n_baseline: int) -> dict[str, float]
     return {"pass_ratio": ratio, "resolved": float(n_pass == n_total), "relative": rel}
 
 
-def score_submission(task: dict, base: Path, work: Path, site: dict[str, Path] | None = None) -> dict[str, Any]:
+SCORE_CACHE_SIZE = 256
+"""Scores remembered per process (`score_submission`): the (task, effective change) pairs last scored."""
+_scores: dict[tuple[str, str], tuple[int, int]] = {}
+
+
+def score_submission(task: dict, base: Path, work: Path, site: dict[str, Path] | None = None,
+                     cache: bool = True) -> dict[str, Any]:
     """Evaluate the agent's working copy `work` of task `task` (buggy repository `base`): apply its diff to a fresh
     copy with the tests restored, run the test files in the sandbox, count the listed tests that pass.
 
+    Cached (`cache`): a submission whose effective change (its changes to unprotected paths) is empty scores the
+    task's recorded unpatched baseline (task["unpatched"], measured at validation) with no test run; one whose
+    effective change was scored before in this process (the last SCORE_CACHE_SIZE: a group of episodes that submit
+    the same fix) reuses that score. Both are exact: the tests are deterministic and run on the same files.
     Returns: {"pass_ratio", "resolved", "relative"} (reward_kinds) plus n_pass, n_total, fail_to_pass_passed,
-    dropped (protected paths whose changes were ignored), diff (the agent's unified diff), test_seconds.
+    dropped (protected paths whose changes were ignored), diff (the agent's unified diff), test_seconds (0 when
+    cached), cached ("unpatched", "memo" or "").
     Raises: sandbox.SandboxUnavailable; OSError when the copies cannot be made (an env fault)."""
     listed = task["FAIL_TO_PASS"] + task["PASS_TO_PASS"]
-    _, diff = repo_diff(base, work)
-    with tempfile.TemporaryDirectory(prefix="agentrl-swe-eval-") as tmp:
-        fresh, dropped = apply_submission(task, base, work, Path(tmp) / "repo")
-        t = time.perf_counter()
-        outcomes, _ = run_tests(fresh, task["test_files"], site)
-        seconds = time.perf_counter() - t
-    n_pass = sum(outcomes.get(tid) == "passed" for tid in listed)
-    f2p = sum(outcomes.get(tid) == "passed" for tid in task["FAIL_TO_PASS"])
+    changes, diff = repo_diff(base, work)
+    effective = {p: t for p, t in changes.items() if not is_protected(p, task)}
+    dropped = [p for p in changes if is_protected(p, task)]
+    key = (task["instance_id"], hashlib.sha1(json.dumps(effective, sort_keys=True).encode()).hexdigest())
+    seconds, how = 0.0, ""
+    if cache and not effective and "unpatched" in task:
+        n_pass, f2p, how = task["unpatched"]["n_pass"], task["unpatched"]["fail_to_pass_passed"], "unpatched"
+    elif cache and key in _scores:
+        (n_pass, f2p), how = _scores[key], "memo"
+    else:
+        with tempfile.TemporaryDirectory(prefix="agentrl-swe-eval-") as tmp:
+            fresh, _ = apply_submission(task, base, work, Path(tmp) / "repo", changes)
+            t = time.perf_counter()
+            outcomes, _ = run_tests(fresh, task["test_files"], site)
+            seconds = time.perf_counter() - t
+        n_pass = sum(outcomes.get(tid) == "passed" for tid in listed)
+        f2p = sum(outcomes.get(tid) == "passed" for tid in task["FAIL_TO_PASS"])
+        if outcomes:  # a killed run (time, output) is not remembered
+            _scores[key] = (n_pass, f2p)
+            while len(_scores) > SCORE_CACHE_SIZE:
+                _scores.pop(next(iter(_scores)))
     return {**reward_kinds(n_pass, len(listed), len(task["PASS_TO_PASS"])), "n_pass": n_pass,
             "n_total": len(listed), "fail_to_pass_passed": f2p, "dropped": dropped, "diff": diff,
-            "test_seconds": round(seconds, 3)}
+            "test_seconds": round(seconds, 3), "cached": how}
