@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +21,7 @@ import pytest
 import agentrl_lib
 from agentrl_lib import cli
 from agentrl_lib.cli import main
+from helpers import assert_one_clear_error, console
 
 REPO = Path(agentrl_lib.__file__).resolve().parent.parent
 
@@ -249,16 +248,6 @@ ROWS = [
 ]
 
 
-def assert_one_clear_error(rc, out, err, cmd, must_contain):
-    assert rc not in (0, None), f"exit code {rc}"
-    assert "Traceback" not in out + err
-    lines = [x for x in err.splitlines() if "error" in x.lower()]
-    assert len(lines) == 1, f"expected one error line, got: {err!r}"
-    assert lines[0].startswith(f"agentrl {cmd}: error: ") and lines[0] == err.strip().splitlines()[-1]
-    for s in must_contain:
-        assert s in lines[0], f"{s!r} not in {lines[0]!r}"
-
-
 @pytest.mark.parametrize("row", ROWS, ids=[r[0] for r in ROWS])
 def test_bad_input(row, probe, capsys, tmp_path):
     name, argv, yaml_text, must_contain, early, setup = row
@@ -399,15 +388,6 @@ def test_cached_hub_model_loads_when_the_hub_is_unreachable(tmp_path, monkeypatc
 
 
 # ------------------------------------------------------------------------------------------ the real console script
-def _console(tmp_path, *args):
-    """Run the installed `agentrl` script (or `python -m agentrl_lib.cli`) on this checkout's code."""
-    script = Path(sys.executable).parent / "agentrl"
-    cmd = [str(script)] if script.is_file() else [sys.executable, "-m", "agentrl_lib.cli"]
-    path = [str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
-    return subprocess.run(cmd + list(args), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-
-
 def test_console_script_prints_one_line_and_no_traceback(tmp_path, cooking_games):
     (tmp_path / "runs" / "ppo").mkdir(parents=True)
     (tmp_path / "c.yaml").write_text("train: {max_grad_norm: -1}\n")
@@ -418,6 +398,6 @@ def test_console_script_prints_one_line_and_no_traceback(tmp_path, cooking_games
         (["train", "--config", "c.yaml", "--games", str(cooking_games.root), "--out", "run"], "train.max_grad_norm"),
     ]
     for args, expect in cases:
-        p = _console(tmp_path, *args)
+        p = console(tmp_path, *args)
         assert_one_clear_error(p.returncode, p.stdout, p.stderr, args[0], [expect])
     assert not (tmp_path / "run").exists()

@@ -23,7 +23,7 @@ from agentrl_lib.cli import main
 from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RunConfig, TrainConfig
 from agentrl_lib.envs.pool import SerialPool
 from agentrl_lib.trainer import DivergenceError, Trainer
-from test_rollout_trainer import ParityEnv, _scripted_games
+from helpers import ParityEnv, scripted_games
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +47,7 @@ def _state(t: Trainer) -> dict[str, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def games(tmp_path_factory):
-    return _scripted_games(tmp_path_factory.mktemp("ckpt") / "games")
+    return scripted_games(tmp_path_factory.mktemp("ckpt") / "games")
 
 
 @pytest.fixture(scope="module")
@@ -341,7 +341,7 @@ FAULT_SCRIPT = textwrap.dedent("""
     from agentrl_lib import trainer as trainer_mod
     from agentrl_lib.cli import main
     from agentrl_lib.envs.pool import SerialPool
-    from test_rollout_trainer import ParityEnv
+    from helpers import ParityEnv
 
     trainer_mod.open_pool = lambda env_cfg, size, games: SerialPool(size, factory=ParityEnv)
     # a suite started as a background job (`make test &`) hands its children SIGINT ignored, and Python then installs

@@ -11,39 +11,12 @@ import pytest
 import torch
 
 from agentrl_lib.config import AlgoConfig, ConfigError, EnvConfig, ModelConfig, RewardConfig, RunConfig, TrainConfig
-from agentrl_lib.envs.base import GameRecord, StepInfo, StepResult, write_manifest
 from agentrl_lib.envs.pool import EnvFailure, SerialPool
 from agentrl_lib.generation import HFGenerator
 from agentrl_lib.losses import policy_loss, truncated_is_weights
 from agentrl_lib.rewards import dense_turn_rewards, turn_rewards
 from agentrl_lib.trainer import Trainer
-
-
-class CoinEnv:
-    """A scripted 2-turn game whose outcome depends on the reply's length parity: random models get reward spread."""
-
-    def reset(self, game):
-        self.t = 0
-        return StepResult("A room.", 0.0, False, StepInfo(max_score=1, objective="say a word", admissible=["look"]))
-
-    def step(self, action):
-        self.t += 1
-        won = self.t == 2 and len(action) % 2 == 0
-        return StepResult("ok " * self.t, 1.0 if won else 0.0, self.t == 2,
-                          StepInfo(won=won, score=float(won), max_score=1, valid=action == "look", admissible=["look"]))
-
-    def close(self):
-        pass
-
-
-def scripted_games(root, n=2):
-    root.mkdir(parents=True, exist_ok=True)
-    recs = []
-    for i in range(n):
-        (root / f"g{i}.txt").write_text("scripted")
-        recs.append(GameRecord(path=str(root / f"g{i}.txt"), name=f"g{i}", seed=i, max_score=1, walkthrough=["look"]))
-    write_manifest(root, "textworld", recs, {"scripted": True})
-    return str(root)
+from helpers import CoinEnv, coin_games
 
 
 def make_cfg(games, algo="grpo", group_size=4, games_per_step=2, **train):
@@ -74,7 +47,7 @@ class ResetFailsInSlot(SerialPool):
 
 @pytest.mark.parametrize("algo", ["grpo", "rloo"])
 def test_one_env_failing_at_reset_ends_one_episode_not_the_run(algo, tiny_model_dir, tmp_path):
-    cfg = make_cfg(scripted_games(tmp_path / "g"), algo=algo, group_size=2, games_per_step=2)
+    cfg = make_cfg(coin_games(tmp_path / "g"), algo=algo, group_size=2, games_per_step=2)
     t = trainer(cfg, tmp_path, tiny_model_dir, pool=ResetFailsInSlot(4, bad_slots=[1]))  # group 0 keeps one episode
     row = t.step(0)
     assert row["env_errors"] == 1 and row["singleton_groups"] == 1 and row["episodes"] == 4
@@ -96,14 +69,14 @@ def test_pi_old_comes_from_the_training_forward_and_the_mismatch_is_logged(algo,
         return out
 
     monkeypatch.setattr(HFGenerator, "generate", shifted)
-    cfg = make_cfg(scripted_games(tmp_path / "g"), algo=algo, epochs=1)
+    cfg = make_cfg(coin_games(tmp_path / "g"), algo=algo, epochs=1)
     row = trainer(cfg, tmp_path, tiny_model_dir).step(0)
     assert row["skipped_update"] == 0.0, "the scripted game gives reward spread at this seed"
     assert row["logprob_mismatch"] == pytest.approx(0.5, abs=1e-3)
     assert row["ratio_mean"] == pytest.approx(1.0, abs=1e-6) and row["clip_frac"] == 0.0
     assert "tis_weight_mean" not in row  # fp32 on CPU: TIS is off under tis='auto'
     # with TIS on, each token is weighted by min(π_old / π_behaviour, C) = e^{0.5} capped at C = 1.5
-    cfg = make_cfg(scripted_games(tmp_path / "g"), algo=algo, epochs=1, tis="on", tis_cap=1.5)
+    cfg = make_cfg(coin_games(tmp_path / "g"), algo=algo, epochs=1, tis="on", tis_cap=1.5)
     row = trainer(cfg, tmp_path, tiny_model_dir, name="run_tis").step(0)
     assert row["tis_weight_mean"] == pytest.approx(1.5, abs=1e-4)
 
@@ -153,7 +126,7 @@ def test_an_env_crash_mid_episode_leaves_the_loss_and_the_statistics(tiny_model_
         return real_collate(trajs, *a, **k)
 
     monkeypatch.setattr(trainer_mod, "collate", spy)
-    cfg = make_cfg(scripted_games(tmp_path / "g"), algo="rloo", group_size=4, games_per_step=1)
+    cfg = make_cfg(coin_games(tmp_path / "g"), algo="rloo", group_size=4, games_per_step=1)
     row = trainer(cfg, tmp_path, tiny_model_dir, pool=CrashOnSecondStep(4, factory=CoinEnv)).step(0)
     assert row["env_errors"] == 1 and len(seen["games"]) == 3
     assert not any(term.startswith("env_error") for term in seen["games"])
@@ -200,7 +173,7 @@ def test_starpo_s_filter_selects_before_anything_is_forwarded(tiny_model_dir, tm
 
     monkeypatch.setattr(trainer_mod, "token_forward", spy)  # the no-grad passes
     monkeypatch.setattr(policy_mod, "token_forward", spy)  # the update's forward (policy.TokenModel)
-    cfg = make_cfg(scripted_games(tmp_path / "g", n=4), algo="grpo", group_size=2, games_per_step=4,
+    cfg = make_cfg(coin_games(tmp_path / "g", n=4), algo="grpo", group_size=2, games_per_step=4,
                    keep_top_std=0.5, minibatch_size=2)
     row = trainer(cfg, tmp_path, tiny_model_dir).step(0)
     assert row["kept_fraction"] == 0.5 and row["skipped_update"] == 0.0
@@ -242,7 +215,7 @@ def test_approx_kl_is_k3_of_pi_old_to_pi_theta():
 
 
 def test_policy_loss_is_logged_alone_and_both_grad_norms_are_logged(tiny_model_dir, tmp_path):
-    cfg = make_cfg(scripted_games(tmp_path / "g"), algo="ppo", entropy_coef=10.0, epochs=1)
+    cfg = make_cfg(coin_games(tmp_path / "g"), algo="ppo", entropy_coef=10.0, epochs=1)
     row = trainer(cfg, tmp_path, tiny_model_dir).step(0)
     # with π_old from the training forward the first minibatch's surrogate is −mean(A) over tokens; whitened A
     # has mean 0, so the surrogate alone is ≈ 0 while the total loss carries −10 · entropy (≈ −10 · 10.8)
@@ -263,7 +236,7 @@ def test_end_of_training_eval_uses_eval_temperature_and_the_observation_options(
 
     monkeypatch.setattr(evaluate_mod, "evaluate", fake_evaluate)
     monkeypatch.setattr("agentrl_lib.trainer.open_pool", lambda env_cfg, n, games: SerialPool(n, factory=CoinEnv))
-    games = scripted_games(tmp_path / "g")
+    games = coin_games(tmp_path / "g")
     cfg = make_cfg(games, algo="rloo", group_size=2, games_per_step=1)
     cfg.train.eval_temperature, cfg.train.eval_games = 0.3, games
     cfg.env.show_admissible = cfg.env.show_inventory = True
@@ -307,7 +280,7 @@ def test_lora_outputs_load_by_name_and_the_kl_reference_is_the_merged_sft_adapte
     save_policy(peft_model, tok, sft_dir / "policy")  # the layout `agentrl sft --lora-rank` writes
     assert resolve_model_path(str(sft_dir)) == str(sft_dir / "policy")
 
-    cfg = make_cfg(scripted_games(tmp_path / "g"), algo="rloo", group_size=2, games_per_step=1, kl_coef=0.1)
+    cfg = make_cfg(coin_games(tmp_path / "g"), algo="rloo", group_size=2, games_per_step=1, kl_coef=0.1)
     cfg.model = ModelConfig(device="cpu", lora_rank=4)  # the adapter's rank: it keeps training (check_init_lora)
     t = trainer(cfg, tmp_path, str(sft_dir))
     ids = torch.randint(0, 1000, (1, 12))

@@ -13,6 +13,8 @@ import torch
 from agentrl_lib.advantages import (ESTIMATORS, AdvantageInputs, bilevel_gae, dr_grpo_advantages, gae,
                                     gigpo_advantages, reward_to_go, turn_gae, turns_to_tokens)
 from agentrl_lib.config import ALGO_PRESETS, AlgoConfig, ConfigError
+from helpers import CoinEnv  # a scripted 2-turn game: the same observations in every episode, so GiGPO's step
+#                               groups form, and a parity win gives reward spread
 
 # Each episode: a list of segments, ("o", n) = n tokens the policy did not sample (prompt, observation, padding),
 # ("a", n, r) = a turn: n sampled tokens, reward r on the last one.
@@ -262,8 +264,6 @@ def test_presets_reach_every_estimator_and_labels_name_them():
 
 
 # ------------------------------------------------------------------------- one tiny RL step per preset (run_rl)
-from test_correctness import CoinEnv  # noqa: E402  (a scripted 2-turn game: the same observations in every
-#                                        episode, so GiGPO's step groups form, and a parity win gives reward spread)
 
 
 @pytest.mark.parametrize("preset", ["turn_ppo", "bilevel_ppo", "dr_grpo", "reinforce_pp", "gigpo", "starpo_s"])

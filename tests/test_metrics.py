@@ -15,7 +15,7 @@ from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RewardConfig,
 from agentrl_lib.envs.pool import SerialPool
 from agentrl_lib.metrics import METRICS, UndocumentedMetricWarning, applies, complete_row, glossary_markdown
 from agentrl_lib.trainer import Trainer
-from test_rollout_trainer import BrokenEnv, ParityEnv, _scripted_games
+from helpers import BrokenEnv, ParityEnv, scripted_games
 
 BOOK = Path(agentrl_lib.__path__[0]).parent / "book"
 
@@ -30,7 +30,7 @@ def _config(games, algo, **train):
 
 @pytest.mark.parametrize("algo", ["ppo", "grpo", "rloo"])
 def test_a_step_logs_exactly_the_declared_keys(algo, tiny_model_dir, tmp_path):
-    cfg = _config(_scripted_games(tmp_path / "games"), algo)
+    cfg = _config(scripted_games(tmp_path / "games"), algo)
     trainer = Trainer(cfg, tmp_path / "run", init=tiny_model_dir, pool=SerialPool(8, factory=ParityEnv),
                       progress=False)
     try:
@@ -52,7 +52,7 @@ def test_a_step_logs_exactly_the_declared_keys(algo, tiny_model_dir, tmp_path):
 
 def test_every_row_of_metrics_jsonl_has_every_key(tiny_model_dir, tmp_path):
     """Also the row of a step where every episode failed (no update): the keys not computed are null."""
-    games = _scripted_games(tmp_path / "games")
+    games = scripted_games(tmp_path / "games")
     cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2, max_env_error_frac=1.0),
                     algo=AlgoConfig.from_preset("rloo", group_size=2), model=ModelConfig(device="cpu"),
                     train=TrainConfig(steps=2, games_per_step=1, max_new_tokens=4))
@@ -79,7 +79,7 @@ def test_control_an_undocumented_key_is_caught(tiny_model_dir, tmp_path, monkeyp
 
     step = Trainer.step
     monkeypatch.setattr(Trainer, "step", lambda self, i: {**step(self, i), "mystery_metric": 1.0})
-    cfg = _config(_scripted_games(tmp_path / "games"), "grpo")
+    cfg = _config(scripted_games(tmp_path / "games"), "grpo")
     trainer = Trainer(cfg, tmp_path / "run", init=tiny_model_dir, pool=SerialPool(8, factory=ParityEnv),
                       progress=False)
     try:

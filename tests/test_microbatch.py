@@ -15,7 +15,7 @@ from agentrl_lib.policy import token_forward
 from agentrl_lib.trainer import Trainer
 from agentrl_lib.update import microbatches, select
 
-from test_rollout_trainer import ParityEnv, _scripted_games
+from helpers import ParityEnv, scripted_games
 
 
 def test_microbatches_partition_the_rows_within_the_budget():
@@ -34,7 +34,7 @@ def _gradients(algo: str, budget: int, tiny_model_dir, tmp_path, name: str, trai
                **algo_fields) -> tuple[dict, dict, list]:
     """One RL step on the scripted game; the gradients the optimizer was about to apply, the metrics row, and the
     micro-batches cut."""
-    games = _scripted_games(tmp_path / "games")
+    games = scripted_games(tmp_path / "games")
     algo_fields = {"kl_coef": 0.01, **algo_fields}
     cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2), reward=RewardConfig(kind="dense"),
                     algo=AlgoConfig.from_preset(algo, group_size=4, **algo_fields), model=ModelConfig(device="cpu"),

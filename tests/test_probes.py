@@ -29,9 +29,7 @@ import pytest
 from agentrl_lib import sweep
 from agentrl_lib.cli import main
 from agentrl_lib.envs import get_family
-from test_bad_inputs import _console, assert_one_clear_error
-from test_rollout_trainer import _scripted_games
-from test_sweep import _base, scripted  # noqa: F401  (scripted: a fixture, the sweep plays ParityEnv)
+from helpers import assert_one_clear_error, console, scripted_games, sweep_base
 
 NON_UTF8 = os.fsdecode(b"games-\xff")
 """A directory name that is not valid UTF-8 (Python holds the byte as a lone surrogate)."""
@@ -442,7 +440,7 @@ def test_console_script_probes(tmp_path, assets):
                          (["eval", "--games", "a_file"], "is a file, not a directory"),
                          (["eval", "--games", assets["bandit"], "--model", assets["nan"], "--device", "cpu",
                            "--no-process-pool"], "non-finite")]:
-        p = _console(tmp_path, *args)
+        p = console(tmp_path, *args)
         assert_one_clear_error(p.returncode, p.stdout, p.stderr.strip().splitlines()[-1], args[0], [phrase])
         assert "Traceback" not in p.stderr
 
@@ -450,8 +448,8 @@ def test_console_script_probes(tmp_path, assets):
 # ------------------------------------------------------------------------------------------------ sweeps
 @pytest.fixture
 def sweep_setup(tmp_path, tiny_model_dir, scripted):  # noqa: F811
-    games = _scripted_games(tmp_path / "games")
-    return {"base": _base(games), "out": tmp_path / "s.jsonl", "runs": tmp_path / "runs", "init": tiny_model_dir}
+    games = scripted_games(tmp_path / "games")
+    return {"base": sweep_base(games), "out": tmp_path / "s.jsonl", "runs": tmp_path / "runs", "init": tiny_model_dir}
 
 
 def _sweep(s, **kw):

@@ -1,12 +1,10 @@
 """Rollouts (token-in/token-out, masks, turn ends) and trainer updates with a tiny random-weight model."""
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
 from agentrl_lib.config import AlgoConfig, EnvConfig, RewardConfig, RunConfig, TrainConfig
-from agentrl_lib.envs.base import GameRecord, StepInfo, StepResult, write_manifest
 from agentrl_lib.envs.pool import EnvFailure, SerialPool
 from agentrl_lib.models import load_policy
 from agentrl_lib.prompts import SYSTEM_PROMPT, ChatFormat, feedback_message, first_user_message, parse_action
@@ -14,6 +12,7 @@ from agentrl_lib.generation import HFGenerator
 from agentrl_lib.policy import token_forward
 from agentrl_lib.rollout import collate, rollout
 from agentrl_lib.trainer import Trainer, is_finite_row
+from helpers import BrokenEnv, ParityEnv, scripted_games
 
 
 @pytest.fixture(scope="module")
@@ -95,39 +94,9 @@ def test_env_failure_ends_one_episode_only(tiny, cooking_games):
     assert trajs[0].termination == trajs[2].termination == "max_turns" and trajs[0].n_turns == 3
 
 
-class ParityEnv:
-    """A scripted 2-turn game: the episode is won when the second action has an even number of characters.
-    Gives reward variance inside groups even for a random model, so every estimator has a signal."""
-
-    def reset(self, game):
-        self.t = 0
-        return StepResult("You stand in a room.", 0.0, False, StepInfo(max_score=1, objective="say a word",
-                                                                         admissible=["look"]))
-
-    def step(self, action):
-        self.t += 1
-        won = self.t == 2 and len(action) % 2 == 0
-        return StepResult("ok", 1.0 if won else 0.0, self.t == 2,
-                          StepInfo(won=won, score=1.0 if won else 0.0, max_score=1, valid=action == "look",
-                                   admissible=["look"]))
-
-    def close(self):
-        pass
-
-
-def _scripted_games(root: Path):
-    root.mkdir(parents=True, exist_ok=True)
-    recs = []
-    for i in range(2):
-        (root / f"g{i}.txt").write_text("scripted")
-        recs.append(GameRecord(path=str(root / f"g{i}.txt"), name=f"g{i}", seed=i, max_score=1, walkthrough=["look"]))
-    write_manifest(root, "textworld", recs, {"scripted": True})
-    return root
-
-
 @pytest.mark.parametrize("algo,checkpointing", [("ppo", False), ("grpo", False), ("rloo", False), ("ppo", True)])
 def test_one_update_changes_every_parameter(algo, checkpointing, tiny_model_dir, tmp_path):
-    games = _scripted_games(tmp_path / "games")
+    games = scripted_games(tmp_path / "games")
     cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2), reward=RewardConfig(kind="dense"),
                     algo=AlgoConfig.from_preset(algo, group_size=4, kl_coef=0.01),
                     model=ModelCPU(),
@@ -158,7 +127,7 @@ def ModelCPU():
 
 
 def test_checkpoint_resume_continues_the_run(tiny_model_dir, tmp_path):
-    games = _scripted_games(tmp_path / "games")
+    games = scripted_games(tmp_path / "games")
 
     def cfg(steps):
         return RunConfig(env=EnvConfig(games=str(games), max_turns=2),
@@ -204,13 +173,8 @@ def test_rollout_over_a_process_pool(tiny, cooking_games):
     assert all(len(t.observations) == 3 for t in trajs)
 
 
-class BrokenEnv(ParityEnv):
-    def reset(self, game):
-        raise RuntimeError("engine exploded")
-
-
 def test_a_step_where_every_env_fails_is_logged_not_fatal(tiny_model_dir, tmp_path):
-    games = _scripted_games(tmp_path / "games")
+    games = scripted_games(tmp_path / "games")
     cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2, max_env_error_frac=1.0),  # 1: never stop
                     algo=AlgoConfig.from_preset("rloo", group_size=2),
                     model=ModelCPU(), train=TrainConfig(steps=2, games_per_step=1, max_new_tokens=4))

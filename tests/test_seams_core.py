@@ -19,7 +19,7 @@ from agentrl_lib.prompts import ChatFormat
 from agentrl_lib.rollout import rollout
 from agentrl_lib.trainer import Trainer
 
-from test_correctness import CoinEnv, scripted_games
+from helpers import CoinEnv, coin_games
 
 
 # ------------------------------------------------------------------------------------- estimators and config
@@ -100,7 +100,7 @@ def test_legacy_algo_name_loads_as_its_preset(tmp_path):
 @pytest.mark.parametrize("needs_critic", [False, True])
 def test_an_estimator_registered_here_trains_one_step(needs_critic, registry, tiny_model_dir, tmp_path):
     toy = register_estimator(Reinforce(needs_critic=needs_critic))
-    cfg = RunConfig(env=EnvConfig(games=scripted_games(tmp_path / "g"), max_turns=2), reward=RewardConfig(kind="dense"),
+    cfg = RunConfig(env=EnvConfig(games=coin_games(tmp_path / "g"), max_turns=2), reward=RewardConfig(kind="dense"),
                     algo=AlgoConfig(advantage="reinforce", group_size=2), model=ModelConfig(device="cpu"),
                     train=TrainConfig(steps=1, games_per_step=2, minibatch_size=4, max_new_tokens=5, temperature=1.0,
                                       lr=1e-3, seed=1))
