@@ -247,7 +247,7 @@ def cell_config(base: RunConfig, cell: dict[str, Any], seed: int) -> RunConfig:
 
 EXECUTION_FIELDS = ("train.max_tokens_per_microbatch", "train.gradient_checkpointing", "train.report_to")
 """Config fields that change how a run is computed or reported, not what it computes (peak memory, the same update up
-to float rounding, tests/test_microbatch.py; TensorBoard files): base_key leaves them out and a half-finished run may
+to float rounding, tests/test_update.py; TensorBoard files): base_key leaves them out and a half-finished run may
 resume with them changed, so a machine with less memory can finish a sweep begun on another."""
 
 

@@ -3,7 +3,7 @@ result or misled, run through the real command line so that a later change canno
 
 Each row of ROWS is one case: the command (`agentrl ...` argv, run in-process by `main`), the exit code expected, a
 phrase its message must contain (the one `agentrl CMD: error: ...` line for a refusal — checked with
-test_bad_inputs.assert_one_clear_error: one line, no traceback — or the output of a command that must work), and
+helpers.assert_one_clear_error: one line, no traceback — or the output of a command that must work), and
 `keep`: what must not be lost or half-made (a file left as it was, a result kept, no run directory config written).
 Tiny random models (conftest), bandit / scripted games; the cases that need more (a sweep, a closed pipe, a planted
 load failure in ALFWorld generation, a real full disk) are tests below the table, each with a negative control that
