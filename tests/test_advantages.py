@@ -407,6 +407,7 @@ def test_presets_reach_every_estimator_and_labels_name_them():
 @pytest.mark.parametrize("preset", ["turn_ppo", "bilevel_ppo", "dr_grpo", "reinforce_pp", "gigpo", "starpo_s"])
 def test_one_rl_step_per_preset_through_run_rl(preset, tiny_model_dir, tmp_path, monkeypatch):
     import agentrl_lib.trainer as trainer_mod
+    import agentrl_lib.update as update_mod
     from agentrl_lib.config import EnvConfig, ModelConfig, RewardConfig, RunConfig, TrainConfig
     from agentrl_lib.envs.base import GameRecord, write_manifest
     from agentrl_lib.envs.pool import SerialPool
@@ -421,8 +422,8 @@ def test_one_rl_step_per_preset_through_run_rl(preset, tiny_model_dir, tmp_path,
     write_manifest(root, "textworld", recs, {"scripted": True})
     monkeypatch.setattr(trainer_mod, "open_pool", lambda env, n, games: SerialPool(n, factory=CoinEnv))
     seen, agg = [], []
-    real_loss = trainer_mod.policy_loss
-    monkeypatch.setattr(trainer_mod, "policy_loss", lambda *a, **k: agg.append(a[-2:]) or real_loss(*a, **k))
+    real_loss = update_mod.policy_loss  # the update (update.minibatch_loss) calls losses.policy_loss
+    monkeypatch.setattr(update_mod, "policy_loss", lambda *a, **k: agg.append(a[-2:]) or real_loss(*a, **k))
     est = ESTIMATORS[ALGO_PRESETS[preset]["advantage"]]
     monkeypatch.setattr(type(est), "__call__", lambda self, inp, algo, _c=type(est).__call__: seen.append(inp)
                         or _c(self, inp, algo))
