@@ -88,7 +88,6 @@ def main() -> None:
     a = p.parse_args()
 
     import torch
-
     from benchutil import load1, machine_info, peak_rss_gib, write_result
 
     from agentrl_lib.config import AlgoConfig

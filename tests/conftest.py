@@ -60,6 +60,7 @@ def scripted(monkeypatch):
     from agentrl_lib import evaluate as evaluate_mod
     from agentrl_lib import trainer as trainer_mod
     from agentrl_lib.envs.pool import SerialPool
+
     from helpers import ParityEnv
 
     def pool(env_cfg, size, games):

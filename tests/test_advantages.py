@@ -2,18 +2,44 @@
 GRPO, RLOO and the StarPO-S filter; the multi-turn estimators of issue 13 (turn_gae, bilevel_gae, dr_grpo,
 reinforce_pp, gigpo) on one hand-made batch; the ESTIMATORS registry through config validation and one Trainer step
 with an estimator registered here; one tiny RL step per preset through run_rl."""
-import pytest
-import torch
-
-from agentrl_lib.advantages import (broadcast_to_tokens, gae, grpo_advantages, rloo_advantages, singleton_groups,
-                                    top_std_groups, whiten)
 import math
 import statistics
 from dataclasses import dataclass, field
-from agentrl_lib.advantages import ESTIMATORS, AdvantageInputs, bilevel_gae, dr_grpo_advantages, gigpo_advantages, register_estimator, reward_to_go, turn_gae, turns_to_tokens
-from agentrl_lib.config import ALGO_PRESETS, AlgoConfig, ConfigError, EnvConfig, ModelConfig, RewardConfig, RunConfig, TrainConfig
+
+import pytest
+import torch
+
+from agentrl_lib.advantages import (
+    ESTIMATORS,
+    AdvantageInputs,
+    bilevel_gae,
+    broadcast_to_tokens,
+    dr_grpo_advantages,
+    gae,
+    gigpo_advantages,
+    grpo_advantages,
+    register_estimator,
+    reward_to_go,
+    rloo_advantages,
+    singleton_groups,
+    top_std_groups,
+    turn_gae,
+    turns_to_tokens,
+    whiten,
+)
+from agentrl_lib.config import (
+    ALGO_PRESETS,
+    AlgoConfig,
+    ConfigError,
+    EnvConfig,
+    ModelConfig,
+    RewardConfig,
+    RunConfig,
+    TrainConfig,
+)
 from agentrl_lib.envs.pool import SerialPool
 from agentrl_lib.trainer import Trainer
+
 from helpers import CoinEnv, coin_games
 
 
@@ -329,7 +355,7 @@ def brute_gigpo(returns, turn_rewards, turn_obs, groups, gamma, omega, eps=1e-6)
     out = []
     for i in range(len(returns)):
         ep = norm([returns[j] for j in range(len(returns)) if groups[j] == groups[i]], returns[i])
-        G = lambda j, k: sum(gamma ** (m - k) * turn_rewards[j][m] for m in range(k, len(turn_rewards[j])))  # noqa
+        G = lambda j, k: sum(gamma ** (m - k) * turn_rewards[j][m] for m in range(k, len(turn_rewards[j])))  # noqa: E731
         row = []
         for k, o in enumerate(turn_obs[i]):
             peers = [G(j, m) for j in range(len(returns)) if groups[j] == groups[i]

@@ -11,11 +11,11 @@ import pytest
 pytest.importorskip("alfworld")
 pytest.importorskip("fast_downward")
 
-from agentrl_lib.envs import make_env  # noqa: E402
-from agentrl_lib.envs.alfworld import TASK_TYPES, AlfWorldEnv  # noqa: E402
-from agentrl_lib.envs.alfworld_gen import _split_of_fingerprint, floor_plans, make_alfworld_games  # noqa: E402
-from agentrl_lib.envs.alfworld_official import load_official_games  # noqa: E402
-from agentrl_lib.envs.base import GameLoadError, GameSetError, StepResult, load_game_set  # noqa: E402
+from agentrl_lib.envs import make_env
+from agentrl_lib.envs.alfworld import TASK_TYPES, AlfWorldEnv
+from agentrl_lib.envs.alfworld_gen import _split_of_fingerprint, floor_plans, make_alfworld_games
+from agentrl_lib.envs.alfworld_official import load_official_games
+from agentrl_lib.envs.base import GameLoadError, GameSetError, StepResult, load_game_set
 
 
 @pytest.fixture(scope="session")
@@ -233,7 +233,8 @@ def test_trainer_runs_on_alfworld_games(train_set, tiny_model_dir, tmp_path):
     from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RunConfig, TrainConfig
     from agentrl_lib.trainer import Trainer
 
-    cfg = RunConfig(env=EnvConfig(games=str(train_set.root), max_turns=2), algo=AlgoConfig.from_preset("rloo", group_size=2),
+    cfg = RunConfig(env=EnvConfig(games=str(train_set.root), max_turns=2),
+                    algo=AlgoConfig.from_preset("rloo", group_size=2),
                     model=ModelConfig(device="cpu"),
                     train=TrainConfig(steps=1, games_per_step=1, max_new_tokens=4, temperature=1.0))
     trainer = Trainer(cfg, tmp_path / "run", init=tiny_model_dir, progress=False)
@@ -303,7 +304,8 @@ def test_damaged_alfworld_game_fails_the_game_check(train_set, tmp_path):
         assert check_game_set(gs, pool)["played"] == len(gs)
         bad = Path(gs.games[1].path) / "game.tw-pddl"
         bad.write_text(bad.read_text()[:400])  # truncated JSON
-        with pytest.raises(GameSetError, match=f"1 of {len(gs)} games .*{gs.games[1].name}: reset failed: GameLoadError"):
+        with pytest.raises(GameSetError,
+                           match=f"1 of {len(gs)} games .*{gs.games[1].name}: reset failed: GameLoadError"):
             check_game_set(gs, pool)
         gs.family = "textworld"  # a manifest whose family lies
         with pytest.raises(GameSetError, match="is a folder, not a TextWorld story file"):

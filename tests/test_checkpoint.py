@@ -5,7 +5,6 @@ checks correctness (the guard removed or the old behaviour planted, and the chec
 import errno
 import json
 import logging
-import math
 import os
 import shutil
 import signal
@@ -23,6 +22,7 @@ from agentrl_lib.cli import main
 from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RunConfig, TrainConfig
 from agentrl_lib.envs.pool import SerialPool
 from agentrl_lib.trainer import DivergenceError, Trainer
+
 from helpers import ParityEnv, scripted_games
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,8 +192,8 @@ def test_divergence_skips_nonfinite_updates_then_stops(games, tiny_model_dir, tm
     cfg = _cfg(games, steps=6, lr=1e3, max_nonfinite_steps=2)
     run = tmp_path / "run"
     t = _trainer(cfg, run, init=tiny_model_dir)
-    with caplog.at_level(logging.WARNING), pytest.raises(DivergenceError, match=r"2 step\(s\) in a row \(2-3\).*"
-                                                                                 r"last checkpoint is step_000001.*--lr 100"):
+    diverged = r"2 step\(s\) in a row \(2-3\).*last checkpoint is step_000001.*--lr 100"
+    with caplog.at_level(logging.WARNING), pytest.raises(DivergenceError, match=diverged):
         t.train()
     t.close()
     assert "step 2: non-finite loss or gradient (grad_norm)" in caplog.text
@@ -397,7 +397,8 @@ def _same_run(a: Path, b: Path) -> bool:
     ck = [d / "checkpoints" / "step_000003" for d in (a, b)]
     sa, sb = (ckpt_lib.read_training_state(c) for c in ck)
     return (rows(a) == rows(b)
-            and (ck[0] / "policy" / "model.safetensors").read_bytes() == (ck[1] / "policy" / "model.safetensors").read_bytes()
+            and ((ck[0] / "policy" / "model.safetensors").read_bytes()
+                 == (ck[1] / "policy" / "model.safetensors").read_bytes())
             and torch.equal(sa["value_head"]["linear.weight"], sb["value_head"]["linear.weight"])
             and all(torch.equal(x, y) for x, y in zip(sa["optimizer"]["state"][0].values(),
                                                       sb["optimizer"]["state"][0].values())))

@@ -24,12 +24,13 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_one_clear_error, console
 
 import agentrl_lib
 from agentrl_lib import cli
 from agentrl_lib.cli import main
 from agentrl_lib.config import ALGO_PRESETS, SECTIONS, EnvConfig
+
+from helpers import assert_one_clear_error, console
 
 REPO = Path(agentrl_lib.__file__).resolve().parent.parent
 
@@ -191,8 +192,8 @@ ROWS = [
     ("train-lr-neg", TRAIN + ["--lr=-1e-5"], None, ["train.lr", "> 0"], True, ()),
     ("train-lr-nan", TRAIN + ["--lr", "nan"], None, ["train.lr", "finite"], True, ()),
     ("train-kl-coef-neg", TRAIN + ["--kl-coef", "-0.1"], None, ["algo.kl_coef"], True, ()),
-    ("train-max-actions-per-turn-0", TRAIN + ["--max-actions-per-turn", "0"], None, ["env.max_actions_per_turn", ">= 1"],
-     True, ()),
+    ("train-max-actions-per-turn-0", TRAIN + ["--max-actions-per-turn", "0"], None,
+     ["env.max_actions_per_turn", ">= 1"], True, ()),
     ("train-stop-kinds-empty", TRAIN + ["--stop-on-collapse", "--stop-kinds", ""], None,
      ["--stop-kinds", "stop_on_collapse off"], True, ()),
     ("train-eval-games-missing", TRAIN_CFG, "train: {eval_games: /nonexistent/heldout}",

@@ -11,15 +11,24 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import pytest  # noqa: E402
+import pytest
 
-from agentrl_lib import cli  # noqa: E402
-from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RunConfig, TrainConfig  # noqa: E402
-from agentrl_lib.diagnostics import (KINDS, CollapseDetector, CollapseError, alerts_markdown, detect,  # noqa: E402
-                                     input_dependence, read_alerts, repetition_rate)
-from agentrl_lib.envs.pool import SerialPool  # noqa: E402
-from agentrl_lib.trainer import Trainer  # noqa: E402
-from helpers import ParityEnv, scripted_games  # noqa: E402
+from agentrl_lib import cli
+from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RunConfig, TrainConfig
+from agentrl_lib.diagnostics import (
+    KINDS,
+    CollapseDetector,
+    CollapseError,
+    alerts_markdown,
+    detect,
+    input_dependence,
+    read_alerts,
+    repetition_rate,
+)
+from agentrl_lib.envs.pool import SerialPool
+from agentrl_lib.trainer import Trainer
+
+from helpers import ParityEnv, scripted_games
 
 RECORDS = Path(__file__).resolve().parent.parent / "results" / "algo_reward.jsonl"
 

@@ -15,8 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_lib.envs.base import (CHECK_CACHE, GameSetError, StepInfo, StepResult, TooManyEnvErrors,
-                                   check_env_errors, check_game_set, load_game_set, sanitize_action)
+from agentrl_lib.envs.base import (
+    CHECK_CACHE,
+    GameSetError,
+    StepInfo,
+    StepResult,
+    TooManyEnvErrors,
+    check_env_errors,
+    check_game_set,
+    load_game_set,
+    sanitize_action,
+)
 from agentrl_lib.envs.pool import WORKER_FILE_BYTES, WORKER_LOG_BYTES, EnvFailure, ProcessPool, SerialPool
 
 REPO = Path(__file__).resolve().parents[1]
@@ -124,7 +133,7 @@ def test_without_the_sanitiser_the_process_pool_watchdog_ends_only_that_episode(
     assert "DUMB-FROTZ" not in printed.out + printed.err, "worker output never reaches the trainer's stdout"
 
 
-# ------------------------------------------------------------------------------------------------ hanging / crashing envs
+# ---------------------------------------------------------------------------------------- hanging / crashing envs
 def test_hang_and_segfault_under_the_process_pool_end_one_episode_each(capfd):
     with ProcessPool(3, timeout_s=2, factory=FaultEnv) as pool:
         pool.reset([0, 1, 2], ["g"] * 3)

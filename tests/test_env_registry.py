@@ -12,8 +12,16 @@ import pytest
 
 from agentrl_lib.config import EnvConfig
 from agentrl_lib.envs import EnvFamily, UnknownFamilyError, family_names, get_family, make_env, register_family
-from agentrl_lib.envs.base import (GameRecord, GameSet, GameSetError, StepInfo, StepResult, check_game_set,
-                                   load_game_set, write_manifest)
+from agentrl_lib.envs.base import (
+    GameRecord,
+    GameSet,
+    GameSetError,
+    StepInfo,
+    StepResult,
+    check_game_set,
+    load_game_set,
+    write_manifest,
+)
 from agentrl_lib.envs.pool import SerialPool, open_pool
 from agentrl_lib.generation import HFGenerator
 
@@ -125,8 +133,8 @@ def test_rollout_and_evaluate_on_a_registered_seed_family(process_pool, tiny_mod
     try:
         assert isinstance(pool, SerialPool) != process_pool
         chat = ChatFormat(tok)
-        trajs, stats = rollout(HFGenerator(model, tok), tok, pool, [g.path for g in games.games], max_turns=2, max_new_tokens=4,
-                               temperature=1.0, chat=chat, system_prompt=system_prompt_for("guess"))
+        trajs, stats = rollout(HFGenerator(model, tok), tok, pool, [g.path for g in games.games], max_turns=2,
+                               max_new_tokens=4, temperature=1.0, chat=chat, system_prompt=system_prompt_for("guess"))
     finally:
         pool.close()
     assert system_prompt_for("guess") == GUESS_PROMPT

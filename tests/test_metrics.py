@@ -15,6 +15,7 @@ from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RewardConfig,
 from agentrl_lib.envs.pool import SerialPool
 from agentrl_lib.metrics import METRICS, UndocumentedMetricWarning, applies, complete_row, glossary_markdown
 from agentrl_lib.trainer import Trainer
+
 from helpers import BrokenEnv, ParityEnv, scripted_games
 
 BOOK = Path(agentrl_lib.__path__[0]).parent / "book"
@@ -23,7 +24,8 @@ BOOK = Path(agentrl_lib.__path__[0]).parent / "book"
 def _config(games, algo, **train):
     # tis "on" and kl_coef > 0: every conditional key is computed, so "applies" can be checked on every key
     return RunConfig(env=EnvConfig(games=str(games), max_turns=2), reward=RewardConfig(kind="dense"),
-                     algo=AlgoConfig.from_preset(algo, group_size=4, kl_coef=0.01, tis="on"), model=ModelConfig(device="cpu"),
+                     algo=AlgoConfig.from_preset(algo, group_size=4, kl_coef=0.01, tis="on"),
+                     model=ModelConfig(device="cpu"),
                      train=TrainConfig(**{"steps": 1, "games_per_step": 2, "minibatch_size": 8, "lr": 1e-3,
                                           "max_new_tokens": 6, "temperature": 1.0, "seed": 1, **train}))
 

@@ -2,16 +2,16 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("textworld")
 
-from agentrl_lib.envs.base import StepResult  # noqa: E402
-from agentrl_lib.envs.pool import EnvFailure, ProcessPool, SerialPool  # noqa: E402
+from agentrl_lib.envs.base import StepResult
+from agentrl_lib.envs.pool import EnvFailure, ProcessPool, SerialPool
 
 
 @pytest.fixture(scope="module")

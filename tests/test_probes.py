@@ -29,6 +29,7 @@ import pytest
 from agentrl_lib import sweep
 from agentrl_lib.cli import main
 from agentrl_lib.envs import get_family
+
 from helpers import assert_one_clear_error, console, scripted_games, sweep_base
 
 NON_UTF8 = os.fsdecode(b"games-\xff")
@@ -258,7 +259,8 @@ ROWS = [
          "train.max_new_tokens (--max-new-tokens) must be in [1, 131072]", _no_run_config,
          (_yaml("train: {max_new_tokens: 1e11}\n"),)),
     Case("cfg-max-turns-23-digits", ["train", "--config", "c.yaml", "--games", "{bandit}", "--out", "out"], 2,
-         "env.max_turns must be >= 1 and <= 10000", _no_run_config, (_yaml("env: {max_turns: 12345678901234567890123}\n"),)),
+         "env.max_turns must be >= 1 and <= 10000", _no_run_config,
+         (_yaml("env: {max_turns: 12345678901234567890123}\n"),)),
     Case("train-max-new-tokens-over-the-context", TRAIN_NEW + ["--init", "{tiny}", *TINY_TRAIN, "--max-new-tokens",
                                                                "5000"], 2,
          "is 5000, not below the model's context (4096 tokens)", _no_run_config),
@@ -447,7 +449,7 @@ def test_console_script_probes(tmp_path, assets):
 
 # ------------------------------------------------------------------------------------------------ sweeps
 @pytest.fixture
-def sweep_setup(tmp_path, tiny_model_dir, scripted):  # noqa: F811
+def sweep_setup(tmp_path, tiny_model_dir, scripted):
     games = scripted_games(tmp_path / "games")
     return {"base": sweep_base(games), "out": tmp_path / "s.jsonl", "runs": tmp_path / "runs", "init": tiny_model_dir}
 

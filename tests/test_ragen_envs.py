@@ -12,9 +12,9 @@ from agentrl_lib.config import ConfigError, EnvConfig
 from agentrl_lib.envs import get_family
 from agentrl_lib.envs.bandit import HI_ARM_PROB, LO_ARM_SCORE, BanditEnv, payout
 from agentrl_lib.envs.base import Moves, check_game_set, load_game_set, make_moves
-from agentrl_lib.envs.pool import SerialPool, open_pool
 from agentrl_lib.envs.frozenlake import ACTIONS as FL_ACTIONS
 from agentrl_lib.envs.frozenlake import FrozenLakeEnv, generate_map, shortest_path
+from agentrl_lib.envs.pool import SerialPool, open_pool
 from agentrl_lib.envs.sokoban import ACTIONS as SK_ACTIONS
 from agentrl_lib.envs.sokoban import SokobanEnv, generate_room, push, solve
 from agentrl_lib.prompts import format_reply, parse_ragen_answer, parse_reply, system_prompt_for
@@ -381,13 +381,15 @@ def test_sft_more_games_pools_bandit_and_reversed_walkthroughs(tiny_model_dir, t
     summary = json.loads((out / "sft_summary.json").read_text())
     assert summary["examples"] == 4 and summary["games"] == [str(tmp_path / f) for f in ("bandit", "bandit-reversed")]
     # negative control: without --more-games only Dragon is demonstrated
+    from agentrl_lib.models import load_tokenizer
     from agentrl_lib.prompts import ChatFormat
     from agentrl_lib.sft import expert_examples
-    from agentrl_lib.models import load_tokenizer
 
     tok = load_tokenizer(tiny_model_dir)
-    named = lambda gs: {tok.decode([t for t, m in zip(e["input_ids"], e["assistant_masks"]) if m]).split("<")[0]
-                        for e in expert_examples(gs, ChatFormat(tok))}
+    def named(gs):
+        return {tok.decode([t for t, m in zip(e["input_ids"], e["assistant_masks"]) if m]).split("<")[0]
+                for e in expert_examples(gs, ChatFormat(tok))}
+
     assert named(load_game_set(tmp_path / "bandit")) == {"Dragon"}
     assert named(load_game_set(tmp_path / "bandit-reversed")) == {"Phoenix"}
     get_family("bandit-reversed").make_games(tmp_path / "small", 1, seed=0)
@@ -432,9 +434,9 @@ def test_registering_the_families_imports_no_engine():
 # ---- reward.kind="env": RAGEN's own rewards reach the trainer unchanged -------------------------------------------
 
 def test_env_reward_kind_passes_ragen_rewards_through_and_the_others_do_not():
-    """A Sokoban episode (a step away and back, a push that leaves the box short of the target, the solving push) through
-    rewards.turn_rewards: kind 'env' gives RAGEN's −0.1 / −0.1 / +10.9 per turn; 'sparse' and 'dense' rescale them
-    (the negative control: training on those would not be RAGEN's reward)."""
+    """A Sokoban episode (a step away and back, a push that leaves the box short of the target, the solving push)
+    through rewards.turn_rewards: kind 'env' gives RAGEN's −0.1 / −0.1 / +10.9 per turn; 'sparse' and 'dense' rescale
+    them (the negative control: training on those would not be RAGEN's reward)."""
     from agentrl_lib.rewards import turn_rewards
 
     env = SokobanEnv()

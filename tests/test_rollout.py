@@ -28,7 +28,8 @@ def test_rollout_token_layout_on_real_games(tiny, cooking_games):
     chat = ChatFormat(tok)
     torch.manual_seed(0)
     games = [g.path for g in cooking_games.games[:2] for _ in range(2)]
-    trajs, stats = rollout(HFGenerator(model, tok), tok, SerialPool(4), games, max_turns=3, max_new_tokens=8, temperature=1.0, chat=chat)
+    trajs, stats = rollout(HFGenerator(model, tok), tok, SerialPool(4), games, max_turns=3, max_new_tokens=8,
+                           temperature=1.0, chat=chat)
     assert stats.generated_tokens > 0 and [t.group for t in trajs] == [0, 0, 1, 1]
     for tr in trajs:
         assert tr.n_turns == 3 and tr.termination == "max_turns"
@@ -86,7 +87,8 @@ class FlakyPool(SerialPool):
 def test_env_failure_ends_one_episode_only(tiny, cooking_games):
     model, tok = tiny
     games = [cooking_games.games[0].path] * 3
-    trajs, _ = rollout(HFGenerator(model, tok), tok, FlakyPool(3), games, max_turns=3, max_new_tokens=4, temperature=1.0)
+    trajs, _ = rollout(HFGenerator(model, tok), tok, FlakyPool(3), games, max_turns=3, max_new_tokens=4,
+                       temperature=1.0)
     assert trajs[1].termination.startswith("env_error") and trajs[1].n_turns == 2
     assert trajs[0].termination == trajs[2].termination == "max_turns" and trajs[0].n_turns == 3
 
@@ -98,8 +100,8 @@ def test_rollout_over_a_process_pool(tiny, cooking_games):
     model, tok = tiny
     torch.manual_seed(0)
     with ProcessPool(2, family="textworld") as pool:
-        trajs, stats = rollout(HFGenerator(model, tok), tok, pool, [cooking_games.games[0].path] * 2, max_turns=2, max_new_tokens=4,
-                               temperature=1.0)
+        trajs, stats = rollout(HFGenerator(model, tok), tok, pool, [cooking_games.games[0].path] * 2, max_turns=2,
+                               max_new_tokens=4, temperature=1.0)
     assert [t.termination for t in trajs] == ["max_turns", "max_turns"] and stats.turns == 4
     assert all(len(t.observations) == 3 for t in trajs)
 

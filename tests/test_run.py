@@ -10,6 +10,7 @@ from agentrl_lib import trainer as trainer_mod
 from agentrl_lib.config import ALGO_PRESETS, AlgoConfig, EnvConfig, ModelConfig, RunConfig, TrainConfig
 from agentrl_lib.envs.pool import SerialPool
 from agentrl_lib.metrics import METRICS
+
 from helpers import ParityEnv, scripted_games
 
 

@@ -4,7 +4,6 @@ file-size abuse, reading the gold patch or the installed (unmutated) package. Wh
 runs the same command WITHOUT the sandbox and shows that it does escape there."""
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys

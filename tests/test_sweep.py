@@ -4,15 +4,15 @@ means and bootstrap intervals (with a negative control), and a results file whos
 import json
 from pathlib import Path
 
-import numpy as np
 import matplotlib.pyplot as plt
+import numpy as np
 import pytest
 
-from agentrl_lib import cli
+from agentrl_lib import cli, sweep
 from agentrl_lib import run as run_mod
-from agentrl_lib import sweep
 from agentrl_lib import trainer as trainer_mod
 from agentrl_lib.config import ConfigError, RunConfig
+
 from helpers import scripted_games, sweep_base
 
 

@@ -12,6 +12,7 @@ from agentrl_lib import trainer as trainer_mod
 from agentrl_lib.config import AlgoConfig, ConfigError, EnvConfig, ModelConfig, RunConfig, TrainConfig
 from agentrl_lib.envs.pool import SerialPool
 from agentrl_lib.tracking import NoTracker, open_tracker, scalars
+
 from helpers import ParityEnv, scripted_games
 
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")

@@ -9,13 +9,14 @@ import math
 
 import pytest
 import torch
-from helpers import BrokenEnv, CoinEnv, ParityEnv, coin_games, scripted_games
 
 from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RewardConfig, RunConfig, TrainConfig
 from agentrl_lib.envs.pool import EnvFailure, SerialPool
 from agentrl_lib.generation import HFGenerator
 from agentrl_lib.models import load_policy
 from agentrl_lib.trainer import Trainer, is_finite_row
+
+from helpers import BrokenEnv, CoinEnv, ParityEnv, coin_games, scripted_games
 
 
 def make_cfg(games, algo="grpo", group_size=4, games_per_step=2, **train):
@@ -24,7 +25,8 @@ def make_cfg(games, algo="grpo", group_size=4, games_per_step=2, **train):
     kw.update(train)
     algo_kw = {k: kw.pop(k) for k in list(kw) if k in AlgoConfig.__dataclass_fields__}
     return RunConfig(env=EnvConfig(games=games, max_turns=2), reward=RewardConfig(kind="dense"),
-                     algo=AlgoConfig.from_preset(algo, group_size=group_size, **algo_kw), model=ModelConfig(device="cpu"),
+                     algo=AlgoConfig.from_preset(algo, group_size=group_size, **algo_kw),
+                     model=ModelConfig(device="cpu"),
                      train=TrainConfig(**kw))
 
 

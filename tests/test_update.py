@@ -110,8 +110,8 @@ def _padded_batch(vocab: int, lengths: list[int], T: int) -> dict[str, torch.Ten
 
 def test_rows_cut_to_their_longest_give_the_padded_update(tiny_model_dir, monkeypatch):
     """The update forwards a minibatch cut to its own longest row, not padded to the rollout batch's longest episode
-    (Trainer._loss_and_backward: update.select, then accumulate_microbatches with budget 0): the same loss and gradient, less work. The
-    negative control cuts one token too many and is caught."""
+    (Trainer._loss_and_backward: update.select, then accumulate_microbatches with budget 0): the same loss and gradient,
+    less work. The negative control cuts one token too many and is caught."""
     from agentrl_lib.models import load_policy
 
     policy, tok = load_policy(tiny_model_dir, device="cpu", dtype="float32")

@@ -23,8 +23,8 @@ if importlib.util.find_spec("vllm") is None:
     pytest.skip("vLLM is not installed: run `make vllm`, then .venv-vllm/bin/python -m pytest tests/test_vllm.py",
                 allow_module_level=True)
 
-from agentrl_lib.policy import token_forward  # noqa: E402
-from agentrl_lib.rollout import collate, rollout  # noqa: E402
+from agentrl_lib.policy import token_forward
+from agentrl_lib.rollout import collate, rollout
 
 pytestmark = pytest.mark.vllm
 
