@@ -430,6 +430,7 @@ def test_presets_reach_every_estimator_and_labels_name_them():
 
 
 # ------------------------------------------------------------------------- one tiny RL step per preset (run_rl)
+@pytest.mark.trains
 @pytest.mark.parametrize("preset", ["turn_ppo", "bilevel_ppo", "dr_grpo", "reinforce_pp", "gigpo", "starpo_s"])
 def test_one_rl_step_per_preset_through_run_rl(preset, tiny_model_dir, tmp_path, monkeypatch):
     import agentrl_lib.trainer as trainer_mod
@@ -613,6 +614,7 @@ def test_presets_labels_and_a_registered_estimator(registry):
         register_estimator(Reinforce())
 
 
+@pytest.mark.trains
 @pytest.mark.parametrize("needs_critic", [False, True])
 def test_an_estimator_registered_here_trains_one_step(needs_critic, registry, tiny_model_dir, tmp_path):
     toy = register_estimator(Reinforce(needs_critic=needs_critic))

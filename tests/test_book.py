@@ -162,6 +162,8 @@ class Visit:
         self.context.close()
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_every_page_offline(site, browser):
     """Every page: no console error, no outside request, math typeset, every image decoded."""
     problems, checked = [], {"pages": 0, "math": 0, "widgets": 0, "images": 0}
@@ -271,6 +273,8 @@ def check_explorers(browser, site: Path, path: Path, required: bool, screenshot:
         v.close()
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_sweep_explorers_switch_without_kernel(site, browser):
     """On the policy page (and the reward chapter, the widgets page, every page with a rendered sweep explorer),
     clicking another algorithm, then another reward, shows another figure. The policy page's explorer is saved as

@@ -257,7 +257,12 @@ ROWS = [
 ]
 
 
-@pytest.mark.parametrize("row", ROWS, ids=[r[0] for r in ROWS])
+SPAWNS = {"model-local-typo"}
+"""Rows whose command starts env worker processes (found by recording process starts per test): marked subprocess."""
+
+
+@pytest.mark.parametrize("row", [pytest.param(r, id=r[0], marks=pytest.mark.subprocess if r[0] in SPAWNS else ())
+                                 for r in ROWS])
 def test_bad_input(row, probe, capsys, tmp_path):
     name, argv, yaml_text, must_contain, early, setup = row
     t0 = time.perf_counter()
@@ -397,6 +402,8 @@ def test_cached_hub_model_loads_when_the_hub_is_unreachable(tmp_path, monkeypatc
 
 
 # ------------------------------------------------------------------------------------------ the real console script
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_console_script_prints_one_line_and_no_traceback(tmp_path, cooking_games):
     (tmp_path / "runs" / "ppo").mkdir(parents=True)
     (tmp_path / "c.yaml").write_text("train: {max_grad_norm: -1}\n")

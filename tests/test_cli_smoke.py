@@ -2,11 +2,14 @@
 subcommand on real TextWorld games, resuming a run with more steps, and running the demo twice into one directory."""
 import json
 
+import pytest
 import yaml
 
 from agentrl_lib.cli import main
 from agentrl_lib.demo import DemoBudget, run_demo
 from agentrl_lib.models import resolve_model_path
+
+pytestmark = [pytest.mark.slow, pytest.mark.trains, pytest.mark.subprocess]
 
 
 def test_make_games_sft_train_resume_eval(tmp_path, tiny_model_dir, capsys):

@@ -303,6 +303,8 @@ def _trainer(cfg, run, tiny_model_dir, resume=False):
     return t
 
 
+@pytest.mark.slow
+@pytest.mark.trains
 def test_trainer_logs_alerts_and_stop_on_collapse_stops_resumably(tiny_model_dir, tmp_path, monkeypatch, caplog):
     games = scripted_games(tmp_path / "games")
     _planted(monkeypatch)
@@ -341,6 +343,7 @@ def test_trainer_logs_alerts_and_stop_on_collapse_stops_resumably(tiny_model_dir
     assert [r["step"] for r in rows] == [1, 2, 3] and rows[2]["alerts"] == []
 
 
+@pytest.mark.trains
 def test_a_lone_grad_norm_spike_stops_the_run_only_when_its_kind_is_selected(tiny_model_dir, tmp_path, monkeypatch):
     games = scripted_games(tmp_path / "games")
     _planted_spike(monkeypatch)

@@ -85,6 +85,9 @@ def frozenlake(tmp_path_factory):
     return get_family("frozenlake").make_games(tmp_path_factory.mktemp("frozenlake"), 8, seed=0).root
 
 
+@pytest.mark.slow
+@pytest.mark.trains
+@pytest.mark.subprocess
 def test_two_processes_train_the_weights_of_one(tiny_model_dir, frozenlake, tmp_path, monkeypatch):
     from agentrl_lib import trainer as trainer_mod
     from agentrl_lib.cli import main

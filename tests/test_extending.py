@@ -14,6 +14,8 @@ from agentrl_lib.advantages import ESTIMATORS
 from agentrl_lib.envs import FAMILIES
 from agentrl_lib.generation import GENERATORS
 
+pytestmark = pytest.mark.trains
+
 PAGE = Path(__file__).resolve().parents[1] / "book" / "extending.md"
 
 

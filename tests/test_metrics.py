@@ -30,6 +30,7 @@ def _config(games, algo, **train):
                                           "max_new_tokens": 6, "temperature": 1.0, "seed": 1, **train}))
 
 
+@pytest.mark.trains
 @pytest.mark.parametrize("algo", ["ppo", "grpo", "rloo"])
 def test_a_step_logs_exactly_the_declared_keys(algo, tiny_model_dir, tmp_path):
     cfg = _config(scripted_games(tmp_path / "games"), algo)
@@ -52,6 +53,7 @@ def test_a_step_logs_exactly_the_declared_keys(algo, tiny_model_dir, tmp_path):
     assert all(full[k] == row[k] or full[k] is row[k] for k in row), "complete_row changed a value"
 
 
+@pytest.mark.trains
 def test_every_row_of_metrics_jsonl_has_every_key(tiny_model_dir, tmp_path):
     """Also the row of a step where every episode failed (no update): the keys not computed are null."""
     games = scripted_games(tmp_path / "games")
@@ -70,6 +72,7 @@ def test_every_row_of_metrics_jsonl_has_every_key(tiny_model_dir, tmp_path):
     assert lines[0]["env_errors"] == 2
 
 
+@pytest.mark.trains
 def test_control_an_undocumented_key_is_caught(tiny_model_dir, tmp_path, monkeypatch):
     """Plant a key the schema does not declare: complete_row refuses it, and a training run fails in the tests."""
     with pytest.raises(ValueError, match="mystery_metric"):

@@ -50,6 +50,7 @@ def test_game_set_walkthroughs_win_and_pass_the_game_check(family, tmp_path):
     assert report["played"] == 24
 
 
+@pytest.mark.subprocess
 def test_ragen_families_run_in_the_process_pool(tmp_path):
     """The runs' default pool (one worker process per slot, the family's env built in the worker) plays them."""
     gs = get_family("frozenlake").make_games(tmp_path / "fl", 3, seed=0)
@@ -366,6 +367,7 @@ def test_sft_examples_in_ragen_format(tmp_path, tokenizer):
         assert "Answer format" in tokenizer.decode(e["input_ids"])
 
 
+@pytest.mark.trains
 def test_sft_more_games_pools_bandit_and_reversed_walkthroughs(tiny_model_dir, tmp_path, capsys):
     """`agentrl sft --more-games`: the walkthroughs of both label variants are pooled (each arm named equally often:
     chapter 05's format-only warm-up); --demos applies to each set; a --demos the extra set cannot give is one line."""
@@ -400,6 +402,7 @@ def test_sft_more_games_pools_bandit_and_reversed_walkthroughs(tiny_model_dir, t
     assert "--demos 2 is more than the 1 games of --more-games" in err and "Traceback" not in err
 
 
+@pytest.mark.trains
 def test_one_rl_step_on_frozenlake_in_ragen_format(tiny_model_dir, tmp_path):
     from agentrl_lib.config import AlgoConfig, RunConfig, TrainConfig
     from agentrl_lib.run import run_rl
@@ -416,6 +419,7 @@ def test_one_rl_step_on_frozenlake_in_ragen_format(tiny_model_dir, tmp_path):
     assert row["invalid_rate"] == 1.0, row
 
 
+@pytest.mark.subprocess
 def test_registering_the_families_imports_no_engine():
     """get_family imports the family modules only; gymnasium comes when an env is built (negative control: after
     reset it is imported)."""
@@ -456,6 +460,8 @@ def test_env_reward_kind_passes_ragen_rewards_through_and_the_others_do_not():
         turn_rewards("shaped", [0.0], 1.0, True, [True])
 
 
+@pytest.mark.slow
+@pytest.mark.trains
 @pytest.mark.parametrize("family", ["bandit", "frozenlake", "sokoban"])
 def test_every_estimator_trains_on_every_family(family, tiny_model_dir, tmp_path, capsys):
     """`agentrl train --games <games of the family> --advantage <estimator>` runs one RL step for every estimator of

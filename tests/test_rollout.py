@@ -93,6 +93,7 @@ def test_env_failure_ends_one_episode_only(tiny, cooking_games):
     assert trajs[0].termination == trajs[2].termination == "max_turns" and trajs[0].n_turns == 3
 
 
+@pytest.mark.subprocess
 def test_rollout_over_a_process_pool(tiny, cooking_games):
     """The same rollout with one env worker process per episode."""
     from agentrl_lib.envs.pool import ProcessPool

@@ -22,6 +22,7 @@ def scripted(monkeypatch):
     monkeypatch.setattr(evaluate_mod, "open_pool", pool)
 
 
+@pytest.mark.trains
 def test_run_rl_trains_evaluates_and_writes(tiny_model_dir, tmp_path, scripted):
     games = scripted_games(tmp_path / "games")
     cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2), algo=AlgoConfig.from_preset("grpo", group_size=2),

@@ -16,7 +16,7 @@ import pytest
 from agentrl_lib.envs.sandbox import Limits, SandboxUnavailable, run_sandboxed, sandbox_problem
 
 PROBLEM = sandbox_problem()
-pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"no sandbox here: {PROBLEM}")
+pytestmark = [pytest.mark.skipif(PROBLEM is not None, reason=f"no sandbox here: {PROBLEM}"), pytest.mark.subprocess]
 
 
 @pytest.fixture

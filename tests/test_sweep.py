@@ -87,6 +87,8 @@ def test_cli_sweep_bad_value_is_one_error_line(tmp_path, monkeypatch, capsys):
 
 
 # ------------------------------------------------------------------------------------------------ the sweep
+@pytest.mark.slow
+@pytest.mark.trains
 def test_sweep_writes_one_record_per_run_and_skips_recorded_runs(tiny_model_dir, tmp_path, scripted):
     games = scripted_games(tmp_path / "games")
     out, runs = tmp_path / "results" / "s.jsonl", tmp_path / "runs"
@@ -127,6 +129,8 @@ def test_sweep_writes_one_record_per_run_and_skips_recorded_runs(tiny_model_dir,
     assert len(calls) == 1 and len(out.read_text().splitlines()) == 5
 
 
+@pytest.mark.slow
+@pytest.mark.trains
 def test_interrupted_sweep_resumes_the_half_finished_run(tiny_model_dir, tmp_path, scripted, monkeypatch):
     """Ctrl-C after the first step of the 2nd run (its checkpoint step_000001 written): the sweep stops with one line;
     the same call then resumes that run from step 1 (resume=True) and finishes the sweep."""
@@ -364,6 +368,7 @@ def test_a_cut_last_line_is_reported_once_and_ignored(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------------------ tags, extra evals
+@pytest.mark.trains
 def test_tags_label_cells_and_extra_evals_are_recorded(tiny_model_dir, tmp_path, scripted):
     """--tag joins every cell (and its run dir); --also-eval evaluates the trained policy on another set, kept in
     the record's evals (a split sweep's harder games)."""
@@ -423,6 +428,7 @@ def test_parallel_sweeps_wait_for_the_results_lock(tmp_path, monkeypatch, locked
     assert len(out.read_text().splitlines()) == 1
 
 
+@pytest.mark.trains
 def test_recorded_runs_keep_only_their_newest_policy(tiny_model_dir, tmp_path, scripted):
     """A sweep prunes a recorded run's training state (optimizer, older checkpoints): the policy still loads for
     evaluation, a resume says why it cannot; --keep-training-state keeps everything (the control)."""

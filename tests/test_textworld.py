@@ -16,6 +16,8 @@ def _play(env, game):
     return results
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("which", ["cooking_games", "custom_games"])
 def test_walkthrough_wins_and_observations_are_clean(which, request):
     games = request.getfixturevalue(which)
@@ -66,6 +68,7 @@ def test_corrupted_game_file_gives_clear_error(tmp_path, cooking_games):
     pool.close()
 
 
+@pytest.mark.subprocess
 def test_generation_is_cached_and_deterministic(tmp_path, cooking_games):
     again = load_game_set(cooking_games.root)
     assert [g.walkthrough for g in again.games] == [g.walkthrough for g in cooking_games.games]

@@ -60,6 +60,7 @@ def _assert_same(events: dict, expected: dict) -> None:
             assert math.isclose(g, w, rel_tol=1e-6, abs_tol=1e-30), (tag, g, w)
 
 
+@pytest.mark.trains
 def test_tensorboard_scalars_are_the_metrics_rows(tiny_model_dir, tmp_path, scripted):
     games = scripted_games(tmp_path / "games")
     run.run_rl(_config(games, "tensorboard"), tmp_path / "run", init=tiny_model_dir, progress=False)
@@ -71,6 +72,7 @@ def test_tensorboard_scalars_are_the_metrics_rows(tiny_model_dir, tmp_path, scri
     _assert_same(events, expected)
 
 
+@pytest.mark.trains
 def test_report_to_none_writes_no_event_file(tiny_model_dir, tmp_path, scripted):
     """Negative control: the default writes metrics.jsonl only, no tensorboard folder."""
     games = scripted_games(tmp_path / "games")
@@ -80,6 +82,7 @@ def test_report_to_none_writes_no_event_file(tiny_model_dir, tmp_path, scripted)
     assert not list((tmp_path / "run").rglob("events.out.tfevents.*"))
 
 
+@pytest.mark.trains
 def test_a_resumed_run_continues_the_curves(tiny_model_dir, tmp_path, scripted):
     """Steps 1-3, the last checkpoint removed (as if the run died after writing step 3's row), then resumed from
     step 2 up to step 4: TensorBoard shows one value per step, metrics.jsonl's (the redone step 3's, not the first

@@ -46,6 +46,7 @@ class ResetFailsInSlot(SerialPool):
         return [EnvFailure("RuntimeError: engine exploded") if s in self.bad else r for s, r in zip(slots, out)]
 
 
+@pytest.mark.trains
 @pytest.mark.parametrize("algo", ["grpo", "rloo"])
 def test_one_env_failing_at_reset_ends_one_episode_not_the_run(algo, tiny_model_dir, tmp_path):
     cfg = make_cfg(coin_games(tmp_path / "g"), algo=algo, group_size=2, games_per_step=2)
@@ -56,6 +57,7 @@ def test_one_env_failing_at_reset_ends_one_episode_not_the_run(algo, tiny_model_
 
 
 # ------------------------------------------------------------- item 5: π_old from the training forward, TIS
+@pytest.mark.trains
 @pytest.mark.parametrize("algo", ["ppo", "grpo", "rloo"])
 def test_pi_old_comes_from_the_training_forward_and_the_mismatch_is_logged(algo, tiny_model_dir, tmp_path,
                                                                            monkeypatch):
@@ -90,6 +92,7 @@ class CrashOnSecondStep(SerialPool):
         return [EnvFailure("worker crashed (test)") if (s == 1 and self.calls == 1) else r for s, r in zip(slots, out)]
 
 
+@pytest.mark.trains
 def test_an_env_crash_mid_episode_leaves_the_loss_and_the_statistics(tiny_model_dir, tmp_path, monkeypatch):
     import agentrl_lib.trainer as trainer_mod
 
@@ -135,6 +138,7 @@ def test_dropout_is_off_during_updates(tokenizer, tmp_path):
 
 
 # ---------------------------------------------------------------- item 9: StarPO-S filter before minibatching
+@pytest.mark.trains
 def test_starpo_s_filter_selects_before_anything_is_forwarded(tiny_model_dir, tmp_path, monkeypatch):
     import agentrl_lib.policy as policy_mod
     import agentrl_lib.trainer as trainer_mod
@@ -157,6 +161,7 @@ def test_starpo_s_filter_selects_before_anything_is_forwarded(tiny_model_dir, tm
     assert sum(no_grad) == 4 and minibatches == [2, 2], rows_forwarded
 
 
+@pytest.mark.trains
 def test_policy_loss_is_logged_alone_and_both_grad_norms_are_logged(tiny_model_dir, tmp_path):
     cfg = make_cfg(coin_games(tmp_path / "g"), algo="ppo", entropy_coef=10.0, epochs=1)
     row = trainer(cfg, tmp_path, tiny_model_dir).step(0)
@@ -166,6 +171,7 @@ def test_policy_loss_is_logged_alone_and_both_grad_norms_are_logged(tiny_model_d
     assert row["grad_norm"] > 0 and row["value_grad_norm"] > 0 and row["nonfinite_updates"] == 0
 
 
+@pytest.mark.trains
 def test_end_of_training_eval_uses_eval_temperature_and_the_observation_options(tiny_model_dir, tmp_path,
                                                                                 monkeypatch):
     import agentrl_lib.evaluate as evaluate_mod
@@ -194,6 +200,7 @@ def test_end_of_training_eval_uses_eval_temperature_and_the_observation_options(
 
 
 # -------------------------------------------------------------------------- item 4: LoRA outputs by name, π_ref
+@pytest.mark.trains
 def test_lora_outputs_load_by_name_and_the_kl_reference_is_the_merged_sft_adapter(tiny_model_dir, tmp_path):
     from peft import LoraConfig, get_peft_model
 
@@ -229,6 +236,7 @@ def test_lora_outputs_load_by_name_and_the_kl_reference_is_the_merged_sft_adapte
 
 
 # ------------------------------------------------------- one update, resume, every env failing (ParityEnv games)
+@pytest.mark.trains
 @pytest.mark.parametrize("algo,checkpointing", [("ppo", False), ("grpo", False), ("rloo", False), ("ppo", True)])
 def test_one_update_changes_every_parameter(algo, checkpointing, tiny_model_dir, tmp_path):
     games = scripted_games(tmp_path / "games")
@@ -261,6 +269,8 @@ def ModelCPU():
     return ModelConfig(device="cpu")
 
 
+@pytest.mark.slow
+@pytest.mark.trains
 def test_checkpoint_resume_continues_the_run(tiny_model_dir, tmp_path):
     games = scripted_games(tmp_path / "games")
 
@@ -295,6 +305,7 @@ def test_checkpoint_resume_continues_the_run(tiny_model_dir, tmp_path):
     assert (run / "learning_curve.png").stat().st_size > 1000
 
 
+@pytest.mark.trains
 def test_a_step_where_every_env_fails_is_logged_not_fatal(tiny_model_dir, tmp_path):
     games = scripted_games(tmp_path / "games")
     cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2, max_env_error_frac=1.0),  # 1: never stop
@@ -308,6 +319,8 @@ def test_a_step_where_every_env_fails_is_logged_not_fatal(tiny_model_dir, tmp_pa
 
 
 # -------------------- the embedded model end to end: load, a short rollout on a real game, one RL update (≈ 1 min)
+@pytest.mark.trains
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_embedded_model_rollout_and_one_ppo_update(cooking_games, tmp_path):
     model, tok = load_policy("embedded")

@@ -69,6 +69,7 @@ def _max_rel_diff(a: dict, b: dict) -> float:
     return max(((a[k] - b[k]).norm() / (b[k].norm() + 1e-12)).item() for k in a)
 
 
+@pytest.mark.trains
 def test_microbatched_update_is_the_minibatch_update(tiny_model_dir, tmp_path, monkeypatch):
     algo = "ppo"  # the critic's value loss and the KL term ride along; GRPO's update is the same code without them
     plain, row_plain, _ = _gradients(algo, 0, tiny_model_dir, tmp_path, "plain")
@@ -145,6 +146,7 @@ def test_rows_cut_to_their_longest_give_the_padded_update(tiny_model_dir, monkey
     assert loss_short != pytest.approx(loss_pad, rel=1e-5) or _max_rel_diff(g_short, g_pad) > 1e-3
 
 
+@pytest.mark.trains
 def test_old_logprobs_from_the_behaviour_policy_skip_the_forward_and_give_the_same_update(tiny_model_dir, tmp_path,
                                                                                           monkeypatch):
     """algo.old_logprobs 'behaviour': π_old is the rollout's log-probs, no no-grad forward runs (GRPO: nothing else
@@ -186,6 +188,8 @@ def test_old_logprobs_from_the_behaviour_policy_skip_the_forward_and_give_the_sa
     assert _max_rel_diff(wrong, recomputed) > 1e-2
 
 
+@pytest.mark.slow
+@pytest.mark.trains
 def test_shared_prompts_and_group_minibatches_give_the_plain_update(tiny_model_dir, tmp_path, monkeypatch):
     """train.share_prefix (each group's first prompt forwarded once, in the no-grad pass and the update) gives the
     plain forward's gradients; train.group_minibatches cuts minibatches of whole groups, whose update then equals the

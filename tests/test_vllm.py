@@ -276,6 +276,7 @@ def test_generators_of_two_models_share_the_process(policy, tmp_path):
                                                     1.0)) < TOL
 
 
+@pytest.mark.trains
 def test_cli_train_and_eval_with_the_vllm_backend(vllm_model_dir, tmp_path, capsys, monkeypatch):
     """`agentrl train --generator vllm` (2 PPO steps on bandit games) and `agentrl eval --backend vllm`. Step 2
     samples from the weights step 1 trained: its logprob_mismatch (π_old from the training forward vs the engine's
