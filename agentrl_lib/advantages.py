@@ -35,7 +35,7 @@ from the same start state, one factor for every turn: exactly (1 − 1/G) for dr
 batch-wide constant), and so does a critic, which conditions on the state and never contains the episode's own return
 (`gae`, `turn_gae`, `bilevel_gae`). GiGPO's step groups condition on the state (actions compared in the same
 observation, whatever their turn index), but a state few episodes visit has the same self-inclusion shrink on its
-step term; its episode-level term keeps the full credit. tests/test_estimators.py computes the exact expected update
+step term; its episode-level term keeps the full credit. tests/test_advantages.py computes the exact expected update
 of each by enumerating every group of G episodes on a two-turn game.
 
 The registry: `ESTIMATORS[name]` is an object with `name`, `needs_critic` (the trainer builds a value head and logs

@@ -427,7 +427,8 @@ def read_training_state(ckpt: str | Path) -> dict[str, Any]:
         pruned = False
     if pruned:
         raise CheckpointError(f"{ckpt} has no optimizer state: `agentrl sweep` removed it once the run was recorded "
-                              f"(prune_training_state); start a new run from its policy with --init {ckpt.parent.parent}")
+                              f"(prune_training_state); start a new run from its policy with --init "
+                              f"{ckpt.parent.parent}")
     return {"optimizer": torch.load(ckpt / "optimizer.pt", map_location="cpu"),
             "value_head": torch.load(vh, map_location="cpu") if vh.is_file() else None}
 
@@ -445,7 +446,8 @@ def apply_training_state(state: dict[str, Any], optimizer, value_head=None, lrs:
         group["lr"] = lr
 
 
-def load_newest(ckpt_root: str | Path, load: Callable[[Path], Any], need_value_head: bool = False) -> tuple[int, Path, Any]:
+def load_newest(ckpt_root: str | Path, load: Callable[[Path], Any],
+                need_value_head: bool = False) -> tuple[int, Path, Any]:
     """Call `load(dir)` on the newest complete checkpoint; if it raises, warn and try the next older one.
 
     Returns:
@@ -461,7 +463,7 @@ def load_newest(ckpt_root: str | Path, load: Callable[[Path], Any], need_value_h
             if reasons:  # fell back: `latest` (what `--model RUN` loads) must not name a damaged checkpoint
                 atomic_write_text(Path(ckpt_root) / "latest", p.name)
             return step, p, loaded
-        except Exception as e:  # noqa: BLE001 - any damage: report it and fall back
+        except Exception as e:  # any damage: report it and fall back
             reason = str(e) if isinstance(e, CheckpointError) else f"{p.name}: {type(e).__name__}: {e}"
             reasons.append(reason.splitlines()[0])  # whole: a cut reason cut the path it names
             log.warning("skipping checkpoint %s; falling back to an older one", reasons[-1])

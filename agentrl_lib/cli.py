@@ -34,9 +34,18 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .config import (ALGO_PRESETS, CHOICES, SECTIONS, SEED_MAX, ConfigError, EnvConfig, ModelConfig, RunConfig,
-                     choices_for, field_docs)
-
+from .config import (
+    ALGO_PRESETS,
+    CHOICES,
+    SECTIONS,
+    SEED_MAX,
+    ConfigError,
+    EnvConfig,
+    ModelConfig,
+    RunConfig,
+    choices_for,
+    field_docs,
+)
 
 MAKE_GAMES_N_MAX = 100_000
 """`agentrl make-games --n` upper bound: more games take hours to generate (Sokoban's BFS, TextWorld's compiler) and
@@ -74,8 +83,9 @@ def _make_games(a) -> None:
                         f"{'it' if len(wrong) == 1 else 'them'}")
     if a.family == "textworld":
         custom = [flag(k) for k in _TEXTWORLD_CUSTOM if getattr(a, k) is not None]
-        _require(not (a.challenge and custom), f"{', '.join(custom)} {'applies' if len(custom) == 1 else 'apply'} only to custom games, not to --challenge "
-                                               f"{a.challenge}; pass the challenge's own options in --challenge-args")
+        _require(not (a.challenge and custom),
+                 f"{', '.join(custom)} {'applies' if len(custom) == 1 else 'apply'} only to custom games, not to "
+                 f"--challenge {a.challenge}; pass the challenge's own options in --challenge-args")
         _require(a.challenge or a.challenge_args is None,
                  "--challenge-args needs --challenge (custom games take --world-size, --nb-objects, --quest-length)")
     params = {k: getattr(a, k) for k in given if k in accepted}
@@ -240,7 +250,8 @@ class ConfigFlag:
 def config_flags(sections: tuple[str, ...] | None = None) -> list[ConfigFlag]:
     """One ConfigFlag per field of the RunConfig sections named (default all: env, reward, algo, model, train), in
     declaration order, from the dataclasses and their field docstrings (config.field_docs). A field whose name
-    appears in two sections or in OWN_FLAGS is spelled `--SECTION-FIELD` (e.g. a field `seed` in two sections → --train-seed)."""
+    appears in two sections or in OWN_FLAGS is spelled `--SECTION-FIELD` (e.g. a field `seed` in two sections →
+    --train-seed)."""
     counts: dict[str, int] = {}
     for cls in SECTIONS.values():
         for f in fields(cls):
@@ -339,7 +350,8 @@ def _train(a) -> None:
 
     if rows and is_main_process():  # a data-parallel job: rank 0 reports
         last = rows[-1]
-        print(f"done: {len(rows)} steps; last step success {last['success_rate']:.2f}, return {last['return_mean']:+.3f}; "
+        print(f"done: {len(rows)} steps; last step success {last['success_rate']:.2f}, "
+              f"return {last['return_mean']:+.3f}; "
               f"metrics in {run_dir}/metrics.jsonl, curves in {run_dir}/learning_curve.png")
     if summary["eval"] is not None:
         from .evaluate import format_eval

@@ -280,7 +280,8 @@ class AlgoConfig:
             if not 0.0 <= v <= 1.0:
                 raise ConfigError(f"algo.{name} must be in [0, 1] (got {v})")
         if not (0 < self.clip_low < 1 and 0 < self.clip_high < 10):
-            raise ConfigError(f"algo.clip_low must be in (0, 1) and clip_high > 0 (got {self.clip_low}, {self.clip_high})")
+            raise ConfigError(f"algo.clip_low must be in (0, 1) and clip_high > 0 "
+                              f"(got {self.clip_low}, {self.clip_high})")
         if not 0.0 < self.keep_top_std <= 1.0:
             raise ConfigError(f"algo.keep_top_std must be in (0, 1] (got {self.keep_top_std})")
         if self.keep_top_std < 1.0 and self.group_size < 2:
@@ -507,7 +508,8 @@ class RunConfig:
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
         """Build from a nested dict; unknown sections or keys raise ConfigError naming them."""
         if not isinstance(data, dict):
-            raise ConfigError(f"config must be a mapping of sections {[f.name for f in fields(cls)]}, got {type(data).__name__}")
+            raise ConfigError(f"config must be a mapping of sections {[f.name for f in fields(cls)]}, "
+                              f"got {type(data).__name__}")
         data = upgrade_legacy_keys(data)
         kinds = {f.name: f.default_factory for f in fields(cls)}  # type: ignore[misc]
         unknown = set(data) - set(kinds)
@@ -542,7 +544,7 @@ class RunConfig:
         if not path.is_file():
             raise FileNotFoundError(f"config file {path} does not exist")
         try:
-            data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+            data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # a SafeLoader subclass
         except DuplicateKeyError as e:
             raise ConfigError(f"config file {path}: {e}") from None
         except yaml.YAMLError as e:

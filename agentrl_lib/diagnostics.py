@@ -117,7 +117,7 @@ def input_dependence(replies: list, games: list) -> float | None:
     """How much the replies depend on the game: the mean token-set Jaccard similarity of replies at the same turn of
     episodes of the same game minus that of episodes of different games,
 
-        input_dependence = mean_{(i<j, k): g_i = g_j} J(y_ik, y_jk) − mean_{(i<j, k): g_i ≠ g_j} J(y_ik, y_jk) ∈ [−1, 1],
+        input_dependence = mean_{(i<j,k): g_i = g_j} J(y_ik, y_jk) − mean_{(i<j,k): g_i ≠ g_j} J(y_ik, y_jk) ∈ [−1, 1],
 
     over every pair of episodes i < j and every turn k both reached; y_ik is episode i's reply at turn k and J the
     Jaccard similarity of the token sets (`token_set`). Replies that ignore the game score ≈ 0 whether they are all
@@ -247,7 +247,8 @@ class CollapseDetector:
         peak, peak_step = self._peak_std
         return Alert(step, "reward_std_collapse",
                      f"step {step}: reward-variance collapse (Echo Trap): within-group return std "
-                     f"<= {self.std_floor:g} for {self.window} steps ({first}-{step}; peak {peak:.3g} at step {peak_step}) while training "
+                     f"<= {self.std_floor:g} for {self.window} steps ({first}-{step}; peak {peak:.3g} at step "
+                     f"{peak_step}) while training "
                      f"success is {success:.2f} < {self.converged_success:g}: groups tie, so group baselines give no "
                      "signal; try StarPO-S filtering (--keep-top-std 0.5), a higher --temperature or more SFT first",
                      {"first_step": first, "std_max_in_window": max(s for _, s, _ in self._flat),

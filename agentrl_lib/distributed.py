@@ -1,4 +1,4 @@
-"""Data-parallel training across processes (DDP through 🤗 accelerate), for `accelerate launch -m agentrl_lib.cli train`.
+"""Data-parallel training across processes (DDP through accelerate), for `accelerate launch -m agentrl_lib.cli train`.
 
     accelerate launch --config_file configs/accelerate/cpu_2proc.yaml -m agentrl_lib.cli train --device cpu ...
     accelerate launch --config_file configs/accelerate/gpu_1node.yaml --num_processes 4 -m agentrl_lib.cli train ...
@@ -36,8 +36,8 @@ A per-rank mean (Σ_{M_r} / N_r), even over equal numbers of episodes, would wei
 differs between ranks whenever their episodes differ in length. Dr. GRPO's constant normaliser (algo.loss_agg
 'seq_mean_token_sum_norm') takes the global episode count |M| in the same way (B · L_max). Every metric that
 minibatch_loss returns is such a token mean, so the sum of the ranks' values is the single-process value.
-tests/test_ddp.py checks that 2 processes × B/2 episodes give the weights of 1 process × B episodes (max |Δ| < 1e-5,
-fp32), and that without the gradient all-reduce they do not.
+tests/test_distributed.py checks that 2 processes × B/2 episodes give the weights of 1 process × B episodes (max |Δ| <
+1e-5, fp32), and that without the gradient all-reduce they do not.
 
 Only rank 0 writes (config.yaml, metrics.jsonl, checkpoints, learning_curve.png, eval.json) and holds the run lock;
 every rank loads the same start (the same checkpoint on resume; DDP also broadcasts rank 0's weights when it

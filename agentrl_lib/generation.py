@@ -161,7 +161,8 @@ class HFGenerator:
             new_attn[r, :n] = 1
             if n:
                 gap = max(gap, (token_logp[r, :n] - raw_logp[r, :n]).abs().max().item())
-        self.ids, self.attn, self.cache = out.sequences, torch.cat([self.attn, new_attn], dim=1), getattr(out, CACHE_ARG)
+        self.ids, self.attn = out.sequences, torch.cat([self.attn, new_attn], dim=1)
+        self.cache = getattr(out, CACHE_ARG)
         return TurnSample(ids, lps, truncated, gap)
 
     def keep(self, rows: list[int]) -> None:

@@ -158,7 +158,7 @@ def shutdown() -> None:
 
     try:
         llm.llm_engine.engine_core.shutdown()
-    except Exception:  # noqa: BLE001 - best effort: a half-started engine may lack parts
+    except Exception:  # best effort: a half-started engine may lack parts
         pass
     del llm
     gc.collect()

@@ -114,7 +114,7 @@ def truncated_is_weights(old_logprobs: torch.Tensor, behaviour_logprobs: torch.T
 
 def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
                clip: float = 0.2, n_tokens: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-    """Clipped value loss (PPO2 / CleanRL): ½ mean max((V − R)², (V_old + clip(V − V_old, ±c) − R)²). clip 0 = plain MSE.
+    """Clipped value loss (PPO2 / CleanRL): ½ mean max((V − R)², (V_old + clip(V − V_old, ±c) − R)²); clip 0: MSE.
 
     n_tokens: the mean's denominator (masked_mean's count; default Σ mask).
     Returns: loss, metrics {value_loss, value_clip_frac}.

@@ -61,7 +61,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
        "≈ algo.keep_top_std", "—"),
     _M("mean_turns", "turns", "Σ turns / episodes", "falls as the policy wins sooner", "stuck at env.max_turns: "
        "no episode ends"),
-    _M("invalid_rate", "fraction", "turns whose action was not admissible / turns", "falls; demo: 0.2-0.6 (median 0.43) while winning",
+    _M("invalid_rate", "fraction", "turns whose action was not admissible / turns",
+       "falls; demo: 0.2-0.6 (median 0.43) while winning",
        "rises towards 1: the policy drifts away from game commands"),
     _M("repetition_rate", "fraction", "turns repeating an earlier action or reply of the same episode / turns "
        "(diagnostics.repetition_rate)", "low, ≈ the game's need to repeat a command (0 for one-turn episodes)",
@@ -70,7 +71,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
        "the turns of every episode that ran", "stable; ≤ train.max_new_tokens + 1",
        "collapses to 1-2 (empty replies) or pins at max_new_tokens (rambling, see truncated_rate)"),
     _M("input_dependence", "", "mean Jaccard(token sets) of same-turn replies of episodes of the same game − that of "
-       "different games (diagnostics.input_dependence); null with one game or one episode per game", "> 0: replies depend on the game",
+       "different games (diagnostics.input_dependence); null with one game or one episode per game",
+       "> 0: replies depend on the game",
        "≈ 0 with templated replies: the replies no longer depend on the input (RAGEN-2's signal)"),
     _M("truncated_rate", "fraction", "turns whose reply hit train.max_new_tokens / turns", "≈ 0",
        "> 0.1: raise max_new_tokens or the policy rambles"),
@@ -80,7 +82,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
        "the first names the failing game and error"),
     # --- rollout and batch sizes
     _M("generated_tokens", "tokens", "tokens sampled in the rollout", "—", "—"),
-    _M("gen_tokens_per_s", "tokens/s", "generated_tokens / generation time", "demo: 10-22 (median 15) on 2 CPU cores, 8 episodes",
+    _M("gen_tokens_per_s", "tokens/s", "generated_tokens / generation time",
+       "demo: 10-22 (median 15) on 2 CPU cores, 8 episodes",
        "a drop: memory pressure or a slow backend"),
     _M("policy_tokens", "tokens", "Σ mask: the sampled tokens that train", "—", "0: nothing to train on"),
     _M("seq_len_max", "tokens", "longest trajectory of the batch (prompt, turns, observations)", "< model context",
@@ -88,7 +91,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     _M("sampler_gap", "nats", "max over sampled tokens of |log-prob of the scores sampled − log softmax(logits / T)|",
        "0 (demo: 0 on every step)", "> 1e-3: a hidden warper (top-k, top-p) changed the distribution sampled"),
     _M("logprob_mismatch", "nats", "max over policy tokens of |log π_old − log π_behaviour|",
-       "< 1e-3; demo (fp32 CPU): median 1.6e-5, max 3.8e-5", "> 0.1: the rollout and the trainer disagree (kernels, dtype, tokenisation)"),
+       "< 1e-3; demo (fp32 CPU): median 1.6e-5, max 3.8e-5",
+       "> 0.1: the rollout and the trainer disagree (kernels, dtype, tokenisation)"),
     _M("logprob_mismatch_mean", "nats", "mean over policy tokens of |log π_old − log π_behaviour|", "< 1e-4",
        "grows with bf16 or a second engine: turn on algo.tis"),
     _M("tis_weight_mean", "", "mean of w = min(π_old / π_behaviour, C) over policy tokens", "≈ 1",
@@ -98,7 +102,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
        "near 0, either sign", "large and growing in magnitude: advantages unnormalised or the step too big"),
     _M("entropy", "nats/token", "mean over policy tokens of H(π_θ(·|s_t))", "falls slowly; demo (after SFT): 0.02-0.12",
        "collapses to ~0: the policy stops exploring; null when no update ran"),
-    _M("clip_frac", "fraction", "policy tokens where the clipped term is the smaller one", "0-0.2; demo: median 0.008, max 0.04",
+    _M("clip_frac", "fraction", "policy tokens where the clipped term is the smaller one",
+       "0-0.2; demo: median 0.008, max 0.04",
        "> 0.3: the update moves the policy too far (lower lr or epochs)"),
     _M("dual_clip_frac", "fraction", "tokens with A < 0 bounded by the dual clip c·A", "≈ 0 (0 when off)",
        "large: very large ratios on negative advantages"),
@@ -108,7 +113,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     _M("kl_ref", "nats", "k3 estimate of KL(π_θ ‖ π_ref), 0 when algo.kl_coef = 0", "grows slowly (< 0.1)",
        "grows fast: the policy runs away from the reference (raise kl_coef)"),
     _M("grad_norm", "", "global L2 norm of the policy gradient before clipping (mean over minibatches)",
-       "demo: median 3, max 10 (before clipping to 1)", "spikes (> 5 × running median: a grad_norm_spike alert) or inf: divergence (nonfinite_updates counts them)"),
+       "demo: median 3, max 10 (before clipping to 1)",
+       "spikes (> 5 × running median: a grad_norm_spike alert) or inf: divergence (nonfinite_updates counts them)"),
     _M("skipped_update", "flag", "1 when the step made no update (no policy tokens, all advantages 0, all episodes "
        "failed), else 0", "0", "1 often: groups tie (raise group_size) or envs fail"),
     _M("nonfinite_updates", "minibatches", "minibatches whose loss or gradient was NaN/inf (skipped)", "0",
@@ -121,7 +127,8 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     _M("value_grad_norm", "", "L2 norm of the value head's gradient before clipping", "—",
        "spikes or inf: divergence", logged_by=CRITIC),
     _M("explained_variance", "", "1 − Var[R − V] / Var[R] over policy tokens (null when Var[R] = 0)",
-       "rises above 0; demo: −0.01 to 0.12 in 12 steps", "≤ 0 for long: the critic is no better than a constant", logged_by=CRITIC),
+       "rises above 0; demo: −0.01 to 0.12 in 12 steps", "≤ 0 for long: the critic is no better than a constant",
+       logged_by=CRITIC),
     # --- diagnostics (Trainer.train, after the step)
     _M("alerts", "list", "alerts the collapse detector raised at this step (diagnostics.CollapseDetector; each "
        "{step, kind, message, evidence})", "[]", "reward_std_collapse, grad_norm_spike, invalid_rising, "

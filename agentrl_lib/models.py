@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from .config import DEVICE_PATTERN, DTYPES
-from .paths import cache_root  # noqa: F401 - also re-exported: the notebook imports it from here
+from .paths import cache_root  # also re-exported: the notebook imports it from here
 
 EMBEDDED = "embedded"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"

@@ -5,8 +5,12 @@ Introduced in notebooks/00_quickstart.md §5.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
+
+if TYPE_CHECKING:  # the annotations' np.ndarray; the functions import numpy themselves
+    import numpy as np
 
 CURVES = [("success_rate", "success rate"), ("return_mean", "mean return"), ("invalid_rate", "invalid-action rate"),
           ("entropy", "entropy (nats/token)"), ("group_return_std", "within-group return std"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from .config import ACTION_FORMATS  # noqa: F401 - "plain" | "ragen" (EnvConfig.action_format)
+from .config import ACTION_FORMATS  # "plain" | "ragen" (EnvConfig.action_format)
 from .envs import get_family
 from .envs.base import ACTION_SEP  # "||": the actions of one answer (RAGEN's agent_proxy.action_sep; base.make_moves)
 from .envs.textworld import SYSTEM_PROMPT  # noqa: F401 - re-exported: the notebook shows it; rollout's default

@@ -1,5 +1,5 @@
-"""Turn-level rewards: sparse, dense or the environment's own, a format penalty for invalid actions, and their placement on the token
-that ends each turn.
+"""Turn-level rewards: sparse, dense or the environment's own, a format penalty for invalid actions, and their placement
+on the token that ends each turn.
 
 Introduced in notebooks/00_quickstart.md §3.
 """

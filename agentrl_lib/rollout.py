@@ -117,8 +117,8 @@ def rollout(generator: Generator, tokenizer, pool: EnvPool, games: list[str], *,
     """Play one episode of each game in `games` (repeat a game G times for a group), all episodes batched.
 
     Each turn: one `generator.generate` call over the live episodes → parse each reply into an action → step every
-    env → append the feedback as the next user turn (`generator.append`). Episodes end when won/lost, after `max_turns`, when the context would
-    exceed the model's limit, or when the env fails (EnvFailure: that episode alone ends).
+    env → append the feedback as the next user turn (`generator.append`). Episodes end when won/lost, after `max_turns`,
+    when the context would exceed the model's limit, or when the env fails (EnvFailure: that episode alone ends).
 
     Args:
         generator: the generation backend (generation.py), e.g. `HFGenerator(model, tokenizer)`.

@@ -50,7 +50,8 @@ def expert_examples(games: GameSet, chat: ChatFormat, system_prompt: str | None 
     try:
         for g in games.games:
             if max_turns is not None and len(g.walkthrough) > max_turns:
-                log.warning("skip %s: walkthrough of %d steps exceeds max_turns=%d", g.name, len(g.walkthrough), max_turns)
+                log.warning("skip %s: walkthrough of %d steps exceeds max_turns=%d", g.name, len(g.walkthrough),
+                            max_turns)
                 continue
             res = env.reset(g.path)
             user = first_user_message(res.info.objective, res.obs, res.info.admissible if show_admissible else None,

@@ -40,7 +40,8 @@ from .config import ALGO_PRESETS, SECTIONS, SEED_MAX, ConfigError, RunConfig, _p
 from .paths import git_commit
 
 PRESET_AXIS = "algo"
-"""A grid axis named `algo` takes preset names (config.ALGO_PRESETS: ppo, grpo, rloo, starpo_s, ...) and sets their fields."""
+"""A grid axis named `algo` takes preset names (config.ALGO_PRESETS: ppo, grpo, rloo, starpo_s, ...) and sets their
+fields."""
 STEP_KEYS = ("step", "success_rate", "return_mean", "group_return_std", "invalid_rate", "entropy", "kl_ref",
              "approx_kl", "mean_turns", "zero_std_group_frac", "grad_norm", "response_length", "repetition_rate",
              "input_dependence", "alerts")
@@ -247,7 +248,7 @@ def cell_config(base: RunConfig, cell: dict[str, Any], seed: int) -> RunConfig:
 
 EXECUTION_FIELDS = ("train.max_tokens_per_microbatch", "train.gradient_checkpointing", "train.report_to")
 """Config fields that change how a run is computed or reported, not what it computes (peak memory, the same update up
-to float rounding, tests/test_microbatch.py; TensorBoard files): base_key leaves them out and a half-finished run may
+to float rounding, tests/test_update.py; TensorBoard files): base_key leaves them out and a half-finished run may
 resume with them changed, so a machine with less memory can finish a sweep begun on another."""
 
 
@@ -646,7 +647,8 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
             machine = machines[device]
             evals = {name: evaluate_extra(current.run_dir, current.config, games, max_turns)
                      for name, (games, max_turns) in extra_evals.items()}
-            rec = make_record(current, summary, base_key(current.config, current.cell), started, datetime.now(timezone.utc),
+            rec = make_record(current, summary, base_key(current.config, current.cell), started,
+                              datetime.now(timezone.utc),
                               time.perf_counter() - t0, commit, machine, resumed=resume, evals=evals)
             try:
                 done[key(current)] = rec = append_record(out, rec)

@@ -42,7 +42,7 @@ import torch
 
 from . import checkpoint as ckpt_lib
 from .advantages import ESTIMATORS, AdvantageInputs, singleton_groups, top_std_groups
-from .config import AlgoConfig, ConfigError, RunConfig, check_context_room
+from .config import ConfigError, RunConfig, check_context_room
 from .diagnostics import CollapseDetector, CollapseError, input_dependence, repetition_rate
 from .distributed import data_parallel
 from .envs.base import GameSet, check_env_errors, load_game_set
@@ -50,8 +50,17 @@ from .envs.pool import EnvPool, open_pool
 from .generation import GENERATORS
 from .losses import explained_variance, masked_mean, truncated_is_weights
 from .metrics import complete_row
-from .models import (base_model, bf16_problem, disable_dropout, enable_gradient_checkpointing, frozen_reference, is_adapter,
-                     load_policy, load_reference, load_start_policy)
+from .models import (
+    base_model,
+    bf16_problem,
+    disable_dropout,
+    enable_gradient_checkpointing,
+    frozen_reference,
+    is_adapter,
+    load_policy,
+    load_reference,
+    load_start_policy,
+)
 from .policy import TokenModel, ValueHead, prompt_groups, token_forward
 from .prompts import ChatFormat, system_prompt_for
 from .rewards import place_on_tokens, turn_rewards
@@ -464,7 +473,8 @@ class Trainer:
         share = self.cfg.train.share_prefix
         forward = functools.partial(token_forward, model, temperature=self.cfg.train.temperature, value_head=value_head,
                                     share_prefix=share)
-        out = forward_in_chunks(forward, mine, budget, prompt_groups(mine["input_ids"], mine["mask"]) if share else None)
+        out = forward_in_chunks(forward, mine, budget,
+                                prompt_groups(mine["input_ids"], mine["mask"]) if share else None)
         return {k: self.dp.gather_rows(v, B) for k, v in out.items()}
 
     def _update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:

@@ -123,7 +123,8 @@ def accumulate_microbatches(forward: Forward, mb: dict[str, torch.Tensor], algo:
         max_tokens: Dr. GRPO's L_max (minibatch_loss).
         n_tokens, n_episodes: the denominators (default: mb's own Σ mask and row count); a data-parallel rank passes
             the whole minibatch's (distributed.py).
-        backward: called on each micro-batch's loss (default `loss.backward()`; data parallelism: DataParallel.backward).
+        backward: called on each micro-batch's loss (default `loss.backward()`; data parallelism: DataParallel's
+        backward).
     Returns: (Σ_m L_m as a 0-dim float32 tensor without grad, Σ_m of each metric); gradients are in the parameters.
     """
     lengths = mb["attention_mask"].sum(1)

@@ -125,7 +125,7 @@ def main(argv=None) -> None:
     rows["stock AlfredTWEnv (no expert)"] = time_stock_alfred(games, seqs, str(gs.root), expert=False)
     try:
         rows["stock AlfredTWEnv (handcoded expert)"] = time_stock_alfred(games, seqs, str(gs.root), expert=True)
-    except Exception as e:  # noqa: BLE001 - report, do not hide
+    except Exception as e:  # report, do not hide
         print(f"stock AlfredTWEnv with handcoded expert failed: {type(e).__name__}: {e}", file=sys.stderr)
     ours = statistics.median(rows["AlfWorldEnv expert=walkthrough"])
     print(f"{'env':40s} {'median ms':>10s} {'mean ms':>10s} {'÷ ours':>8s}")

@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(one_side(a)), flush=True)
         return 0
 
-    from benchutil import game_subset, load1, machine_info, write_result
+    from benchutil import game_subset, write_result
 
     with tempfile.TemporaryDirectory() as tmp:
         games = game_subset(a.games, a.game_names.split(","), tmp) if a.game_names else a.games

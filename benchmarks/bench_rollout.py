@@ -28,7 +28,7 @@ import time
 
 # OpenMP's busy-waiting threads collapse on a shared CPU (book/vllm.md, Speed); read when torch loads, so set it first
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-import torch  # noqa: E402
+import torch
 
 from agentrl_lib.generation import HFGenerator, TurnSample, _left_pad
 

@@ -23,7 +23,6 @@ import subprocess
 import sys
 import time
 
-
 SETTINGS = {"plain": (False, False), "checkpointing": (True, False), "microbatch": (False, True),
             "microbatch+checkpointing": (True, True)}
 

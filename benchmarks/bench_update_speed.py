@@ -5,7 +5,7 @@ epoch of minibatch gradient steps — in two or three layouts, on the same batch
   minibatch's rows at the batch's full width): the trainer's layout before this benchmark's change.
 - cut:    the trainer's layout (update.forward_in_chunks for the no-grad pass: rows of similar length together, each
   chunk cut to its longest row; each minibatch cut to its own longest row by accumulate_microbatches): the same
-  numbers up to float rounding (tests/test_microbatch.py), no work on padding.
+  numbers up to float rounding (tests/test_update.py), no work on padding.
 - behaviour (GRPO only; `--layouts padded,cut,behaviour`): cut, with algo.old_logprobs 'behaviour': π_old is the
   rollout's log-probs, so no no-grad pass runs (here the cut layout's π_old stands in for the rollout's; a critic
   would still need the pass for its values).
@@ -90,7 +90,6 @@ def main() -> None:
     a = p.parse_args()
 
     import torch
-
     from benchutil import load1, machine_info, peak_rss_gib, write_result
 
     from agentrl_lib.config import AlgoConfig

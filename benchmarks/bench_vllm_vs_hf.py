@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     feedback = chat.user_turn_ids("Go on with the story, please.")
     result = {"model": a.model, "batch": a.batch, "new_tokens": a.new_tokens, "turns": a.turns, "temperature": 0.7,
               "dtype": "float32", "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-              "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "device": a.machine or f"{os.cpu_count()}-core CPU",
+              "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
+              "device": a.machine or f"{os.cpu_count()}-core CPU",
               "machine": platform.machine(), "commit": git_commit(), "prompt_tokens": [len(c) for c in contexts]}
     names = a.backends.split(",")
     gens = {}

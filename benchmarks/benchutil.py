@@ -34,7 +34,8 @@ def machine_info(machine: str = "") -> dict:
     mem_kb = next((int(line.split()[1]) for line in _read("/proc/meminfo").splitlines()
                    if line.startswith("MemTotal:")), 0)
     return {"device": machine or f"{os.cpu_count()}-core CPU", "cpu": cpu,
-            "cpu_flags": [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags], "cpus": os.cpu_count(),
+            "cpu_flags": [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags],
+            "cpus": os.cpu_count(),
             "ram_gib": round(mem_kb / 1024 ** 2, 1), "arch": platform.machine(),
             "versions": {"python": platform.python_version(), "torch": torch.__version__,
                          "transformers": ver("transformers"), "trl": ver("trl"), "peft": ver("peft")},

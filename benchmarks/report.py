@@ -1,5 +1,5 @@
-"""The benchmark tables of the book's page book/benchmarks.md, rendered from the results files the benchmark scripts write (the
-newest line of each), with the machine, date, commit and load each line records: no number is typed by hand.
+"""The benchmark tables of the book's page book/benchmarks.md, rendered from the results files the benchmark scripts
+write (the newest line of each), with the machine, date, commit and load each line records: no number is typed by hand.
 
     python benchmarks/report.py            # print the tables (Markdown)
     python benchmarks/report.py --write    # replace book/benchmarks.md's block between the benchmarks markers
@@ -61,7 +61,8 @@ def rl_step_table(r: dict) -> str:
            f"{r['group_size']}, ≤ {r['max_turns']} turns × ≤ {r['new_tokens']} tokens, minibatches of "
            f"{r['minibatch']}{pi_old}); update and step: medians of the {len(ours)} agentrl step(s) that updated"
            + (f" ({n_skipped} skipped: every group agreed)" if n_skipped else "")
-           + f" and of {len(trl)} TRL steps, rollout: of every step; {where(r)}, load {r['ours'].get('load_before', '?')}–"
+           + f" and of {len(trl)} TRL steps, rollout: of every step; {where(r)}, "
+           f"load {r['ours'].get('load_before', '?')}–"
            f"{r['trl'].get('load_after', '?')}.", "",
            "| | agentrl | TRL GRPOTrainer + rollout_func | TRL / agentrl |", "|---|---|---|---|"]
     for label, key in rows:  # the rollout does not depend on the update: every step's

@@ -313,7 +313,8 @@ def build(out: Path, run_notebooks: bool = False) -> Path:
         raise RuntimeError("broken internal links:\n  " + "\n  ".join(bad))
     size = sum(p.stat().st_size for p in html.rglob("*") if p.is_file())
     log(f"built {html / 'index.html'} in {time.time() - t0:.0f} s; {size / 2**20:.1f} MiB, "
-        f"{sum(1 for p in html.rglob('*.html') if not p.relative_to(html).parts[0].startswith('_'))} pages; open it from disk: file://{html / 'index.html'}")
+        f"{sum(1 for p in html.rglob('*.html') if not p.relative_to(html).parts[0].startswith('_'))} pages; "
+        f"open it from disk: file://{html / 'index.html'}")
     return html / "index.html"
 
 

@@ -5,9 +5,10 @@ typed by hand).
     python results/findings.py --write    # replace the table between book/findings.md's findings markers
 
 tests/test_findings.py fails when the page's table differs from what this prints (re-run with --write after new
-results land); book/build.py also refreshes it in the book it builds. Each row: the finding, the paper's number, ours (mean over seeds, n, 95% bootstrap interval of the
-difference from agentrl_lib.sweep.report), and the verdict: "agrees" / "disagrees" when the interval excludes 0,
-"no difference at this scale" when it contains 0, "cannot tell yet" when a cell has fewer than 2 seeds.
+results land); book/build.py also refreshes it in the book it builds. Each row: the finding, the paper's number, ours
+(mean over seeds, n, 95% bootstrap interval of the difference from agentrl_lib.sweep.report), and the verdict: "agrees"
+/ "disagrees" when the interval excludes 0, "no difference at this scale" when it contains 0, "cannot tell yet" when a
+cell has fewer than 2 seeds.
 """
 from __future__ import annotations
 
@@ -118,12 +119,13 @@ def findings_table() -> str:
     lines = ["| finding | paper | ours (held-out success, mean over seeds) | verdict | chapter |",
              "|:--|:--|:--|:--|:--|"]
     lines += [f"| {f} | {p} | {o} | {v} | [{c}](../notebooks/{c}.ipynb) |" for f, p, o, v, c in rows]
-    devices = sorted({(r.get("machine") or {}).get("gpu") or r.get("device") for r in main + split + complexity + stability
-                      if r.get("device")})
+    devices = sorted({(r.get("machine") or {}).get("gpu") or r.get("device")
+                      for r in main + split + complexity + stability if r.get("device")})
     secs = sum(r.get("train_seconds") or 0 for r in main + split + complexity + stability)
     lines += ["", f"From {len(main)} + {len(split)} + {len(complexity)} + {len(stability)} runs (algo × reward, "
               "SFT:RL split, complexity, bandit stability) "
-              f"on {', '.join(devices) or 'no device yet'}; {secs / 60:.0f} min of training in total (Σ train_seconds). "
+              f"on {', '.join(devices) or 'no device yet'}; {secs / 60:.0f} min of training in total "
+              "(Σ train_seconds). "
               "Intervals: 95% percentile bootstrap over seeds (agentrl_lib.sweep.report)."]
     return "\n".join(lines)
 

@@ -267,7 +267,8 @@ def collect_evals() -> int:
 
 
 def sweep(base: str, out: str, grid: list[str], seed: int, init: str, *extra: str) -> tuple[str, list[str]]:
-    name = f"{Path(out).stem}-{'-'.join(g.split('=')[-1].replace('/', '.') for g in grid)}-{init.split('/')[-1]}-s{seed}"
+    name = (f"{Path(out).stem}-{'-'.join(g.split('=')[-1].replace('/', '.') for g in grid)}-{init.split('/')[-1]}"
+            f"-s{seed}")
     return (name, [*AGENTRL, "sweep", "--base", base, "--grid", *grid, "--seeds", str(seed), "--init", init,
                    "--out", out, *extra])
 
@@ -294,8 +295,8 @@ def choose_sft(jobs: int) -> str:
     parallel(evals, jobs)
     cands = {}
     for d, lr in SFT_CANDIDATES:
-        res = json.loads((ROOT / "runs" / "evals" / f"sft-candidate-{Path(sft_dir('cooking-train', d, 1.0, 0, lr)).name}"
-                          f"-on-cooking-valid.json").read_text())
+        name = Path(sft_dir('cooking-train', d, 1.0, 0, lr)).name
+        res = json.loads((ROOT / "runs" / "evals" / f"sft-candidate-{name}-on-cooking-valid.json").read_text())
         cands[(d, lr)] = res["success_rate"]
     best = min(SFT_CANDIDATES, key=lambda c: (abs(cands[c] - TARGET_SFT_SUCCESS), c[1], c[0]))
     chosen = sft_dir("cooking-train", best[0], 1.0, 0, best[1])
@@ -355,7 +356,8 @@ def main() -> None:
         for s in COMPLEXITY_SEEDS:
             for lvl in LEVELS:
                 sfts += sft(f"{lvl}-train", COMPLEXITY_SFT["demos"], COMPLEXITY_SFT["epochs"], s)
-                jobs.append(sweep("configs/custom.yaml", str(RESULTS / "complexity.jsonl"), [f"env.games=games/{lvl}-train"],
+                jobs.append(sweep("configs/custom.yaml", str(RESULTS / "complexity.jsonl"),
+                                  [f"env.games=games/{lvl}-train"],
                                   s, sft_dir(f"{lvl}-train", COMPLEXITY_SFT["demos"], COMPLEXITY_SFT["epochs"], s),
                                   "--eval-games", f"games/{lvl}-heldout", "--tag", f"level={lvl}"))
     if "evals" in parts:

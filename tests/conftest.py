@@ -52,3 +52,19 @@ def custom_games(tmp_path_factory):
 
 def fast_mode() -> bool:
     return os.environ.get("AGENTRL_FAST") == "1"
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    """Training and evaluation play the scripted ParityEnv (helpers.py) instead of TextWorld."""
+    from agentrl_lib import evaluate as evaluate_mod
+    from agentrl_lib import trainer as trainer_mod
+    from agentrl_lib.envs.pool import SerialPool
+
+    from helpers import ParityEnv
+
+    def pool(env_cfg, size, games):
+        return SerialPool(size, factory=ParityEnv)
+
+    monkeypatch.setattr(trainer_mod, "open_pool", pool)
+    monkeypatch.setattr(evaluate_mod, "open_pool", pool)

@@ -1,4 +1,4 @@
-"""The worker of tests/test_ddp.py: `agentrl train` (cli.main) in each process of an `accelerate launch` job, on
+"""The worker of tests/test_distributed.py: `agentrl train` (cli.main) in each process of an `accelerate launch` job, on
 recorded episodes instead of a rollout. Not collected by pytest (no test_ prefix); the test imports its helpers.
 
     accelerate launch --config_file configs/accelerate/cpu_2proc.yaml tests/ddp_worker.py SPEC.json

@@ -11,11 +11,11 @@ import pytest
 pytest.importorskip("alfworld")
 pytest.importorskip("fast_downward")
 
-from agentrl_lib.envs import make_env  # noqa: E402
-from agentrl_lib.envs.alfworld import TASK_TYPES, AlfWorldEnv  # noqa: E402
-from agentrl_lib.envs.alfworld_gen import _split_of_fingerprint, floor_plans, make_alfworld_games  # noqa: E402
-from agentrl_lib.envs.alfworld_official import load_official_games  # noqa: E402
-from agentrl_lib.envs.base import GameLoadError, GameSetError, StepResult, load_game_set  # noqa: E402
+from agentrl_lib.envs import make_env
+from agentrl_lib.envs.alfworld import TASK_TYPES, AlfWorldEnv
+from agentrl_lib.envs.alfworld_gen import _split_of_fingerprint, floor_plans, make_alfworld_games
+from agentrl_lib.envs.alfworld_official import load_official_games
+from agentrl_lib.envs.base import GameLoadError, GameSetError, StepResult, load_game_set
 
 
 @pytest.fixture(scope="session")
@@ -42,6 +42,7 @@ def env():
     e.close()
 
 
+@pytest.mark.subprocess
 def test_every_task_type_is_generated_and_its_walkthrough_wins(train_set, env):
     assert len(train_set) == 6
     assert sorted(g.params["task_type"] for g in train_set.games) == sorted(TASK_TYPES)
@@ -68,6 +69,7 @@ def test_every_task_type_is_generated_and_its_walkthrough_wins(train_set, env):
         assert r.info.expert_action is None
 
 
+@pytest.mark.subprocess
 def test_env_protocol_details(train_set, env):
     g = train_set.games[0]
     r = env.reset(g.path)
@@ -84,6 +86,7 @@ def test_env_protocol_details(train_set, env):
     assert isinstance(make_env("alfworld"), AlfWorldEnv)
 
 
+@pytest.mark.subprocess
 def test_same_text_as_stock_engine_on_a_random_walk(train_set):
     """Our cached env answers exactly like alfworld's stock PddlEnv + AlfredDemangler (admissible commands and
     feedback) and the expert stays consistent with textworld's policy_commands after deviations."""
@@ -111,6 +114,7 @@ def test_same_text_as_stock_engine_on_a_random_walk(train_set):
     env.close()
 
 
+@pytest.mark.subprocess
 def test_generation_is_deterministic(train_set, tmp_path):
     # candidate i depends only on (seed, split, i) and the task-type balance, so 2 games = the first 2 of the 6
     again = make_alfworld_games(tmp_path / "again", n=2, seed=0, split="train", progress=False)
@@ -123,12 +127,14 @@ def test_generation_is_deterministic(train_set, tmp_path):
     assert a == b
 
 
+@pytest.mark.subprocess
 def test_cached_set_is_reused(train_set):
     t0 = train_set.params["generation_seconds"]
     same = make_alfworld_games(train_set.root, n=6, seed=0, split="train", progress=False)
     assert same.params["generation_seconds"] == t0 and len(same) == 6
 
 
+@pytest.mark.subprocess
 def test_splits_are_disjoint(train_set, seen_set, unseen_set):
     train_plans, unseen_plans = set(floor_plans("train")), set(floor_plans("valid_unseen"))
     assert set(floor_plans("valid_seen")) == train_plans and not train_plans & unseen_plans
@@ -155,6 +161,7 @@ def test_unknown_task_type_and_split():
         make_alfworld_games("/tmp/never", n=0)
 
 
+@pytest.mark.subprocess
 def test_corrupted_game_folder_raises_game_load_error(train_set, tmp_path):
     src = Path(train_set.games[0].path)
     bad_json = tmp_path / "bad_json"
@@ -173,6 +180,7 @@ def test_corrupted_game_folder_raises_game_load_error(train_set, tmp_path):
     env.close()
 
 
+@pytest.mark.subprocess
 def test_alfworlds_own_loader_accepts_generated_games(train_set):
     from alfworld.agents.environment.alfred_tw_env import AlfredTWEnv
 
@@ -182,6 +190,7 @@ def test_alfworlds_own_loader_accepts_generated_games(train_set):
     assert sorted(stock.game_files) == sorted(str(Path(g.path) / "game.tw-pddl") for g in train_set.games)
 
 
+@pytest.mark.subprocess
 def test_official_layout_loads(train_set, tmp_path, monkeypatch):
     data = tmp_path / "alfworld-download"
     for g in train_set.games[:2]:
@@ -213,6 +222,7 @@ def test_missing_alfworld_data_is_a_clear_error(tmp_path, monkeypatch):
         load_official_games("train", cache_dir=tmp_path / "c")
 
 
+@pytest.mark.subprocess
 def test_process_pool_plays_alfworld(train_set):
     from agentrl_lib.envs.pool import ProcessPool
 
@@ -228,12 +238,16 @@ def test_process_pool_plays_alfworld(train_set):
         assert all(r.info.won for r in results)
 
 
+@pytest.mark.slow
+@pytest.mark.trains
+@pytest.mark.subprocess
 def test_trainer_runs_on_alfworld_games(train_set, tiny_model_dir, tmp_path):
     """`agentrl train` on an ALFWorld games dir: episodes play (no env errors) in the default pool."""
     from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RunConfig, TrainConfig
     from agentrl_lib.trainer import Trainer
 
-    cfg = RunConfig(env=EnvConfig(games=str(train_set.root), max_turns=2), algo=AlgoConfig.from_preset("rloo", group_size=2),
+    cfg = RunConfig(env=EnvConfig(games=str(train_set.root), max_turns=2),
+                    algo=AlgoConfig.from_preset("rloo", group_size=2),
                     model=ModelConfig(device="cpu"),
                     train=TrainConfig(steps=1, games_per_step=1, max_new_tokens=4, temperature=1.0))
     trainer = Trainer(cfg, tmp_path / "run", init=tiny_model_dir, progress=False)
@@ -242,6 +256,7 @@ def test_trainer_runs_on_alfworld_games(train_set, tiny_model_dir, tmp_path):
     assert row["env_errors"] == 0 and row["mean_turns"] == 2 and row["episodes"] == 2
 
 
+@pytest.mark.subprocess
 def test_sft_examples_use_alfworlds_prompt_and_mask_only_actions(train_set, tokenizer):
     """SFT, rollouts and evaluation share one system prompt per family; the loss mask covers the actions only."""
     from agentrl_lib.envs.alfworld import SYSTEM_PROMPT as ALFWORLD_SYSTEM_PROMPT
@@ -260,6 +275,7 @@ def test_sft_examples_use_alfworlds_prompt_and_mask_only_actions(train_set, toke
         system_prompt_for("minigrid")
 
 
+@pytest.mark.subprocess
 def test_import_does_not_create_a_mistyped_alfworld_data(tmp_path):
     """`import alfworld` creates whatever ALFWORLD_DATA names; prepare_alfworld keeps a typo from becoming a dir."""
     import os
@@ -278,6 +294,7 @@ def test_import_does_not_create_a_mistyped_alfworld_data(tmp_path):
     assert (tmp_path / "typo2").is_dir()
 
 
+@pytest.mark.subprocess
 def test_unsafe_text_is_an_invalid_action_in_alfworld(train_set, env):
     """ALFWorld has no interpreter to crash: backslashes, NUL, control characters and meta commands are unknown
     commands ("Nothing happens."), invalid, and change nothing."""
@@ -292,6 +309,7 @@ def test_unsafe_text_is_an_invalid_action_in_alfworld(train_set, env):
     assert r.info.won
 
 
+@pytest.mark.subprocess
 def test_damaged_alfworld_game_fails_the_game_check(train_set, tmp_path):
     from agentrl_lib.envs.base import check_game_set
     from agentrl_lib.envs.pool import SerialPool
@@ -303,7 +321,8 @@ def test_damaged_alfworld_game_fails_the_game_check(train_set, tmp_path):
         assert check_game_set(gs, pool)["played"] == len(gs)
         bad = Path(gs.games[1].path) / "game.tw-pddl"
         bad.write_text(bad.read_text()[:400])  # truncated JSON
-        with pytest.raises(GameSetError, match=f"1 of {len(gs)} games .*{gs.games[1].name}: reset failed: GameLoadError"):
+        with pytest.raises(GameSetError,
+                           match=f"1 of {len(gs)} games .*{gs.games[1].name}: reset failed: GameLoadError"):
             check_game_set(gs, pool)
         gs.family = "textworld"  # a manifest whose family lies
         with pytest.raises(GameSetError, match="is a folder, not a TextWorld story file"):

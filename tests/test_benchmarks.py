@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 TINY_WORKLOAD = ["--episodes", "4", "--group-size", "2", "--max-turns", "2", "--new-tokens", "4", "--repeats", "1",
                  "--threads", "1"]
@@ -29,6 +31,8 @@ def positive(*xs) -> bool:
     return all(isinstance(x, (int, float)) and x > 0 for x in xs)
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_bench_rl_step_vs_trl_tiny(tmp_path, tiny_model_dir, cooking_games):
     res = run_script("bench_rl_step_vs_trl.py", ["--games", str(cooking_games.root), "--model", tiny_model_dir,
                                                  *TINY_WORKLOAD, "--minibatch", "2", "--warmup", "0"],
@@ -42,6 +46,8 @@ def test_bench_rl_step_vs_trl_tiny(tmp_path, tiny_model_dir, cooking_games):
     assert res["config"]["episodes"] == 4 and res["seed"] == 0  # how to regenerate the line
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_bench_rollout_tiny(tmp_path, tiny_model_dir, cooking_games):
     res = run_script("bench_rollout.py", ["--games", str(cooking_games.root), "--model", tiny_model_dir,
                                           *TINY_WORKLOAD], tmp_path / "rollout.jsonl")
@@ -54,6 +60,7 @@ def test_bench_rollout_tiny(tmp_path, tiny_model_dir, cooking_games):
     assert all(res[m]["runs"][0]["turns"] >= res["episodes"] for m in ("batched", "sequential", "reencode"))
 
 
+@pytest.mark.subprocess
 def test_bench_update_speed_tiny(tmp_path, tiny_model_dir):
     res = run_script("bench_update_speed.py", ["--model", tiny_model_dir, "--lengths", "40,31,22,12",
                                                "--policy-tokens", "8,6,5,3", "--minibatch", "2", "--group-size", "2",
@@ -91,6 +98,7 @@ def test_book_benchmark_tables_are_rendered_from_the_results_files():
         "benchmarks/report.py --write"
 
 
+@pytest.mark.subprocess
 def test_bench_env_step_tiny(tmp_path):
     res = run_script("bench_env_step.py", ["--families", "bandit,frozenlake,sokoban", "--games", "2", "--turns", "3"],
                      tmp_path / "env.jsonl")
@@ -100,6 +108,7 @@ def test_bench_env_step_tiny(tmp_path):
     assert res["config"]["turns"] == 3 and res["seed"] == 0
 
 
+@pytest.mark.subprocess
 def test_bench_update_memory_tiny(tmp_path, tiny_model_dir):
     res = run_script("bench_update_memory.py", ["--model", tiny_model_dir, "--lengths", "40,20", "--budget", "40",
                                                 "--repeats", "1", "--settings", "plain,microbatch"],

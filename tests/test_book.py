@@ -4,7 +4,8 @@ headless Chromium with the network cut off (only file:// loads), and check what 
 Per page: no console error, no request to any outside host, math typeset by the vendored MathJax where the page has
 math, every <img> decoded. On the policy chapter (notebooks/03_policy, or the book's own widgets page while that
 chapter is missing) clicking another algorithm and then another reward of the sweep explorer changes the shown
-figure: no kernel runs behind a static page. Screenshots: book/_build/screenshots/index.png, policy.png (and policy_explorer.png).
+figure: no kernel runs behind a static page. Screenshots: book/_build/screenshots/index.png, policy.png (and
+policy_explorer.png).
 
 Chromium: $CHROMIUM, Debian's `chromium` (`make test` installs it with apt-get when missing and run as root),
 `chromium-browser`, `google-chrome`, or Playwright's own download; driven by Playwright's Python package. Without any
@@ -161,6 +162,8 @@ class Visit:
         self.context.close()
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_every_page_offline(site, browser):
     """Every page: no console error, no outside request, math typeset, every image decoded."""
     problems, checked = [], {"pages": 0, "math": 0, "widgets": 0, "images": 0}
@@ -270,6 +273,8 @@ def check_explorers(browser, site: Path, path: Path, required: bool, screenshot:
         v.close()
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_sweep_explorers_switch_without_kernel(site, browser):
     """On the policy page (and the reward chapter, the widgets page, every page with a rendered sweep explorer),
     clicking another algorithm, then another reward, shows another figure. The policy page's explorer is saved as

@@ -2,16 +2,20 @@
 subcommand on real TextWorld games, resuming a run with more steps, and running the demo twice into one directory."""
 import json
 
+import pytest
 import yaml
 
 from agentrl_lib.cli import main
 from agentrl_lib.demo import DemoBudget, run_demo
 from agentrl_lib.models import resolve_model_path
 
+pytestmark = [pytest.mark.slow, pytest.mark.trains, pytest.mark.subprocess]
+
 
 def test_make_games_sft_train_resume_eval(tmp_path, tiny_model_dir, capsys):
     games, sft, run = tmp_path / "games", tmp_path / "sft", tmp_path / "run"
-    assert main(["make-games", "textworld", "--challenge", "tw-cooking", "--challenge-args", "--recipe 1 --take 1 --go 1",
+    assert main(["make-games", "textworld", "--challenge", "tw-cooking", "--challenge-args",
+                 "--recipe 1 --take 1 --go 1",
                  "--n", "2", "--seed", "11", "--out", str(games)]) == 0
     manifest = json.loads((games / "manifest.json").read_text())
     assert manifest["n_games"] == 2 and all(g["walkthrough"] for g in manifest["games"])

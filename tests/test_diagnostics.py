@@ -11,15 +11,24 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import pytest  # noqa: E402
+import pytest
 
-from agentrl_lib import cli  # noqa: E402
-from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RunConfig, TrainConfig  # noqa: E402
-from agentrl_lib.diagnostics import (KINDS, CollapseDetector, CollapseError, alerts_markdown, detect,  # noqa: E402
-                                     input_dependence, read_alerts, repetition_rate)
-from agentrl_lib.envs.pool import SerialPool  # noqa: E402
-from agentrl_lib.trainer import Trainer  # noqa: E402
-from test_rollout_trainer import ParityEnv, _scripted_games  # noqa: E402
+from agentrl_lib import cli
+from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RunConfig, TrainConfig
+from agentrl_lib.diagnostics import (
+    KINDS,
+    CollapseDetector,
+    CollapseError,
+    alerts_markdown,
+    detect,
+    input_dependence,
+    read_alerts,
+    repetition_rate,
+)
+from agentrl_lib.envs.pool import SerialPool
+from agentrl_lib.trainer import Trainer
+
+from helpers import ParityEnv, scripted_games
 
 RECORDS = Path(__file__).resolve().parent.parent / "results" / "algo_reward.jsonl"
 
@@ -294,8 +303,10 @@ def _trainer(cfg, run, tiny_model_dir, resume=False):
     return t
 
 
+@pytest.mark.slow
+@pytest.mark.trains
 def test_trainer_logs_alerts_and_stop_on_collapse_stops_resumably(tiny_model_dir, tmp_path, monkeypatch, caplog):
-    games = _scripted_games(tmp_path / "games")
+    games = scripted_games(tmp_path / "games")
     _planted(monkeypatch)
     # without the flag: a warning and the row's alerts, and the run goes to its end
     t = _trainer(_config(games, 3, stop=False), tmp_path / "free", tiny_model_dir)
@@ -332,8 +343,9 @@ def test_trainer_logs_alerts_and_stop_on_collapse_stops_resumably(tiny_model_dir
     assert [r["step"] for r in rows] == [1, 2, 3] and rows[2]["alerts"] == []
 
 
+@pytest.mark.trains
 def test_a_lone_grad_norm_spike_stops_the_run_only_when_its_kind_is_selected(tiny_model_dir, tmp_path, monkeypatch):
-    games = _scripted_games(tmp_path / "games")
+    games = scripted_games(tmp_path / "games")
     _planted_spike(monkeypatch)
     # default stop_kinds (the reward-std collapse only): the spike is logged, the run goes on to its end
     t = _trainer(_config(games, 2, stop=True), tmp_path / "std-only", tiny_model_dir)

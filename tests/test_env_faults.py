@@ -15,8 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_lib.envs.base import (CHECK_CACHE, GameSetError, StepInfo, StepResult, TooManyEnvErrors,
-                                   check_env_errors, check_game_set, load_game_set, sanitize_action)
+from agentrl_lib.envs.base import (
+    CHECK_CACHE,
+    GameSetError,
+    StepInfo,
+    StepResult,
+    TooManyEnvErrors,
+    check_env_errors,
+    check_game_set,
+    load_game_set,
+    sanitize_action,
+)
 from agentrl_lib.envs.pool import WORKER_FILE_BYTES, WORKER_LOG_BYTES, EnvFailure, ProcessPool, SerialPool
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,6 +87,7 @@ def test_sanitize_action_cases():
     assert "too long" in sanitize_action("é" * 100)[1]  # 200 bytes: jericho would cut a character in two
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("kind", ["serial", "process"])
 def test_dangerous_actions_on_a_real_game_are_refused_fast(kind, cooking_games, tmp_path, monkeypatch):
     from agentrl_lib.envs.textworld import REFUSED_COMMAND, refusal_for
@@ -103,6 +113,7 @@ def test_dangerous_actions_on_a_real_game_are_refused_fast(kind, cooking_games, 
     assert list(tmp_path.iterdir()) == [], "nothing written into the working directory"
 
 
+@pytest.mark.subprocess
 def test_without_the_sanitiser_the_process_pool_watchdog_ends_only_that_episode(cooking_games, capfd):
     """Negative control: the real flood ('\\boxed{go east}') and crash ('look\\x00') reach dumb-frotz; the watchdog and
     the worker's capped log contain them; the third slot plays on."""
@@ -124,7 +135,8 @@ def test_without_the_sanitiser_the_process_pool_watchdog_ends_only_that_episode(
     assert "DUMB-FROTZ" not in printed.out + printed.err, "worker output never reaches the trainer's stdout"
 
 
-# ------------------------------------------------------------------------------------------------ hanging / crashing envs
+# ---------------------------------------------------------------------------------------- hanging / crashing envs
+@pytest.mark.subprocess
 def test_hang_and_segfault_under_the_process_pool_end_one_episode_each(capfd):
     with ProcessPool(3, timeout_s=2, factory=FaultEnv) as pool:
         pool.reset([0, 1, 2], ["g"] * 3)
@@ -161,6 +173,7 @@ def _run_serial(timeout, limit):
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=limit)
 
 
+@pytest.mark.subprocess
 def test_a_hang_under_the_serial_pool_ends_the_process_with_one_line():
     t0 = time.monotonic()
     p = _run_serial(timeout=1, limit=60)
@@ -280,6 +293,7 @@ class BrokenEnv(FaultEnv):
         raise RuntimeError("engine exploded")
 
 
+@pytest.mark.trains
 def test_training_stops_with_one_line_when_most_episodes_fail(tiny_model_dir, tmp_path, capsys):
     from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RunConfig, TrainConfig
     from agentrl_lib.envs import EnvFamily, register_family
@@ -358,6 +372,7 @@ def test_make_games_refuses_what_the_generator_cannot_make_at_once(args, message
     assert time.monotonic() - t0 < 5 and not (tmp_path / "g").exists()
 
 
+@pytest.mark.subprocess
 def test_a_generator_failure_leaves_no_partial_files(tmp_path, monkeypatch, capsys):
     import textworld.generator
 

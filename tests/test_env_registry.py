@@ -12,8 +12,16 @@ import pytest
 
 from agentrl_lib.config import EnvConfig
 from agentrl_lib.envs import EnvFamily, UnknownFamilyError, family_names, get_family, make_env, register_family
-from agentrl_lib.envs.base import (GameRecord, GameSet, GameSetError, StepInfo, StepResult, check_game_set,
-                                   load_game_set, write_manifest)
+from agentrl_lib.envs.base import (
+    GameRecord,
+    GameSet,
+    GameSetError,
+    StepInfo,
+    StepResult,
+    check_game_set,
+    load_game_set,
+    write_manifest,
+)
 from agentrl_lib.envs.pool import SerialPool, open_pool
 from agentrl_lib.generation import HFGenerator
 
@@ -64,6 +72,7 @@ GUESS = register_family(EnvFamily(name="guess", make_env=GuessEnv, make_games=ma
                                   system_prompt=GUESS_PROMPT, options={"show_inventory": "hint"}, game_id="seed"))
 
 
+@pytest.mark.subprocess
 def test_importing_base_imports_no_env_family():
     code = ("import sys, agentrl_lib.envs.base; print([m for m in sys.modules if 'textworld' in m or 'alfworld' in m])"
             "; from agentrl_lib.envs import get_family; get_family('textworld'); get_family('alfworld'); "
@@ -111,6 +120,8 @@ def test_family_options_map_env_config_to_env_kwargs():
         assert "it is 2" in pool.reset([0], ["1"])[0].obs, "show_inventory reached the env as its `hint` option"
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("process_pool", [False, True])
 def test_rollout_and_evaluate_on_a_registered_seed_family(process_pool, tiny_model_dir, tmp_path):
     from agentrl_lib.evaluate import evaluate
@@ -125,8 +136,8 @@ def test_rollout_and_evaluate_on_a_registered_seed_family(process_pool, tiny_mod
     try:
         assert isinstance(pool, SerialPool) != process_pool
         chat = ChatFormat(tok)
-        trajs, stats = rollout(HFGenerator(model, tok), tok, pool, [g.path for g in games.games], max_turns=2, max_new_tokens=4,
-                               temperature=1.0, chat=chat, system_prompt=system_prompt_for("guess"))
+        trajs, stats = rollout(HFGenerator(model, tok), tok, pool, [g.path for g in games.games], max_turns=2,
+                               max_new_tokens=4, temperature=1.0, chat=chat, system_prompt=system_prompt_for("guess"))
     finally:
         pool.close()
     assert system_prompt_for("guess") == GUESS_PROMPT

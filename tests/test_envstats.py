@@ -33,6 +33,7 @@ def test_space_stats_play_the_walkthrough_and_random_agent(cooking_games):
         summarize_space([])
 
 
+@pytest.mark.subprocess
 def test_run_test_passes_unplanted_and_fails_with_the_planted_bug():
     node = "tests/test_textworld.py::test_clean_observation_examples"
     ok = run_test(node)

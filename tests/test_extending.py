@@ -1,5 +1,6 @@
 """The book's "Extending" page (book/extending.md): the three examples there (an advantage estimator, an env family,
-a generation backend) are executed from the page itself, registered, and train one RL step together through run_rl with a tiny model."""
+a generation backend) are executed from the page itself, registered, and train one RL step together through run_rl with
+a tiny model."""
 from __future__ import annotations
 
 import re
@@ -12,6 +13,8 @@ import agentrl_lib.run
 from agentrl_lib.advantages import ESTIMATORS
 from agentrl_lib.envs import FAMILIES
 from agentrl_lib.generation import GENERATORS
+
+pytestmark = pytest.mark.trains
 
 PAGE = Path(__file__).resolve().parents[1] / "book" / "extending.md"
 

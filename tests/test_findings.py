@@ -1,5 +1,6 @@
-"""The "Findings at small scale" table of book/findings.md is computed from results/*.jsonl (results/findings.py): the committed
-table equals a fresh computation, and the verdicts follow the bootstrap intervals (negative controls included)."""
+"""The "Findings at small scale" table of book/findings.md is computed from results/*.jsonl (results/findings.py): the
+committed table equals a fresh computation, and the verdicts follow the bootstrap intervals (negative controls
+included)."""
 import importlib.util
 from pathlib import Path
 

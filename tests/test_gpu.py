@@ -21,7 +21,8 @@ def test_bf16_rollout_on_cuda(tiny_model_dir, cooking_games):
 
     model, tok = load_policy(tiny_model_dir, device="cuda")
     assert next(model.parameters()).dtype == torch.bfloat16
-    trajs, _ = rollout(HFGenerator(model, tok), tok, SerialPool(2), [cooking_games.games[0].path] * 2, max_turns=2, max_new_tokens=6)
+    trajs, _ = rollout(HFGenerator(model, tok), tok, SerialPool(2), [cooking_games.games[0].path] * 2, max_turns=2,
+                       max_new_tokens=6)
     batch = collate(trajs, tok.pad_token_id, "cuda")
     with torch.no_grad():
         out = token_forward(model, batch["input_ids"], batch["attention_mask"], batch["mask"], temperature=0.7)

@@ -17,7 +17,7 @@ planted by a monkeypatch or a hand-written buggy variant (the check must fail), 
 | bi-level GAE turn boundaries inferred from non-zero rewards (RAGEN)       | A_t = G_k − V_t with the real turn ends    |
 | TextWorld's running score used as the step reward (a first wrapper's bug) | step rewards == score increments, Σ = max  |
 | outcome score on the last ATTENDED token, an observation (verl 6392, miles 1827) | won episode's turns keep its reward (GAE, REINFORCE++) |
-"""
+"""  # noqa: E501  (a table: one row per bug, its check beside it)
 from __future__ import annotations
 
 import random
@@ -29,11 +29,11 @@ import agentrl_lib.generation as generation_mod
 from agentrl_lib import losses
 from agentrl_lib.advantages import grpo_advantages, rloo_advantages, singleton_groups
 from agentrl_lib.envs.pool import SerialPool
+from agentrl_lib.generation import HFGenerator
 from agentrl_lib.models import load_policy
+from agentrl_lib.policy import token_forward
 from agentrl_lib.prompts import ChatFormat
 from agentrl_lib.rewards import dense_turn_rewards
-from agentrl_lib.generation import HFGenerator
-from agentrl_lib.policy import token_forward
 from agentrl_lib.rollout import collate, rollout
 from agentrl_lib.sft import expert_examples
 
@@ -197,7 +197,8 @@ def test_sampling_has_no_hidden_warper(tiny_model_dir, cooking_games, monkeypatc
     def ranks_and_gap():
         processors.clear()
         torch.manual_seed(0)
-        trajs, stats = rollout(HFGenerator(model, tok), tok, SerialPool(2), [cooking_games.games[0].path] * 2, max_turns=2,
+        trajs, stats = rollout(HFGenerator(model, tok), tok, SerialPool(2), [cooking_games.games[0].path] * 2,
+                               max_turns=2,
                                max_new_tokens=8, temperature=1.0)
         batch = collate(trajs, tok.pad_token_id, "cpu")
         with torch.no_grad():
@@ -310,7 +311,7 @@ def check_singleton_groups(estimator) -> None:
     assert singleton_groups(groups) == 1
 
 
-@pytest.mark.filterwarnings("ignore:std\(\)")  # the planted naive GRPO takes the std of one value
+@pytest.mark.filterwarnings(r"ignore:std\(\)")  # the planted naive GRPO takes the std of one value
 def test_a_group_of_one_has_no_baseline_and_is_counted(tiny_model_dir):
     for est in (grpo_advantages, rloo_advantages):
         check_singleton_groups(est)
@@ -341,7 +342,8 @@ def test_a_group_of_one_has_no_baseline_and_is_counted(tiny_model_dir):
 def check_loss_is_token_mean(loss_fn) -> None:
     """Two turns separated by environment tokens: the loss is the mean over the policy tokens only."""
     torch.manual_seed(0)
-    mask = torch.tensor([[0, 0, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0], [0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0]], dtype=torch.float32)
+    mask = torch.tensor([[0, 0, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0], [0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0]],
+                        dtype=torch.float32)
     logp = torch.randn(2, 12) * 0.1 - 1
     old = logp + torch.randn(2, 12) * 0.05
     adv = torch.randn(2, 12)

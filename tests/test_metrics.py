@@ -15,7 +15,8 @@ from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RewardConfig,
 from agentrl_lib.envs.pool import SerialPool
 from agentrl_lib.metrics import METRICS, UndocumentedMetricWarning, applies, complete_row, glossary_markdown
 from agentrl_lib.trainer import Trainer
-from test_rollout_trainer import BrokenEnv, ParityEnv, _scripted_games
+
+from helpers import BrokenEnv, ParityEnv, scripted_games
 
 BOOK = Path(agentrl_lib.__path__[0]).parent / "book"
 
@@ -23,14 +24,16 @@ BOOK = Path(agentrl_lib.__path__[0]).parent / "book"
 def _config(games, algo, **train):
     # tis "on" and kl_coef > 0: every conditional key is computed, so "applies" can be checked on every key
     return RunConfig(env=EnvConfig(games=str(games), max_turns=2), reward=RewardConfig(kind="dense"),
-                     algo=AlgoConfig.from_preset(algo, group_size=4, kl_coef=0.01, tis="on"), model=ModelConfig(device="cpu"),
+                     algo=AlgoConfig.from_preset(algo, group_size=4, kl_coef=0.01, tis="on"),
+                     model=ModelConfig(device="cpu"),
                      train=TrainConfig(**{"steps": 1, "games_per_step": 2, "minibatch_size": 8, "lr": 1e-3,
                                           "max_new_tokens": 6, "temperature": 1.0, "seed": 1, **train}))
 
 
+@pytest.mark.trains
 @pytest.mark.parametrize("algo", ["ppo", "grpo", "rloo"])
 def test_a_step_logs_exactly_the_declared_keys(algo, tiny_model_dir, tmp_path):
-    cfg = _config(_scripted_games(tmp_path / "games"), algo)
+    cfg = _config(scripted_games(tmp_path / "games"), algo)
     trainer = Trainer(cfg, tmp_path / "run", init=tiny_model_dir, pool=SerialPool(8, factory=ParityEnv),
                       progress=False)
     try:
@@ -50,9 +53,10 @@ def test_a_step_logs_exactly_the_declared_keys(algo, tiny_model_dir, tmp_path):
     assert all(full[k] == row[k] or full[k] is row[k] for k in row), "complete_row changed a value"
 
 
+@pytest.mark.trains
 def test_every_row_of_metrics_jsonl_has_every_key(tiny_model_dir, tmp_path):
     """Also the row of a step where every episode failed (no update): the keys not computed are null."""
-    games = _scripted_games(tmp_path / "games")
+    games = scripted_games(tmp_path / "games")
     cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2, max_env_error_frac=1.0),
                     algo=AlgoConfig.from_preset("rloo", group_size=2), model=ModelConfig(device="cpu"),
                     train=TrainConfig(steps=2, games_per_step=1, max_new_tokens=4))
@@ -68,6 +72,7 @@ def test_every_row_of_metrics_jsonl_has_every_key(tiny_model_dir, tmp_path):
     assert lines[0]["env_errors"] == 2
 
 
+@pytest.mark.trains
 def test_control_an_undocumented_key_is_caught(tiny_model_dir, tmp_path, monkeypatch):
     """Plant a key the schema does not declare: complete_row refuses it, and a training run fails in the tests."""
     with pytest.raises(ValueError, match="mystery_metric"):
@@ -79,7 +84,7 @@ def test_control_an_undocumented_key_is_caught(tiny_model_dir, tmp_path, monkeyp
 
     step = Trainer.step
     monkeypatch.setattr(Trainer, "step", lambda self, i: {**step(self, i), "mystery_metric": 1.0})
-    cfg = _config(_scripted_games(tmp_path / "games"), "grpo")
+    cfg = _config(scripted_games(tmp_path / "games"), "grpo")
     trainer = Trainer(cfg, tmp_path / "run", init=tiny_model_dir, pool=SerialPool(8, factory=ParityEnv),
                       progress=False)
     try:

@@ -38,7 +38,8 @@ def pairs() -> list[tuple[Path, Path]]:
 def test_every_notebook_has_a_myst_source_and_they_agree():
     ipynbs = sorted(NOTEBOOKS.glob("*.ipynb"))
     assert ipynbs, "no notebooks found"
-    assert {p.with_suffix(".md") for p in ipynbs} <= {md for md, _ in pairs()}, f"an .ipynb without its .md source; {FIX}"
+    assert {p.with_suffix(".md") for p in ipynbs} <= {md for md, _ in pairs()}, \
+        f"an .ipynb without its .md source; {FIX}"
     for md, ipynb in pairs():
         assert ipynb.exists(), f"{md.name} has no executed {ipynb.name}; {FIX}"
         md_nb, ipynb_nb = jupytext.read(md), nbformat.read(ipynb, as_version=4)

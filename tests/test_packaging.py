@@ -1,9 +1,9 @@
 """The install files agree: environment.yml lists the same packages as pyproject.toml; CI calls the README's
 test command; the README starts with the two commands."""
 import re
-import tomllib
 from pathlib import Path
 
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -2,16 +2,16 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("textworld")
 
-from agentrl_lib.envs.base import StepResult  # noqa: E402
-from agentrl_lib.envs.pool import EnvFailure, ProcessPool, SerialPool  # noqa: E402
+from agentrl_lib.envs.base import StepResult
+from agentrl_lib.envs.pool import EnvFailure, ProcessPool, SerialPool
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +23,7 @@ def tw_games(tmp_path_factory):
     return [g.path for g in gs.games], [g.walkthrough for g in gs.games]
 
 
+@pytest.mark.subprocess
 def test_process_pool_matches_serial_pool(tw_games):
     games, walks = tw_games
     with ProcessPool(2, family="textworld", timeout_s=60) as pp, SerialPool(2, family="textworld") as sp:
@@ -37,6 +38,7 @@ def test_process_pool_matches_serial_pool(tw_games):
         assert all(r.info.won for r in ra)
 
 
+@pytest.mark.subprocess
 def test_env_exception_becomes_failure_and_worker_survives(tw_games):
     games, _ = tw_games
     with ProcessPool(2, family="textworld", timeout_s=60) as pool:
@@ -49,6 +51,7 @@ def test_env_exception_becomes_failure_and_worker_survives(tw_games):
         assert pool.pid(0) == pid  # an env exception does not cost the worker
 
 
+@pytest.mark.subprocess
 def test_killed_worker_fails_only_its_slot_and_recovers(tw_games):
     games, walks = tw_games
     with ProcessPool(2, family="textworld", timeout_s=60) as pool:
@@ -69,6 +72,7 @@ def test_killed_worker_fails_only_its_slot_and_recovers(tw_games):
         assert isinstance(r, StepResult) and r.info.won
 
 
+@pytest.mark.subprocess
 def test_hung_worker_times_out(tw_games):
     games, _ = tw_games
     with ProcessPool(2, family="textworld", timeout_s=1.0) as pool:
@@ -82,6 +86,7 @@ def test_hung_worker_times_out(tw_games):
         assert isinstance(pool.reset([0], [games[0]])[0], StepResult)
 
 
+@pytest.mark.subprocess
 def test_one_worker_process_per_slot(tw_games):
     games, _ = tw_games
     with ProcessPool(2, family="textworld", timeout_s=60) as pool:
@@ -112,6 +117,7 @@ print("RESULT", type(res).__name__, getattr(res, "reason", ""))
 """
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("guarded", [False, True])
 def test_a_script_without_main_guard_is_told_how_to_fix_it(tw_games, tmp_path, guarded):
     """Worker processes re-import the main script (spawn/forkserver): an unguarded script that opens a pool at top

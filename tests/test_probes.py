@@ -3,7 +3,7 @@ result or misled, run through the real command line so that a later change canno
 
 Each row of ROWS is one case: the command (`agentrl ...` argv, run in-process by `main`), the exit code expected, a
 phrase its message must contain (the one `agentrl CMD: error: ...` line for a refusal — checked with
-test_bad_inputs.assert_one_clear_error: one line, no traceback — or the output of a command that must work), and
+helpers.assert_one_clear_error: one line, no traceback — or the output of a command that must work), and
 `keep`: what must not be lost or half-made (a file left as it was, a result kept, no run directory config written).
 Tiny random models (conftest), bandit / scripted games; the cases that need more (a sweep, a closed pipe, a planted
 load failure in ALFWorld generation, a real full disk) are tests below the table, each with a negative control that
@@ -29,9 +29,8 @@ import pytest
 from agentrl_lib import sweep
 from agentrl_lib.cli import main
 from agentrl_lib.envs import get_family
-from test_bad_inputs import _console, assert_one_clear_error
-from test_rollout_trainer import _scripted_games
-from test_sweep import _base, scripted  # noqa: F401  (scripted: a fixture, the sweep plays ParityEnv)
+
+from helpers import assert_one_clear_error, console, scripted_games, sweep_base
 
 NON_UTF8 = os.fsdecode(b"games-\xff")
 """A directory name that is not valid UTF-8 (Python holds the byte as a lone surrogate)."""
@@ -260,7 +259,8 @@ ROWS = [
          "train.max_new_tokens (--max-new-tokens) must be in [1, 131072]", _no_run_config,
          (_yaml("train: {max_new_tokens: 1e11}\n"),)),
     Case("cfg-max-turns-23-digits", ["train", "--config", "c.yaml", "--games", "{bandit}", "--out", "out"], 2,
-         "env.max_turns must be >= 1 and <= 10000", _no_run_config, (_yaml("env: {max_turns: 12345678901234567890123}\n"),)),
+         "env.max_turns must be >= 1 and <= 10000", _no_run_config,
+         (_yaml("env: {max_turns: 12345678901234567890123}\n"),)),
     Case("train-max-new-tokens-over-the-context", TRAIN_NEW + ["--init", "{tiny}", *TINY_TRAIN, "--max-new-tokens",
                                                                "5000"], 2,
          "is 5000, not below the model's context (4096 tokens)", _no_run_config),
@@ -299,6 +299,8 @@ ROWS = [
 ]
 
 
+@pytest.mark.trains
+@pytest.mark.subprocess
 @pytest.mark.parametrize("case", ROWS, ids=[c.id for c in ROWS])
 def test_probe(case, ws, monkeypatch, capsys, caplog):
     for setup in case.setup:
@@ -328,6 +330,7 @@ def _row(name):
     return next(c for c in ROWS if c.id == name)
 
 
+@pytest.mark.trains
 def test_control_without_the_finite_check_nan_weights_evaluate_to_zero(ws, monkeypatch, capsys):
     """Remove check_finite_weights: the NaN model is evaluated and exits 0 (the silent 0% of the issue)."""
     from agentrl_lib import models
@@ -344,6 +347,7 @@ def test_control_without_the_unique_key_loader_the_last_section_wins(tmp_path):
     assert yaml.safe_load(text)["train"] == {"steps": 2}, "PyYAML drops the first train: section in silence"
 
 
+@pytest.mark.trains
 def test_control_without_the_context_checks_nothing_trains(ws, monkeypatch, capsys):
     """Remove both context checks (check_context_room and the all-episodes-at-the-context-limit stop): every episode
     ends at the context limit before its first reply, no update happens, and the run exits 0 (the issue's 1e11)."""
@@ -366,6 +370,7 @@ def test_control_without_the_context_checks_nothing_trains(ws, monkeypatch, caps
 
 
 # ------------------------------------------------------------------------------------------------ make-games alfworld
+@pytest.mark.subprocess
 def test_alfworld_relative_out(tmp_path, monkeypatch, capsys):
     """`make-games alfworld --out REL` (its planner worker runs in another working directory) makes the games."""
     pytest.importorskip("alfworld")
@@ -417,6 +422,7 @@ def test_alfworld_generation_stops_with_the_one_reason_every_candidate_fails(tmp
 
 
 # ------------------------------------------------------------------------------------------------ report | head
+@pytest.mark.subprocess
 def test_report_into_a_closed_pipe_exits_quietly(tmp_path):
     records = [{"cell": {"algo.advantage": a, "x": i}, "seed": 0, "base_hash": "b", "config": {},
                 "eval": {"success_rate": 0.1 * (i % 7)}} for i in range(2000) for a in ("gae", "grpo")]
@@ -435,6 +441,9 @@ def test_report_into_a_closed_pipe_exits_quietly(tmp_path):
     assert proc.returncode == 128 + signal.SIGPIPE and err == "", (proc.returncode, err[-800:])
 
 
+@pytest.mark.slow
+@pytest.mark.trains
+@pytest.mark.subprocess
 def test_console_script_probes(tmp_path, assets):
     """Three rows through the installed console script (as a user runs them): one line each, no traceback."""
     (tmp_path / "a_file").write_text("x\n")
@@ -442,16 +451,16 @@ def test_console_script_probes(tmp_path, assets):
                          (["eval", "--games", "a_file"], "is a file, not a directory"),
                          (["eval", "--games", assets["bandit"], "--model", assets["nan"], "--device", "cpu",
                            "--no-process-pool"], "non-finite")]:
-        p = _console(tmp_path, *args)
+        p = console(tmp_path, *args)
         assert_one_clear_error(p.returncode, p.stdout, p.stderr.strip().splitlines()[-1], args[0], [phrase])
         assert "Traceback" not in p.stderr
 
 
 # ------------------------------------------------------------------------------------------------ sweeps
 @pytest.fixture
-def sweep_setup(tmp_path, tiny_model_dir, scripted):  # noqa: F811
-    games = _scripted_games(tmp_path / "games")
-    return {"base": _base(games), "out": tmp_path / "s.jsonl", "runs": tmp_path / "runs", "init": tiny_model_dir}
+def sweep_setup(tmp_path, tiny_model_dir, scripted):
+    games = scripted_games(tmp_path / "games")
+    return {"base": sweep_base(games), "out": tmp_path / "s.jsonl", "runs": tmp_path / "runs", "init": tiny_model_dir}
 
 
 def _sweep(s, **kw):
@@ -459,6 +468,7 @@ def _sweep(s, **kw):
                            progress=False, **kw)
 
 
+@pytest.mark.trains
 def test_a_record_cut_short_is_rebuilt_from_the_run_dir_not_stranded(sweep_setup, monkeypatch):
     """A sweep whose last record was cut short (its run pruned after recording): the next sweep records the run from
     its eval.json and metrics.jsonl and trains nothing. Negative control: resuming the pruned run strands it."""
@@ -483,6 +493,7 @@ def test_a_record_cut_short_is_rebuilt_from_the_run_dir_not_stranded(sweep_setup
         _sweep(sweep_setup, run=run_rl, warn=lambda line: None)
 
 
+@pytest.mark.trains
 def test_a_record_that_cannot_be_written_is_one_line_and_recorded_later(sweep_setup, monkeypatch):
     """A full disk when the record is appended: one line naming the results file and the run; the run dir is not
     pruned, and the same sweep later records the run without training it again."""
@@ -501,6 +512,8 @@ def test_a_record_that_cannot_be_written_is_one_line_and_recorded_later(sweep_se
 
 
 # ------------------------------------------------------------------------------------------------ a real full disk
+@pytest.mark.trains
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_eval_out_on_a_full_tmpfs(tmp_path, monkeypatch, capsys, assets):
     """`agentrl eval --out` on a real full filesystem (a 64 KiB tmpfs filled before the evaluation ends): one line

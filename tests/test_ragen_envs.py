@@ -12,9 +12,9 @@ from agentrl_lib.config import ConfigError, EnvConfig
 from agentrl_lib.envs import get_family
 from agentrl_lib.envs.bandit import HI_ARM_PROB, LO_ARM_SCORE, BanditEnv, payout
 from agentrl_lib.envs.base import Moves, check_game_set, load_game_set, make_moves
-from agentrl_lib.envs.pool import SerialPool, open_pool
 from agentrl_lib.envs.frozenlake import ACTIONS as FL_ACTIONS
 from agentrl_lib.envs.frozenlake import FrozenLakeEnv, generate_map, shortest_path
+from agentrl_lib.envs.pool import SerialPool, open_pool
 from agentrl_lib.envs.sokoban import ACTIONS as SK_ACTIONS
 from agentrl_lib.envs.sokoban import SokobanEnv, generate_room, push, solve
 from agentrl_lib.prompts import format_reply, parse_ragen_answer, parse_reply, system_prompt_for
@@ -50,6 +50,7 @@ def test_game_set_walkthroughs_win_and_pass_the_game_check(family, tmp_path):
     assert report["played"] == 24
 
 
+@pytest.mark.subprocess
 def test_ragen_families_run_in_the_process_pool(tmp_path):
     """The runs' default pool (one worker process per slot, the family's env built in the worker) plays them."""
     gs = get_family("frozenlake").make_games(tmp_path / "fl", 3, seed=0)
@@ -366,6 +367,7 @@ def test_sft_examples_in_ragen_format(tmp_path, tokenizer):
         assert "Answer format" in tokenizer.decode(e["input_ids"])
 
 
+@pytest.mark.trains
 def test_sft_more_games_pools_bandit_and_reversed_walkthroughs(tiny_model_dir, tmp_path, capsys):
     """`agentrl sft --more-games`: the walkthroughs of both label variants are pooled (each arm named equally often:
     chapter 05's format-only warm-up); --demos applies to each set; a --demos the extra set cannot give is one line."""
@@ -381,13 +383,15 @@ def test_sft_more_games_pools_bandit_and_reversed_walkthroughs(tiny_model_dir, t
     summary = json.loads((out / "sft_summary.json").read_text())
     assert summary["examples"] == 4 and summary["games"] == [str(tmp_path / f) for f in ("bandit", "bandit-reversed")]
     # negative control: without --more-games only Dragon is demonstrated
+    from agentrl_lib.models import load_tokenizer
     from agentrl_lib.prompts import ChatFormat
     from agentrl_lib.sft import expert_examples
-    from agentrl_lib.models import load_tokenizer
 
     tok = load_tokenizer(tiny_model_dir)
-    named = lambda gs: {tok.decode([t for t, m in zip(e["input_ids"], e["assistant_masks"]) if m]).split("<")[0]
-                        for e in expert_examples(gs, ChatFormat(tok))}
+    def named(gs):
+        return {tok.decode([t for t, m in zip(e["input_ids"], e["assistant_masks"]) if m]).split("<")[0]
+                for e in expert_examples(gs, ChatFormat(tok))}
+
     assert named(load_game_set(tmp_path / "bandit")) == {"Dragon"}
     assert named(load_game_set(tmp_path / "bandit-reversed")) == {"Phoenix"}
     get_family("bandit-reversed").make_games(tmp_path / "small", 1, seed=0)
@@ -398,6 +402,7 @@ def test_sft_more_games_pools_bandit_and_reversed_walkthroughs(tiny_model_dir, t
     assert "--demos 2 is more than the 1 games of --more-games" in err and "Traceback" not in err
 
 
+@pytest.mark.trains
 def test_one_rl_step_on_frozenlake_in_ragen_format(tiny_model_dir, tmp_path):
     from agentrl_lib.config import AlgoConfig, RunConfig, TrainConfig
     from agentrl_lib.run import run_rl
@@ -414,6 +419,7 @@ def test_one_rl_step_on_frozenlake_in_ragen_format(tiny_model_dir, tmp_path):
     assert row["invalid_rate"] == 1.0, row
 
 
+@pytest.mark.subprocess
 def test_registering_the_families_imports_no_engine():
     """get_family imports the family modules only; gymnasium comes when an env is built (negative control: after
     reset it is imported)."""
@@ -432,9 +438,9 @@ def test_registering_the_families_imports_no_engine():
 # ---- reward.kind="env": RAGEN's own rewards reach the trainer unchanged -------------------------------------------
 
 def test_env_reward_kind_passes_ragen_rewards_through_and_the_others_do_not():
-    """A Sokoban episode (a step away and back, a push that leaves the box short of the target, the solving push) through
-    rewards.turn_rewards: kind 'env' gives RAGEN's −0.1 / −0.1 / +10.9 per turn; 'sparse' and 'dense' rescale them
-    (the negative control: training on those would not be RAGEN's reward)."""
+    """A Sokoban episode (a step away and back, a push that leaves the box short of the target, the solving push)
+    through rewards.turn_rewards: kind 'env' gives RAGEN's −0.1 / −0.1 / +10.9 per turn; 'sparse' and 'dense' rescale
+    them (the negative control: training on those would not be RAGEN's reward)."""
     from agentrl_lib.rewards import turn_rewards
 
     env = SokobanEnv()
@@ -454,6 +460,8 @@ def test_env_reward_kind_passes_ragen_rewards_through_and_the_others_do_not():
         turn_rewards("shaped", [0.0], 1.0, True, [True])
 
 
+@pytest.mark.slow
+@pytest.mark.trains
 @pytest.mark.parametrize("family", ["bandit", "frozenlake", "sokoban"])
 def test_every_estimator_trains_on_every_family(family, tiny_model_dir, tmp_path, capsys):
     """`agentrl train --games <games of the family> --advantage <estimator>` runs one RL step for every estimator of

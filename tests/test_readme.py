@@ -5,6 +5,8 @@ import importlib.util
 import re
 from pathlib import Path
 
+import pytest
+
 import agentrl_lib.envs.textworld as textworld
 import agentrl_lib.run
 
@@ -43,6 +45,9 @@ def test_readme_picture_is_chapter_00s_output():
         "README's picture differs from chapter 00's stored learning curves: python book/build.py --readme-figure")
 
 
+@pytest.mark.slow
+@pytest.mark.trains
+@pytest.mark.subprocess
 def test_readme_run_rl_example_runs(tiny_model_dir, tmp_path, monkeypatch):
     """The README's Python block, executed as written in a fresh folder, with the budget cut: 2 games per set instead
     of 16, 1 RL step of 1 game, the tiny model instead of runs/demo/sft, envs in-process."""

@@ -10,7 +10,8 @@ from agentrl_lib import trainer as trainer_mod
 from agentrl_lib.config import ALGO_PRESETS, AlgoConfig, EnvConfig, ModelConfig, RunConfig, TrainConfig
 from agentrl_lib.envs.pool import SerialPool
 from agentrl_lib.metrics import METRICS
-from test_rollout_trainer import ParityEnv, _scripted_games
+
+from helpers import ParityEnv, scripted_games
 
 
 @pytest.fixture
@@ -21,8 +22,9 @@ def scripted(monkeypatch):
     monkeypatch.setattr(evaluate_mod, "open_pool", pool)
 
 
+@pytest.mark.trains
 def test_run_rl_trains_evaluates_and_writes(tiny_model_dir, tmp_path, scripted):
-    games = _scripted_games(tmp_path / "games")
+    games = scripted_games(tmp_path / "games")
     cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2), algo=AlgoConfig.from_preset("grpo", group_size=2),
                     model=ModelConfig(device="cpu"),
                     train=TrainConfig(steps=2, games_per_step=1, max_new_tokens=4, temperature=1.0, seed=1))

@@ -4,7 +4,6 @@ file-size abuse, reading the gold patch or the installed (unmutated) package. Wh
 runs the same command WITHOUT the sandbox and shows that it does escape there."""
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import pytest
 from agentrl_lib.envs.sandbox import Limits, SandboxUnavailable, run_sandboxed, sandbox_problem
 
 PROBLEM = sandbox_problem()
-pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"no sandbox here: {PROBLEM}")
+pytestmark = [pytest.mark.skipif(PROBLEM is not None, reason=f"no sandbox here: {PROBLEM}"), pytest.mark.subprocess]
 
 
 @pytest.fixture

@@ -68,6 +68,7 @@ def test_mutators_edit_exactly_the_node():
 
 # ---------------------------------------------------------------------------------------------------- tasks
 
+@pytest.mark.subprocess
 def test_tasks_are_valid_and_record_the_swe_gym_fields(tasks_dir):
     from agentrl_lib.envs.swe_tasks import score_submission
 
@@ -105,6 +106,7 @@ def _apply_gold(t: dict, repo: Path, dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.subprocess
 def test_generation_is_seeded_and_prefix_stable(tasks_dir, tmp_path):
     from agentrl_lib.envs.swe import make_swe_games
 
@@ -115,6 +117,7 @@ def test_generation_is_seeded_and_prefix_stable(tasks_dir, tmp_path):
     assert [g.name for g in other.games] != [g.name for g in tasks_dir.games[:2]]
 
 
+@pytest.mark.subprocess
 def test_train_and_held_out_never_share_a_function(tasks_dir, held_out_dir):
     from agentrl_lib.envs.swe_tasks import SOURCES, check_source, function_split, functions
 
@@ -156,6 +159,7 @@ def _episode(game, commands, **kw):
         env.close()
 
 
+@pytest.mark.subprocess
 def test_gold_noop_deleting_editing_and_conftest_submissions(tasks_dir):
     g = tasks_dir.games[0]
     t = _task(g)
@@ -188,6 +192,7 @@ def test_gold_noop_deleting_editing_and_conftest_submissions(tasks_dir):
     assert all(outcomes.get(tid) == "passed" for tid in t["FAIL_TO_PASS"])
 
 
+@pytest.mark.subprocess
 def test_a_partial_submission(tasks_dir):
     """The gold fix plus a second planted bug elsewhere in the file: some listed tests fail again."""
     from agentrl_lib.envs.swe_tasks import functions, mutations, reward_kinds, score_submission
@@ -213,6 +218,7 @@ def test_a_partial_submission(tasks_dir):
 
 # ---------------------------------------------------------------------------------------------------- episodes
 
+@pytest.mark.subprocess
 def test_episode_mechanics(tasks_dir):
     from agentrl_lib.envs.swe import parse_command
 
@@ -234,6 +240,7 @@ def test_episode_mechanics(tasks_dir):
         env.close()
 
 
+@pytest.mark.subprocess
 def test_the_gold_patch_and_host_are_out_of_reach(tasks_dir):
     g = tasks_dir.games[0]
     task_json = Path(g.path) / "task.json"
@@ -248,6 +255,7 @@ def test_the_gold_patch_and_host_are_out_of_reach(tasks_dir):
     assert "FAIL_TO_PASS" in task_json.read_text()  # negative control: it is there on the host
 
 
+@pytest.mark.subprocess
 def test_walkthroughs_pass_the_game_check(tasks_dir):
     from agentrl_lib.envs.base import check_game_set
     from agentrl_lib.envs.pool import SerialPool
@@ -257,6 +265,7 @@ def test_walkthroughs_pass_the_game_check(tasks_dir):
     assert res["played"] == 3
 
 
+@pytest.mark.subprocess
 def test_agentrl_eval_on_two_tasks_with_a_tiny_model(tasks_dir, tiny_model_dir, tmp_path):
     from agentrl_lib.cli import main
 

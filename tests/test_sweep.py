@@ -4,33 +4,16 @@ means and bootstrap intervals (with a negative control), and a results file whos
 import json
 from pathlib import Path
 
-import numpy as np
 import matplotlib.pyplot as plt
+import numpy as np
 import pytest
 
-from agentrl_lib import cli
-from agentrl_lib import evaluate as evaluate_mod
+from agentrl_lib import cli, sweep
 from agentrl_lib import run as run_mod
-from agentrl_lib import sweep
 from agentrl_lib import trainer as trainer_mod
-from agentrl_lib.config import AlgoConfig, ConfigError, EnvConfig, ModelConfig, RunConfig, TrainConfig
-from agentrl_lib.envs.pool import SerialPool
-from test_rollout_trainer import ParityEnv, _scripted_games
+from agentrl_lib.config import ConfigError, RunConfig
 
-
-@pytest.fixture
-def scripted(monkeypatch):
-    """Training and evaluation play the scripted ParityEnv instead of TextWorld."""
-    pool = lambda env_cfg, size, games: SerialPool(size, factory=ParityEnv)  # noqa: E731
-    monkeypatch.setattr(trainer_mod, "open_pool", pool)
-    monkeypatch.setattr(evaluate_mod, "open_pool", pool)
-
-
-def _base(games, steps=1) -> RunConfig:
-    return RunConfig(env=EnvConfig(games=str(games), max_turns=2), algo=AlgoConfig.from_preset("grpo", group_size=2),
-                     model=ModelConfig(device="cpu"),
-                     train=TrainConfig(steps=steps, games_per_step=1, max_new_tokens=4, temperature=1.0,
-                                       checkpoint_every=1, eval_games=str(games)))
+from helpers import scripted_games, sweep_base
 
 
 def _fake_summary(config):
@@ -77,15 +60,15 @@ def test_bad_grid_is_one_line_naming_the_axis(specs, named):
 
 
 def test_bad_combination_or_seed_fails_before_any_run(tmp_path, scripted):
-    games = _scripted_games(tmp_path / "games")
+    games = scripted_games(tmp_path / "games")
     never = lambda *a, **k: pytest.fail("a run started")  # noqa: E731
     with pytest.raises(ConfigError, match=r"grid cell algo.advantage=grpo algo.group_size=1 \(seed 0\): .*group_size"):
-        sweep.run_sweep(_base(games), ["algo.advantage=gae,grpo", "algo.group_size=1"], [0], tmp_path / "r.jsonl",
+        sweep.run_sweep(sweep_base(games), ["algo.advantage=gae,grpo", "algo.group_size=1"], [0], tmp_path / "r.jsonl",
                         runs_dir=tmp_path / "runs", run=never, progress=False)
     for seeds, named in (("0,x", "'x' is not an integer"), ("0,0", "distinct"), ("-1", "outside")):
         with pytest.raises(ConfigError, match=named):
-            sweep.run_sweep(_base(games), [], seeds, tmp_path / "r.jsonl", run=never, progress=False)
-    no_eval = _base(games)
+            sweep.run_sweep(sweep_base(games), [], seeds, tmp_path / "r.jsonl", run=never, progress=False)
+    no_eval = sweep_base(games)
     no_eval.train.eval_games = ""
     with pytest.raises(ConfigError, match="held-out games"):
         sweep.run_sweep(no_eval, [], [0], tmp_path / "r.jsonl", run=never, progress=False)
@@ -94,8 +77,8 @@ def test_bad_combination_or_seed_fails_before_any_run(tmp_path, scripted):
 
 def test_cli_sweep_bad_value_is_one_error_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(run_mod, "run_rl", lambda *a, **k: pytest.fail("a run started"))
-    games = _scripted_games(tmp_path / "games")
-    _base(games).save(tmp_path / "base.yaml")
+    games = scripted_games(tmp_path / "games")
+    sweep_base(games).save(tmp_path / "base.yaml")
     argv = ["sweep", "--base", str(tmp_path / "base.yaml"), "--grid", "reward.kind=sparse,dnse", "--seeds", "0,1",
             "--out", str(tmp_path / "r.jsonl")]
     assert cli.main(argv) == 2
@@ -104,12 +87,14 @@ def test_cli_sweep_bad_value_is_one_error_line(tmp_path, monkeypatch, capsys):
 
 
 # ------------------------------------------------------------------------------------------------ the sweep
+@pytest.mark.slow
+@pytest.mark.trains
 def test_sweep_writes_one_record_per_run_and_skips_recorded_runs(tiny_model_dir, tmp_path, scripted):
-    games = _scripted_games(tmp_path / "games")
+    games = scripted_games(tmp_path / "games")
     out, runs = tmp_path / "results" / "s.jsonl", tmp_path / "runs"
     grid = ["algo.advantage=grpo,rloo", "reward.kind=sparse"]
     figures = plt.get_fignums()
-    records = sweep.run_sweep(_base(games), grid, "0,1", out, runs_dir=runs, init=tiny_model_dir, progress=True)
+    records = sweep.run_sweep(sweep_base(games), grid, "0,1", out, runs_dir=runs, init=tiny_model_dir, progress=True)
     assert plt.get_fignums() == figures, "each run's learning-curve figure is closed once saved (no leak per run)"
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert lines == records and len(lines) == 4  # 2 × 1 cells × 2 seeds
@@ -132,11 +117,11 @@ def test_sweep_writes_one_record_per_run_and_skips_recorded_runs(tiny_model_dir,
     assert len({r["base_hash"] for r in lines}) == 1
 
     # the same sweep again: every run is recorded, nothing runs
-    again = sweep.run_sweep(_base(games), grid, [0, 1], out, runs_dir=runs, init=tiny_model_dir, progress=False,
+    again = sweep.run_sweep(sweep_base(games), grid, [0, 1], out, runs_dir=runs, init=tiny_model_dir, progress=False,
                             run=lambda *a, **k: pytest.fail("a recorded run ran again"))
     assert again == records and len(out.read_text().splitlines()) == 4
     # another base config is another experiment: its runs are not the recorded ones
-    changed = _base(games)
+    changed = sweep_base(games)
     changed.train.lr = 1e-4
     calls = []
     sweep.run_sweep(changed, ["reward.kind=sparse"], [0], out, runs_dir=tmp_path / "runs2", progress=False,
@@ -144,10 +129,12 @@ def test_sweep_writes_one_record_per_run_and_skips_recorded_runs(tiny_model_dir,
     assert len(calls) == 1 and len(out.read_text().splitlines()) == 5
 
 
+@pytest.mark.slow
+@pytest.mark.trains
 def test_interrupted_sweep_resumes_the_half_finished_run(tiny_model_dir, tmp_path, scripted, monkeypatch):
     """Ctrl-C after the first step of the 2nd run (its checkpoint step_000001 written): the sweep stops with one line;
     the same call then resumes that run from step 1 (resume=True) and finishes the sweep."""
-    games = _scripted_games(tmp_path / "games")
+    games = scripted_games(tmp_path / "games")
     out, runs = tmp_path / "s.jsonl", tmp_path / "runs"
     stop, calls = {"on": False}, []
     save = trainer_mod.Trainer.save_checkpoint
@@ -165,7 +152,7 @@ def test_interrupted_sweep_resumes_the_half_finished_run(tiny_model_dir, tmp_pat
         return run_mod.run_rl(config, run_dir, **kw)
 
     monkeypatch.setattr(trainer_mod.Trainer, "save_checkpoint", save_then_stop)
-    args = (_base(games, steps=2), ["reward.kind=sparse,dense"], [0], out)
+    args = (sweep_base(games, steps=2), ["reward.kind=sparse,dense"], [0], out)
     with pytest.raises(sweep.SweepInterrupted) as e:
         sweep.run_sweep(*args, runs_dir=runs, init=tiny_model_dir, run=run, progress=False)
     assert "1 of 2 runs are recorded" in str(e.value) and "same command" in str(e.value) and "\n" not in str(e.value)
@@ -183,7 +170,7 @@ def test_interrupted_sweep_resumes_the_half_finished_run(tiny_model_dir, tmp_pat
 def test_stub_interrupt_on_second_call_then_complete(tmp_path):
     """The run function is injectable: a stub that raises KeyboardInterrupt on its 2nd call (after the run dir was
     started) stops the sweep; the next call passes resume=True for that dir and completes all 4 runs."""
-    games = _scripted_games(tmp_path / "games")
+    games = scripted_games(tmp_path / "games")
     out, runs, calls = tmp_path / "s.jsonl", tmp_path / "runs", []
 
     def run(config, run_dir, init=None, resume=False, progress=True):
@@ -194,7 +181,7 @@ def test_stub_interrupt_on_second_call_then_complete(tmp_path):
             raise KeyboardInterrupt
         return _fake_summary(config)
 
-    args = (_base(games), ["algo.advantage=grpo,rloo"], [0, 1], out)
+    args = (sweep_base(games), ["algo.advantage=grpo,rloo"], [0, 1], out)
     with pytest.raises(sweep.SweepInterrupted, match="1 of 4 runs are recorded"):
         sweep.run_sweep(*args, runs_dir=runs, run=run, progress=False)
     listed = []
@@ -204,13 +191,13 @@ def test_stub_interrupt_on_second_call_then_complete(tmp_path):
     assert calls[2] == ("algo.advantage=grpo-s1", True) and len(calls) == 5 and len(records) == 4
     assert len(out.read_text().splitlines()) == 4
     # a run dir holding a run of another config is refused by name, not resumed
-    other = _base(games)
+    other = sweep_base(games)
     other.train.lr = 1e-4
     stale = tmp_path / "stale"
     (stale / "base-s0").mkdir(parents=True)
     other.save(stale / "base-s0" / "config.yaml")
     with pytest.raises(ConfigError, match=r"another config \(train.lr"):
-        sweep.run_sweep(_base(games), [], [0], tmp_path / "t.jsonl", runs_dir=stale, run=run, progress=False)
+        sweep.run_sweep(sweep_base(games), [], [0], tmp_path / "t.jsonl", runs_dir=stale, run=run, progress=False)
 
 
 def test_a_record_written_before_a_config_field_existed_still_counts(tmp_path):
@@ -218,14 +205,14 @@ def test_a_record_written_before_a_config_field_existed_still_counts(tmp_path):
     from the record's config and counts as its default, so the run is not redone (a hash of the whole config changed
     with every new field and made a sweep rerun all its recorded runs). Negative control: a record whose base
     differs in one field (train.lr) does not count."""
-    games = _scripted_games(tmp_path / "games")
+    games = scripted_games(tmp_path / "games")
     out, calls = tmp_path / "s.jsonl", []
 
     def run(config, run_dir, init=None, resume=False, progress=True):
         calls.append(run_dir.name)
         return _fake_summary(config)
 
-    args = (_base(games), ["algo.advantage=grpo,rloo"], [0], out)
+    args = (sweep_base(games), ["algo.advantage=grpo,rloo"], [0], out)
     sweep.run_sweep(*args, runs_dir=tmp_path / "runs", run=run, progress=False)
     recs = [json.loads(x) for x in out.read_text().splitlines()]
     for r in recs:  # as an older library wrote them: without a newer field, with its own whole-config hash
@@ -263,8 +250,8 @@ def test_committed_stability_records_are_the_runs_regenerate_plans():
 
 
 def test_cli_sweep_then_report_and_ctrl_c_says_how_to_resume(tmp_path, monkeypatch, capsys):
-    games = _scripted_games(tmp_path / "games")
-    _base(games).save(tmp_path / "base.yaml")
+    games = scripted_games(tmp_path / "games")
+    sweep_base(games).save(tmp_path / "base.yaml")
     state = {"interrupt": True}
 
     def fake_run_rl(config, run_dir, init=None, eval_games=None, resume=False, progress=True):
@@ -381,16 +368,17 @@ def test_a_cut_last_line_is_reported_once_and_ignored(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------------------ tags, extra evals
+@pytest.mark.trains
 def test_tags_label_cells_and_extra_evals_are_recorded(tiny_model_dir, tmp_path, scripted):
     """--tag joins every cell (and its run dir); --also-eval evaluates the trained policy on another set, kept in
     the record's evals (a split sweep's harder games)."""
-    games = _scripted_games(tmp_path / "games")
+    games = scripted_games(tmp_path / "games")
     out = tmp_path / "s.jsonl"
     tags = sweep.parse_tags(["sft.demos=12", "level=w2"])
     assert tags == {"sft.demos": 12, "level": "w2"}
     extra = sweep.parse_extra_evals([f"hard={games}@3"])
     assert extra == {"hard": (str(games), 3)}
-    [rec] = sweep.run_sweep(_base(games), ["reward.kind=sparse"], [0], out, runs_dir=tmp_path / "runs",
+    [rec] = sweep.run_sweep(sweep_base(games), ["reward.kind=sparse"], [0], out, runs_dir=tmp_path / "runs",
                             init=tiny_model_dir, progress=False, tags=tags, extra_evals=extra)
     assert rec["cell"] == {"sft.demos": 12, "level": "w2", "reward.kind": "sparse"}
     assert rec["run_dir"].endswith("sft.demos=12_level=w2_reward.kind=sparse-s0")
@@ -398,7 +386,7 @@ def test_tags_label_cells_and_extra_evals_are_recorded(tiny_model_dir, tmp_path,
     assert sweep.metric_value(rec, "evals.hard.success_rate") is not None
     # another tag value is another run, not the recorded one
     calls = []
-    sweep.run_sweep(_base(games), ["reward.kind=sparse"], [0], out, runs_dir=tmp_path / "runs", progress=False,
+    sweep.run_sweep(sweep_base(games), ["reward.kind=sparse"], [0], out, runs_dir=tmp_path / "runs", progress=False,
                     tags={"sft.demos": 24}, run=lambda config, run_dir, **k: calls.append(1) or _fake_summary(config))
     assert calls == [1]
 
@@ -440,16 +428,17 @@ def test_parallel_sweeps_wait_for_the_results_lock(tmp_path, monkeypatch, locked
     assert len(out.read_text().splitlines()) == 1
 
 
+@pytest.mark.trains
 def test_recorded_runs_keep_only_their_newest_policy(tiny_model_dir, tmp_path, scripted):
     """A sweep prunes a recorded run's training state (optimizer, older checkpoints): the policy still loads for
     evaluation, a resume says why it cannot; --keep-training-state keeps everything (the control)."""
     from agentrl_lib import checkpoint
     from agentrl_lib.models import load_policy
 
-    games = _scripted_games(tmp_path / "games")
+    games = scripted_games(tmp_path / "games")
     for keep in (False, True):
         runs = tmp_path / f"runs-{keep}"
-        [rec] = sweep.run_sweep(_base(games, steps=2), ["reward.kind=sparse"], [0], tmp_path / f"{keep}.jsonl",
+        [rec] = sweep.run_sweep(sweep_base(games, steps=2), ["reward.kind=sparse"], [0], tmp_path / f"{keep}.jsonl",
                                 runs_dir=runs, init=tiny_model_dir, progress=False, keep_training_state=keep)
         ckpts = [p for _, p in checkpoint.list_checkpoints(Path(rec["run_dir"]) / "checkpoints")]
         assert len(ckpts) == (2 if keep else 1)

@@ -16,6 +16,8 @@ def _play(env, game):
     return results
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("which", ["cooking_games", "custom_games"])
 def test_walkthrough_wins_and_observations_are_clean(which, request):
     games = request.getfixturevalue(which)
@@ -66,6 +68,7 @@ def test_corrupted_game_file_gives_clear_error(tmp_path, cooking_games):
     pool.close()
 
 
+@pytest.mark.subprocess
 def test_generation_is_cached_and_deterministic(tmp_path, cooking_games):
     again = load_game_set(cooking_games.root)
     assert [g.walkthrough for g in again.games] == [g.walkthrough for g in cooking_games.games]
@@ -83,3 +86,19 @@ def test_clean_observation_examples():
     assert clean_observation(raw, first=True) == "-= Kitchen =-\nA kitchen."
     end = "You eat the meal.\n\n*** The End ***\n\nYou scored 3 out of a possible 3\nWould you like to RESTART?\n>  "
     assert clean_observation(end) == "You eat the meal.\n\n*** The End ***"
+
+
+# ------------------------------------------------------------------------------------- item 11: an empty reply
+def test_an_empty_reply_sends_no_command_and_is_invalid(cooking_games):
+    from agentrl_lib.envs.textworld import EMPTY_REPLY, TextWorldEnv
+
+    env = TextWorldEnv()
+    try:
+        first = env.reset(cooking_games.games[0].path)
+        res = env.step("")
+        assert res.obs == EMPTY_REPLY and not res.info.valid and res.reward == 0.0 and not res.done
+        look = env.step("look")  # the old code sent `look` for an empty reply: a free observation
+        assert look.obs != res.obs and look.info.valid
+        assert first.info.score == look.info.score
+    finally:
+        env.close()

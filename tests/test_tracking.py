@@ -12,7 +12,8 @@ from agentrl_lib import trainer as trainer_mod
 from agentrl_lib.config import AlgoConfig, ConfigError, EnvConfig, ModelConfig, RunConfig, TrainConfig
 from agentrl_lib.envs.pool import SerialPool
 from agentrl_lib.tracking import NoTracker, open_tracker, scalars
-from test_rollout_trainer import ParityEnv, _scripted_games
+
+from helpers import ParityEnv, scripted_games
 
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
 
@@ -59,8 +60,9 @@ def _assert_same(events: dict, expected: dict) -> None:
             assert math.isclose(g, w, rel_tol=1e-6, abs_tol=1e-30), (tag, g, w)
 
 
+@pytest.mark.trains
 def test_tensorboard_scalars_are_the_metrics_rows(tiny_model_dir, tmp_path, scripted):
-    games = _scripted_games(tmp_path / "games")
+    games = scripted_games(tmp_path / "games")
     run.run_rl(_config(games, "tensorboard"), tmp_path / "run", init=tiny_model_dir, progress=False)
     rows = _jsonl(tmp_path / "run")
     assert [r["step"] for r in rows] == [1, 2]
@@ -70,20 +72,22 @@ def test_tensorboard_scalars_are_the_metrics_rows(tiny_model_dir, tmp_path, scri
     _assert_same(events, expected)
 
 
+@pytest.mark.trains
 def test_report_to_none_writes_no_event_file(tiny_model_dir, tmp_path, scripted):
     """Negative control: the default writes metrics.jsonl only, no tensorboard folder."""
-    games = _scripted_games(tmp_path / "games")
+    games = scripted_games(tmp_path / "games")
     run.run_rl(_config(games, "none"), tmp_path / "run", init=tiny_model_dir, progress=False)
     assert len(_jsonl(tmp_path / "run")) == 2
     assert not (tmp_path / "run" / "tensorboard").exists()
     assert not list((tmp_path / "run").rglob("events.out.tfevents.*"))
 
 
+@pytest.mark.trains
 def test_a_resumed_run_continues_the_curves(tiny_model_dir, tmp_path, scripted):
     """Steps 1-3, the last checkpoint removed (as if the run died after writing step 3's row), then resumed from
     step 2 up to step 4: TensorBoard shows one value per step, metrics.jsonl's (the redone step 3's, not the first
     one's, which the first event file still holds)."""
-    games = _scripted_games(tmp_path / "games")
+    games = scripted_games(tmp_path / "games")
     run_dir = tmp_path / "run"
     run.run_rl(_config(games, "tensorboard", steps=3), run_dir, init=tiny_model_dir, progress=False)
     first_step3 = _jsonl(run_dir)[2]

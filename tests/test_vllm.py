@@ -23,8 +23,8 @@ if importlib.util.find_spec("vllm") is None:
     pytest.skip("vLLM is not installed: run `make vllm`, then .venv-vllm/bin/python -m pytest tests/test_vllm.py",
                 allow_module_level=True)
 
-from agentrl_lib.policy import token_forward  # noqa: E402
-from agentrl_lib.rollout import collate, rollout  # noqa: E402
+from agentrl_lib.policy import token_forward
+from agentrl_lib.rollout import collate, rollout
 
 pytestmark = pytest.mark.vllm
 
@@ -276,6 +276,7 @@ def test_generators_of_two_models_share_the_process(policy, tmp_path):
                                                     1.0)) < TOL
 
 
+@pytest.mark.trains
 def test_cli_train_and_eval_with_the_vllm_backend(vllm_model_dir, tmp_path, capsys, monkeypatch):
     """`agentrl train --generator vllm` (2 PPO steps on bandit games) and `agentrl eval --backend vllm`. Step 2
     samples from the weights step 1 trained: its logprob_mismatch (π_old from the training forward vs the engine's

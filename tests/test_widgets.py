@@ -54,7 +54,7 @@ def test_explorer_toggles_are_jslinked_to_every_stack_of_their_level():
     box = widgets.sweep_explorer(_records(), metrics=("success_rate",))
     algo_t, reward_t, root = box.children
     links = box.links
-    linked = {(id(l.source[0]), l.source[1], id(l.target[0]), l.target[1]) for l in links}
+    linked = {(id(k.source[0]), k.source[1], id(k.target[0]), k.target[1]) for k in links}
     assert (id(algo_t), "index", id(root), "selected_index") in linked
     for inner in root.children:
         assert (id(reward_t), "index", id(inner), "selected_index") in linked
@@ -94,7 +94,7 @@ def test_sweep_curves_average_over_seeds_and_cell_means():
 
     recs = _records()
     ax = plots.plot_sweep_curves(recs, "success_rate", by="algo", where={"reward.kind": "sparse"})
-    lines = {l.get_label().split(" ")[0]: l.get_ydata() for l in ax.get_lines()}
+    lines = {line.get_label().split(" ")[0]: line.get_ydata() for line in ax.get_lines()}
     np.testing.assert_allclose(lines["ppo"], [0.025 + 0.01 * s for s in (1, 2, 3)])
     np.testing.assert_allclose(lines["grpo"], [0.125 + 0.01 * s for s in (1, 2, 3)])
     plt.close("all")

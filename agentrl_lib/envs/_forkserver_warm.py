@@ -10,5 +10,5 @@ if _GAME:
         from . import get_family
 
         get_family(os.environ.get("AGENTRL_ENVPOOL_FAMILY", "textworld")).warm_up(_GAME)
-    except Exception:  # noqa: BLE001 - an optimisation only
+    except Exception:  # an optimisation only
         pass

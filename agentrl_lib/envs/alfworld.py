@@ -200,7 +200,7 @@ class AlfWorldEnv:
                 info.name = demangler.demangle_alfred_name(info.id)
         except GameLoadError:
             raise
-        except Exception as e:  # noqa: BLE001 - tatsu/fast-downward/textworld raise many types for a bad file
+        except Exception as e:  # tatsu/fast-downward/textworld raise many types for a bad file
             raise GameLoadError(f"ALFWorld's engine could not load {game}: {type(e).__name__}: {e}. "
                                 "The game is corrupted or from another alfworld version; regenerate it.") from e
         self._env, self._game = env, game

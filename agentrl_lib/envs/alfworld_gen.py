@@ -440,7 +440,7 @@ def make_alfworld_games(out: str | Path, n: int, seed: int = 0, split: str = "tr
             _write_game(folder, traj, game)
             try:
                 walkthrough = _solve_and_check(folder, pool)
-            except Exception as e:  # noqa: BLE001 - planner/engine failures: skip this candidate
+            except Exception as e:  # planner/engine failures: skip this candidate
                 shutil.rmtree(folder, ignore_errors=True)
                 if isinstance(e, CandidateLoadError) and not records:
                     load_failures.append(str(e).replace(str(folder), "<game>"))

@@ -303,8 +303,9 @@ def load_game_set(root: str | Path) -> GameSet:
             raise GameSetError(f"game file {path} listed in {mf} is missing; regenerate the directory")
         key = str(Path(path).resolve()) if by_file else str(row["path"])
         if key in seen:  # it would be counted twice in success rates and trained at double weight
-            raise GameSetError(f"{mf} lists game {row['name']!r} twice (rows {seen[key] + 1} and {len(games) + 1}, same "
-                               f"{'file' if by_file else 'seed'}); remove the duplicate row or regenerate the directory")
+            raise GameSetError(f"{mf} lists game {row['name']!r} twice (rows {seen[key] + 1} and {len(games) + 1}, "
+                               f"same {'file' if by_file else 'seed'}); remove the duplicate row or regenerate the "
+                               "directory")
         seen[key] = len(games)
         games.append(rec)
     return GameSet(root=root, family=family, games=games, params=data.get("params", {}))

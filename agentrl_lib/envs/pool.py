@@ -170,7 +170,7 @@ class SerialPool:
             finally:
                 if self._watchdog is not None:
                     self._watchdog.disarm()
-        except Exception as e:  # noqa: BLE001 - any env error ends only this episode
+        except Exception as e:  # any env error ends only this episode
             return EnvFailure(f"{type(e).__name__}: {e}")
 
     def reset(self, slots: Sequence[int], games: Sequence[str]) -> list[StepResult | EnvFailure]:
@@ -243,7 +243,7 @@ def _worker_main(conn, factory: Callable[[], Env], workdir: str, log_path: str) 
     env, env_error = None, None
     try:
         env = factory()
-    except Exception as e:  # noqa: BLE001 - reported on every call of this slot
+    except Exception as e:  # reported on every call of this slot
         env_error = f"{type(e).__name__}: {e}"
     conn.send(("ready", None))
     try:
@@ -259,13 +259,13 @@ def _worker_main(conn, factory: Callable[[], Env], workdir: str, log_path: str) 
                 if env is None:
                     raise RuntimeError(f"the env could not be created: {env_error}")
                 conn.send(("ok", getattr(env, method)(arg)))
-            except Exception as e:  # noqa: BLE001 - any env error ends only this episode
+            except Exception as e:  # any env error ends only this episode
                 conn.send(("err", f"{type(e).__name__}: {e}"))
     finally:
         if env is not None:
             try:
                 env.close()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
 
 
@@ -527,7 +527,7 @@ class ProcessPool:
     def __del__(self):
         try:
             self.close()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
 
 

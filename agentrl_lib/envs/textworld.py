@@ -26,8 +26,18 @@ from pathlib import Path
 from typing import Any
 
 from . import EnvFamily, register_family
-from .base import (GameLoadError, GameRecord, GameSet, StepInfo, StepResult, load_game_set, normalize_action,
-                   reuse_game_set, sanitize_action, write_manifest)
+from .base import (
+    GameLoadError,
+    GameRecord,
+    GameSet,
+    StepInfo,
+    StepResult,
+    load_game_set,
+    normalize_action,
+    reuse_game_set,
+    sanitize_action,
+    write_manifest,
+)
 
 SYSTEM_PROMPT = (
     "You are an agent playing a text adventure game. Each turn you read what happened and reply with exactly one "
@@ -169,8 +179,10 @@ class TextWorldEnv:
     def _info(self, state, valid: bool) -> StepInfo:
         policy = state.get("policy_commands") or []
         return StepInfo(won=bool(state.get("won")), lost=bool(state.get("lost")), score=float(state.get("score") or 0),
-                        max_score=float(state.get("max_score") or 1), admissible=list(state.get("admissible_commands") or []),
-                        valid=valid, expert_action=policy[0] if policy else None, objective=state.get("objective") or "",
+                        max_score=float(state.get("max_score") or 1),
+                        admissible=list(state.get("admissible_commands") or []),
+                        valid=valid, expert_action=policy[0] if policy else None,
+                        objective=state.get("objective") or "",
                         inventory=(state.get("inventory") or "").strip())
 
     def reset(self, game: str) -> StepResult:
@@ -349,7 +361,7 @@ def make_textworld_games(out: str | Path, n: int, seed: int = 0, challenge: str 
                         opts.nb_rooms, opts.nb_objects, opts.quest_length = world_size, nb_objects, quest_length
                         game = textworld.generator.make_game(opts)
                     path = textworld.generator.compile_game(game, opts)
-            except Exception as e:  # noqa: BLE001 - the generator raises many types (QuestGenerationError, ...)
+            except Exception as e:  # the generator raises many types (QuestGenerationError, ...)
                 what = f"{challenge} {challenge_args!r}" if challenge else \
                     f"world size {world_size}, {nb_objects} objects, quest length {quest_length}"
                 raise GameGenerationError(f"textworld could not make game {i} (seed {s}) with {what}: "

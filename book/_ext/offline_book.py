@@ -18,7 +18,8 @@ def _verbatim(app, what, name, obj, options, lines: list[str]) -> None:
         text.pop()
     if not text:
         return
-    lines[:] = [".. code-block:: text", "   :class: docstring", ""] + [f"   {line}" if line else "" for line in text] + [""]
+    lines[:] = ([".. code-block:: text", "   :class: docstring", ""] + [f"   {line}" if line else "" for line in text]
+                + [""])
 
 
 def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:

@@ -1,4 +1,5 @@
-"""The probe suite (issue 9): bad inputs run through the real command line, one row each.
+"""The command line (agentrl_lib/cli.py). First the probe suite of issue 9: bad inputs run through the real command
+line, one row each.
 
 Every row asserts: exit code != 0, exactly one `agentrl CMD: error: ...` line on stderr that names what to fix, no
 traceback, and — for rows marked `early` — that the bad input was refused before any work started (the model, the
@@ -7,14 +8,18 @@ away. Rows run `main([...])` in-process (fast); a few run the installed console 
 
 Areas here: config files (values, keys, types), flags of train / sft / eval, model paths and files, devices and
 dtypes, eval --out. Game, checkpoint and env-action faults live in their own test files.
+
+Then the config's errors through the CLI (exit code 2) and the flags generated from the config: every config field is
+a documented `train` flag, spellings and aliases parse, negative numbers are values, flags override a config file.
 """
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import os
+import re
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +28,9 @@ import pytest
 import agentrl_lib
 from agentrl_lib import cli
 from agentrl_lib.cli import main
+from agentrl_lib.config import ALGO_PRESETS, SECTIONS, EnvConfig
+
+from helpers import assert_one_clear_error, console
 
 REPO = Path(agentrl_lib.__file__).resolve().parent.parent
 
@@ -184,8 +192,8 @@ ROWS = [
     ("train-lr-neg", TRAIN + ["--lr=-1e-5"], None, ["train.lr", "> 0"], True, ()),
     ("train-lr-nan", TRAIN + ["--lr", "nan"], None, ["train.lr", "finite"], True, ()),
     ("train-kl-coef-neg", TRAIN + ["--kl-coef", "-0.1"], None, ["algo.kl_coef"], True, ()),
-    ("train-max-actions-per-turn-0", TRAIN + ["--max-actions-per-turn", "0"], None, ["env.max_actions_per_turn", ">= 1"],
-     True, ()),
+    ("train-max-actions-per-turn-0", TRAIN + ["--max-actions-per-turn", "0"], None,
+     ["env.max_actions_per_turn", ">= 1"], True, ()),
     ("train-stop-kinds-empty", TRAIN + ["--stop-on-collapse", "--stop-kinds", ""], None,
      ["--stop-kinds", "stop_on_collapse off"], True, ()),
     ("train-eval-games-missing", TRAIN_CFG, "train: {eval_games: /nonexistent/heldout}",
@@ -249,17 +257,12 @@ ROWS = [
 ]
 
 
-def assert_one_clear_error(rc, out, err, cmd, must_contain):
-    assert rc not in (0, None), f"exit code {rc}"
-    assert "Traceback" not in out + err
-    lines = [x for x in err.splitlines() if "error" in x.lower()]
-    assert len(lines) == 1, f"expected one error line, got: {err!r}"
-    assert lines[0].startswith(f"agentrl {cmd}: error: ") and lines[0] == err.strip().splitlines()[-1]
-    for s in must_contain:
-        assert s in lines[0], f"{s!r} not in {lines[0]!r}"
+SPAWNS = {"model-local-typo"}
+"""Rows whose command starts env worker processes (found by recording process starts per test): marked subprocess."""
 
 
-@pytest.mark.parametrize("row", ROWS, ids=[r[0] for r in ROWS])
+@pytest.mark.parametrize("row", [pytest.param(r, id=r[0], marks=pytest.mark.subprocess if r[0] in SPAWNS else ())
+                                 for r in ROWS])
 def test_bad_input(row, probe, capsys, tmp_path):
     name, argv, yaml_text, must_contain, early, setup = row
     t0 = time.perf_counter()
@@ -399,15 +402,8 @@ def test_cached_hub_model_loads_when_the_hub_is_unreachable(tmp_path, monkeypatc
 
 
 # ------------------------------------------------------------------------------------------ the real console script
-def _console(tmp_path, *args):
-    """Run the installed `agentrl` script (or `python -m agentrl_lib.cli`) on this checkout's code."""
-    script = Path(sys.executable).parent / "agentrl"
-    cmd = [str(script)] if script.is_file() else [sys.executable, "-m", "agentrl_lib.cli"]
-    path = [str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
-    return subprocess.run(cmd + list(args), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-
-
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_console_script_prints_one_line_and_no_traceback(tmp_path, cooking_games):
     (tmp_path / "runs" / "ppo").mkdir(parents=True)
     (tmp_path / "c.yaml").write_text("train: {max_grad_norm: -1}\n")
@@ -418,6 +414,132 @@ def test_console_script_prints_one_line_and_no_traceback(tmp_path, cooking_games
         (["train", "--config", "c.yaml", "--games", str(cooking_games.root), "--out", "run"], "train.max_grad_norm"),
     ]
     for args, expect in cases:
-        p = _console(tmp_path, *args)
+        p = console(tmp_path, *args)
         assert_one_clear_error(p.returncode, p.stdout, p.stderr, args[0], [expect])
     assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------------------ errors of the config, via the CLI
+def test_cli_reports_errors_with_exit_code_2(tmp_path, capsys, cooking_games):
+    assert main(["train", "--algo", "grpo", "--group-size", "1", "--games", str(cooking_games.root),
+                 "--out", str(tmp_path / "r")]) == 2
+    assert "group_size >= 2" in capsys.readouterr().err
+    assert main(["eval", "--games", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["eval", "--games", str(cooking_games.root), "--model", str(tmp_path / "nomodel")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("algo: {name: ppo\n")
+    assert main(["train", "--config", str(bad), "--out", str(tmp_path / "r2")]) == 2
+    assert "not valid YAML" in capsys.readouterr().err
+    assert main(["train", "--out", str(tmp_path / "r3")]) == 2
+    assert "no games" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--algo", "a2c", "--out", str(tmp_path / "r4")])
+    assert e.value.code == 2
+
+
+# ---------------------------------------------------------------------- every config field is a documented flag
+def _help_problems(flags) -> list[str]:
+    """Flags whose help is empty or gives no range, unit or example: a digit, 'e.g.' or one of its choices."""
+    bad = []
+    for f in flags:
+        if not f.help.strip():
+            bad.append(f"{f.key}: no help (give the field a docstring in config.py)")
+        elif not (re.search(r"\d", f.help) or "e.g." in f.help or
+                  (f.choices and any(str(c) in f.help for c in f.choices))):
+            bad.append(f"{f.key}: help gives no range, unit or example: {f.help!r}")
+    return bad
+
+
+def test_every_config_field_is_a_train_flag_with_help():
+    flags = cli.config_flags()
+    assert {f.key for f in flags} == {f"{s}.{g.name}" for s, cls in SECTIONS.items() for g in dataclasses.fields(cls)}
+    assert _help_problems(flags) == []
+    spellings = [x for f in flags for x in f.flags]
+    assert len(spellings) == len(set(spellings)), "two fields share a flag"
+    text = cli.build_parser()._subparsers._group_actions[0].choices["train"].format_help()
+    for f in flags:
+        assert f.flags[0] in text, f"{f.flags[0]} missing from agentrl train --help"
+
+
+def test_control_a_field_without_docstring_fails(monkeypatch):
+    @dataclasses.dataclass
+    class Undocumented:
+        documented: int = 3
+        """A number of things (1-5)."""
+        bare: int = 0
+
+    monkeypatch.setitem(cli.SECTIONS, "extra", Undocumented)
+    problems = _help_problems(cli.config_flags(("extra",)))
+    assert len(problems) == 1 and problems[0].startswith("extra.bare: no help")
+
+
+def test_golden_spellings_and_aliases_parse():
+    """The flags scripts use (the golden regression script, README) keep working, and aliases reach the same field."""
+    argv = ["train", "--out", "o", "--games", "g", "--init", "m", "--algo", "ppo", "--reward", "dense", "--steps", "2",
+            "--games-per-step", "1", "--group-size", "4", "--max-turns", "4", "--epochs", "2", "--minibatch-size",
+            "2", "--kl-coef", "0.05", "--keep-top-std", "0.5", "--lora-rank", "4", "--seed", "3", "--lr", "1e-5",
+            "--step-timeout", "9", "--no-process-pool", "--gradient-checkpointing"]
+    cfg = cli.build_config(cli.build_parser().parse_args(argv))
+    assert (cfg.env.games, cfg.model.name, cfg.reward.kind, cfg.train.steps, cfg.algo.kl_coef, cfg.model.lora_rank,
+            cfg.env.step_timeout_s, cfg.env.process_pool, cfg.train.gradient_checkpointing) == \
+        ("g", "m", "dense", 2, 0.05, 4, 9.0, False, True)
+    alias = cli.build_parser().parse_args(["train", "--out", "o", "--model", "m2", "--step-timeout-s", "7",
+                                           "--backend", "vllm"])
+    assert (getattr(alias, "model.name"), getattr(alias, "env.step_timeout_s"), getattr(alias, "model.generator")) \
+        == ("m2", 7.0, "vllm")
+    evals = [cli.build_parser().parse_args(["eval", "--games", "g", f, "vllm"]) for f in ("--generator", "--backend")]
+    assert [getattr(e, "model.generator") for e in evals] == ["vllm", "vllm"]
+
+
+@pytest.mark.parametrize("value", ["-1e-5", "-1E-05", "-0.5", "-3", "-.5e2", "-inf"])
+def test_negative_numbers_are_values(value):
+    argv = cli.join_negative_numbers(["train", "--out", "o", "--lr", value, "--kl-coef", value])
+    a = cli.build_parser().parse_args(argv)
+    assert getattr(a, "train.lr") == getattr(a, "algo.kl_coef") == float(value)
+    assert cli.join_negative_numbers(["--lr", "-x"]) == ["--lr", "-x"]  # not a number: left to argparse
+
+
+def test_control_argparse_alone_misreads_scientific_negatives():
+    """Without join_negative_numbers argparse takes -1e-5 for a flag (the quirk the join fixes)."""
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["train", "--out", "o", "--lr", "-1e-5"])
+
+
+def test_flags_override_config_file_and_presets_come_first(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("train: {steps: 7, lr: 2.0e-5}\nalgo: {advantage: rloo, group_size: 3}\nenv: {process_pool: false}\n")
+    parse = cli.build_parser().parse_args
+    cfg = cli.build_config(parse(["train", "--out", "o", "--config", str(p), "--lr", "3e-5"]))
+    assert (cfg.train.steps, cfg.train.lr, cfg.algo.advantage, cfg.algo.group_size, cfg.env.process_pool) == \
+        (7, 3e-5, "rloo", 3, False), "a flag not given keeps the file's value"
+    cfg = cli.build_config(parse(["train", "--out", "o", "--config", str(p), "--algo", "ppo"]))
+    assert dataclasses.asdict(cfg.algo).items() >= ALGO_PRESETS["ppo"].items() and cfg.algo.group_size == 3
+    field, value = next(iter(ALGO_PRESETS["grpo"].items()))
+    flag = next(f for f in cli.config_flags(("algo",)) if f.key == f"algo.{field}").flags[0]
+    other = next(v for v in ALGO_PRESETS.values() if v != ALGO_PRESETS["grpo"])[field]
+    cfg = cli.build_config(parse(["train", "--out", "o", "--algo", "grpo", flag, other]))
+    assert getattr(cfg.algo, field) == other, "an explicit algo flag overrides the preset"
+
+
+def test_unknown_config_key_is_refused_by_name(tmp_path, capsys):
+    p = tmp_path / "c.yaml"
+    p.write_text("train: {stpes: 3}\n")
+    assert main(["train", "--config", str(p), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "stpes" in err and "valid keys" in err and len(err.strip().splitlines()) == 1
+
+
+def test_eval_and_sft_share_the_env_flags():
+    sub = cli.build_parser()._subparsers._group_actions[0].choices
+    for cmd, flags in [("eval", ["--games", "--max-turns", "--show-admissible", "--no-show-inventory",
+                                 "--step-timeout", "--no-process-pool", "--max-env-error-frac", "--no-check-games"]),
+                       ("sft", ["--games", "--show-admissible", "--show-inventory"])]:
+        text = sub[cmd].format_help()
+        assert all(f in text for f in flags), cmd
+    a = cli.build_parser().parse_args(["eval", "--games", "g", "--no-process-pool", "--step-timeout", "5"])
+    env = EnvConfig(**cli.section_args(a, "env"))
+    assert (env.games, env.process_pool, env.step_timeout_s, env.max_turns, env.check_games) == \
+        ("g", False, 5.0, 8, True)
+    assert isinstance(cli.build_parser(), argparse.ArgumentParser)

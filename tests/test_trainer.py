@@ -1,7 +1,7 @@
-"""Regression tests for the defects of the correctness review (issue "Trustworthy numbers"), one or more per item.
-
-Each test failed on the code before the fix. Tiny random-weight models and scripted environments keep them fast.
-"""
+"""The Trainer (agentrl_lib/trainer.py): one update changes every trainable parameter for each estimator, a resumed
+run continues, env failures end episodes and not the run, and the regression tests of the correctness review (issue
+"Trustworthy numbers"), one or more per item: each failed on the code before its fix. Tiny random-weight models and
+scripted environments keep them fast; the last test runs the embedded model end to end (slow)."""
 from __future__ import annotations
 
 import json
@@ -10,40 +10,13 @@ import math
 import pytest
 import torch
 
-from agentrl_lib.config import AlgoConfig, ConfigError, EnvConfig, ModelConfig, RewardConfig, RunConfig, TrainConfig
-from agentrl_lib.envs.base import GameRecord, StepInfo, StepResult, write_manifest
+from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RewardConfig, RunConfig, TrainConfig
 from agentrl_lib.envs.pool import EnvFailure, SerialPool
 from agentrl_lib.generation import HFGenerator
-from agentrl_lib.losses import policy_loss, truncated_is_weights
-from agentrl_lib.rewards import dense_turn_rewards, turn_rewards
-from agentrl_lib.trainer import Trainer
+from agentrl_lib.models import load_policy
+from agentrl_lib.trainer import Trainer, is_finite_row
 
-
-class CoinEnv:
-    """A scripted 2-turn game whose outcome depends on the reply's length parity: random models get reward spread."""
-
-    def reset(self, game):
-        self.t = 0
-        return StepResult("A room.", 0.0, False, StepInfo(max_score=1, objective="say a word", admissible=["look"]))
-
-    def step(self, action):
-        self.t += 1
-        won = self.t == 2 and len(action) % 2 == 0
-        return StepResult("ok " * self.t, 1.0 if won else 0.0, self.t == 2,
-                          StepInfo(won=won, score=float(won), max_score=1, valid=action == "look", admissible=["look"]))
-
-    def close(self):
-        pass
-
-
-def scripted_games(root, n=2):
-    root.mkdir(parents=True, exist_ok=True)
-    recs = []
-    for i in range(n):
-        (root / f"g{i}.txt").write_text("scripted")
-        recs.append(GameRecord(path=str(root / f"g{i}.txt"), name=f"g{i}", seed=i, max_score=1, walkthrough=["look"]))
-    write_manifest(root, "textworld", recs, {"scripted": True})
-    return str(root)
+from helpers import BrokenEnv, CoinEnv, ParityEnv, coin_games, scripted_games
 
 
 def make_cfg(games, algo="grpo", group_size=4, games_per_step=2, **train):
@@ -52,7 +25,8 @@ def make_cfg(games, algo="grpo", group_size=4, games_per_step=2, **train):
     kw.update(train)
     algo_kw = {k: kw.pop(k) for k in list(kw) if k in AlgoConfig.__dataclass_fields__}
     return RunConfig(env=EnvConfig(games=games, max_turns=2), reward=RewardConfig(kind="dense"),
-                     algo=AlgoConfig.from_preset(algo, group_size=group_size, **algo_kw), model=ModelConfig(device="cpu"),
+                     algo=AlgoConfig.from_preset(algo, group_size=group_size, **algo_kw),
+                     model=ModelConfig(device="cpu"),
                      train=TrainConfig(**kw))
 
 
@@ -72,9 +46,10 @@ class ResetFailsInSlot(SerialPool):
         return [EnvFailure("RuntimeError: engine exploded") if s in self.bad else r for s, r in zip(slots, out)]
 
 
+@pytest.mark.trains
 @pytest.mark.parametrize("algo", ["grpo", "rloo"])
 def test_one_env_failing_at_reset_ends_one_episode_not_the_run(algo, tiny_model_dir, tmp_path):
-    cfg = make_cfg(scripted_games(tmp_path / "g"), algo=algo, group_size=2, games_per_step=2)
+    cfg = make_cfg(coin_games(tmp_path / "g"), algo=algo, group_size=2, games_per_step=2)
     t = trainer(cfg, tmp_path, tiny_model_dir, pool=ResetFailsInSlot(4, bad_slots=[1]))  # group 0 keeps one episode
     row = t.step(0)
     assert row["env_errors"] == 1 and row["singleton_groups"] == 1 and row["episodes"] == 4
@@ -82,6 +57,7 @@ def test_one_env_failing_at_reset_ends_one_episode_not_the_run(algo, tiny_model_
 
 
 # ------------------------------------------------------------- item 5: π_old from the training forward, TIS
+@pytest.mark.trains
 @pytest.mark.parametrize("algo", ["ppo", "grpo", "rloo"])
 def test_pi_old_comes_from_the_training_forward_and_the_mismatch_is_logged(algo, tiny_model_dir, tmp_path,
                                                                            monkeypatch):
@@ -96,42 +72,16 @@ def test_pi_old_comes_from_the_training_forward_and_the_mismatch_is_logged(algo,
         return out
 
     monkeypatch.setattr(HFGenerator, "generate", shifted)
-    cfg = make_cfg(scripted_games(tmp_path / "g"), algo=algo, epochs=1)
+    cfg = make_cfg(coin_games(tmp_path / "g"), algo=algo, epochs=1)
     row = trainer(cfg, tmp_path, tiny_model_dir).step(0)
     assert row["skipped_update"] == 0.0, "the scripted game gives reward spread at this seed"
     assert row["logprob_mismatch"] == pytest.approx(0.5, abs=1e-3)
     assert row["ratio_mean"] == pytest.approx(1.0, abs=1e-6) and row["clip_frac"] == 0.0
     assert "tis_weight_mean" not in row  # fp32 on CPU: TIS is off under tis='auto'
     # with TIS on, each token is weighted by min(π_old / π_behaviour, C) = e^{0.5} capped at C = 1.5
-    cfg = make_cfg(scripted_games(tmp_path / "g"), algo=algo, epochs=1, tis="on", tis_cap=1.5)
+    cfg = make_cfg(coin_games(tmp_path / "g"), algo=algo, epochs=1, tis="on", tis_cap=1.5)
     row = trainer(cfg, tmp_path, tiny_model_dir, name="run_tis").step(0)
     assert row["tis_weight_mean"] == pytest.approx(1.5, abs=1e-4)
-
-
-def test_truncated_is_weights_and_dual_clip():
-    old = torch.tensor([[0.0, -1.0, -2.0, -3.0]])
-    beh = torch.tensor([[-1.0, -1.0, 0.0, -3.0]])
-    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
-    w = truncated_is_weights(old, beh, mask, cap=2.0)
-    assert torch.allclose(w, torch.tensor([[2.0, 1.0, math.exp(-2.0), 0.0]]))
-    # dual clip (Ye et al. 2020): for A < 0 the objective is bounded below by c·A
-    logp, old_lp = torch.tensor([[2.0, 2.0]]), torch.zeros(1, 2)  # ratio e² ≈ 7.39
-    adv = torch.tensor([[-1.0, 1.0]])
-    m = torch.ones(1, 2)
-    plain, _ = policy_loss(logp, old_lp, adv, m, 0.2, 0.2)
-    dual, met = policy_loss(logp, old_lp, adv, m, 0.2, 0.2, dual_clip=3.0)
-    # token 0: min(7.39·(−1), 1.2·(−1)) = −7.39 → max(−7.39, −3) = −3; token 1: min(7.39, 1.2) = 1.2
-    assert plain.item() == pytest.approx(-(-math.exp(2) + 1.2) / 2)
-    assert dual.item() == pytest.approx(-(-3.0 + 1.2) / 2) and met["dual_clip_frac"] == 0.5
-    with pytest.raises(ValueError, match="dual_clip"):
-        policy_loss(logp, old_lp, adv, m, dual_clip=0.5)
-
-
-# ---------------------------------------------------------------------------- item 6: temperature 0 in training
-def test_training_temperature_zero_is_refused_but_greedy_eval_is_fine():
-    with pytest.raises(ConfigError, match="train.temperature must be > 0"):
-        TrainConfig(temperature=0.0).validate()
-    TrainConfig(eval_temperature=0.0).validate()
 
 
 # ------------------------------------------------------------------ item 7: an env crash mid-episode
@@ -142,6 +92,7 @@ class CrashOnSecondStep(SerialPool):
         return [EnvFailure("worker crashed (test)") if (s == 1 and self.calls == 1) else r for s, r in zip(slots, out)]
 
 
+@pytest.mark.trains
 def test_an_env_crash_mid_episode_leaves_the_loss_and_the_statistics(tiny_model_dir, tmp_path, monkeypatch):
     import agentrl_lib.trainer as trainer_mod
 
@@ -153,7 +104,7 @@ def test_an_env_crash_mid_episode_leaves_the_loss_and_the_statistics(tiny_model_
         return real_collate(trajs, *a, **k)
 
     monkeypatch.setattr(trainer_mod, "collate", spy)
-    cfg = make_cfg(scripted_games(tmp_path / "g"), algo="rloo", group_size=4, games_per_step=1)
+    cfg = make_cfg(coin_games(tmp_path / "g"), algo="rloo", group_size=4, games_per_step=1)
     row = trainer(cfg, tmp_path, tiny_model_dir, pool=CrashOnSecondStep(4, factory=CoinEnv)).step(0)
     assert row["env_errors"] == 1 and len(seen["games"]) == 3
     assert not any(term.startswith("env_error") for term in seen["games"])
@@ -187,6 +138,7 @@ def test_dropout_is_off_during_updates(tokenizer, tmp_path):
 
 
 # ---------------------------------------------------------------- item 9: StarPO-S filter before minibatching
+@pytest.mark.trains
 def test_starpo_s_filter_selects_before_anything_is_forwarded(tiny_model_dir, tmp_path, monkeypatch):
     import agentrl_lib.policy as policy_mod
     import agentrl_lib.trainer as trainer_mod
@@ -200,7 +152,7 @@ def test_starpo_s_filter_selects_before_anything_is_forwarded(tiny_model_dir, tm
 
     monkeypatch.setattr(trainer_mod, "token_forward", spy)  # the no-grad passes
     monkeypatch.setattr(policy_mod, "token_forward", spy)  # the update's forward (policy.TokenModel)
-    cfg = make_cfg(scripted_games(tmp_path / "g", n=4), algo="grpo", group_size=2, games_per_step=4,
+    cfg = make_cfg(coin_games(tmp_path / "g", n=4), algo="grpo", group_size=2, games_per_step=4,
                    keep_top_std=0.5, minibatch_size=2)
     row = trainer(cfg, tmp_path, tiny_model_dir).step(0)
     assert row["kept_fraction"] == 0.5 and row["skipped_update"] == 0.0
@@ -209,40 +161,9 @@ def test_starpo_s_filter_selects_before_anything_is_forwarded(tiny_model_dir, tm
     assert sum(no_grad) == 4 and minibatches == [2, 2], rows_forwarded
 
 
-# ------------------------------------------------------------------- item 10: dense rewards for any score unit
-def test_dense_rewards_are_scale_free():
-    # max_score 0.25: the old cap 1 − 1/(2·0.25) = −1 turned progress negative and divided by zero without progress
-    assert dense_turn_rewards([0.0, 0.0], 0.25, won=False) == [0.0, 0.0]
-    assert sum(dense_turn_rewards([0.125, 0.0], 0.25, won=False)) == pytest.approx(0.5)
-    for incs, ms, won in [([1, 0, 2], 3, False), ([1, 1, 1], 3, False), ([2, -1, 2], 3, False), ([1, 2], 3, True)]:
-        for k in (0.01, 0.25, 7.0):  # the same game in another score unit gets the same rewards
-            assert dense_turn_rewards([x * k for x in incs], ms * k, won) == pytest.approx(
-                dense_turn_rewards(incs, ms, won))
-    # a non-won game that collected every point stays half a step below a win (integer points: 1 − 1/(2·max))
-    assert sum(dense_turn_rewards([1, 1, 1], 3, won=False)) == pytest.approx(1 - 1 / 6)
-    with pytest.raises(ValueError, match="max_score"):
-        dense_turn_rewards([1], float("nan"), won=False)
-
-
-def test_format_penalty_can_put_a_win_below_a_non_win_as_documented():
-    """README / notebook used to claim any win totals more than any other game; with the default penalty it doesn't."""
-    won = sum(turn_rewards("dense", [0, 0, 0, 0, 1, 1, 1], 3, True, [False] * 4 + [True] * 3, 0.1))
-    partial = sum(turn_rewards("dense", [1, 1, 0], 3, False, [True] * 3, 0.1))
-    assert won == pytest.approx(0.6) and partial == pytest.approx(2 / 3) and won < partial
-    assert sum(turn_rewards("dense", [0, 0, 0, 0, 1, 1, 1], 3, True, [False] * 4 + [True] * 3, 0.0)) == 1.0
-
-
-# ------------------------------------------------------------------------------------------- item 11: smaller ones
-def test_approx_kl_is_k3_of_pi_old_to_pi_theta():
-    logp, old = torch.tensor([[-1.0, -2.0, -0.5]]), torch.tensor([[-1.5, -1.0, -0.5]])
-    _, met = policy_loss(logp, old, torch.ones(1, 3), torch.ones(1, 3))
-    r = torch.exp(logp - old)
-    assert met["approx_kl"] == pytest.approx(((r - 1) - torch.log(r)).mean().item())
-    assert met["approx_kl"] != pytest.approx((1 / r - 1 + torch.log(r)).mean().item())  # the old formula
-
-
+@pytest.mark.trains
 def test_policy_loss_is_logged_alone_and_both_grad_norms_are_logged(tiny_model_dir, tmp_path):
-    cfg = make_cfg(scripted_games(tmp_path / "g"), algo="ppo", entropy_coef=10.0, epochs=1)
+    cfg = make_cfg(coin_games(tmp_path / "g"), algo="ppo", entropy_coef=10.0, epochs=1)
     row = trainer(cfg, tmp_path, tiny_model_dir).step(0)
     # with π_old from the training forward the first minibatch's surrogate is −mean(A) over tokens; whitened A
     # has mean 0, so the surrogate alone is ≈ 0 while the total loss carries −10 · entropy (≈ −10 · 10.8)
@@ -250,6 +171,7 @@ def test_policy_loss_is_logged_alone_and_both_grad_norms_are_logged(tiny_model_d
     assert row["grad_norm"] > 0 and row["value_grad_norm"] > 0 and row["nonfinite_updates"] == 0
 
 
+@pytest.mark.trains
 def test_end_of_training_eval_uses_eval_temperature_and_the_observation_options(tiny_model_dir, tmp_path,
                                                                                 monkeypatch):
     import agentrl_lib.evaluate as evaluate_mod
@@ -263,7 +185,7 @@ def test_end_of_training_eval_uses_eval_temperature_and_the_observation_options(
 
     monkeypatch.setattr(evaluate_mod, "evaluate", fake_evaluate)
     monkeypatch.setattr("agentrl_lib.trainer.open_pool", lambda env_cfg, n, games: SerialPool(n, factory=CoinEnv))
-    games = scripted_games(tmp_path / "g")
+    games = coin_games(tmp_path / "g")
     cfg = make_cfg(games, algo="rloo", group_size=2, games_per_step=1)
     cfg.train.eval_temperature, cfg.train.eval_games = 0.3, games
     cfg.env.show_admissible = cfg.env.show_inventory = True
@@ -277,21 +199,8 @@ def test_end_of_training_eval_uses_eval_temperature_and_the_observation_options(
     assert json.loads((tmp_path / "run" / "eval.json").read_text())["n_games"] == 1
 
 
-def test_sft_examples_show_the_inventory_and_admissible_commands_when_asked(tokenizer, cooking_games):
-    from agentrl_lib.prompts import ChatFormat
-    from agentrl_lib.sft import expert_examples
-
-    chat = ChatFormat(tokenizer)
-    plain = expert_examples(cooking_games, chat)
-    shown = expert_examples(cooking_games, chat, show_admissible=True, show_inventory=True)
-    text = tokenizer.decode(shown[0]["input_ids"])
-    assert "Inventory:" in text and "Admissible commands:" in text
-    assert "Inventory:" not in tokenizer.decode(plain[0]["input_ids"])
-    # the loss mask still covers exactly the walkthrough's actions
-    assert sum(shown[0]["assistant_masks"]) == sum(plain[0]["assistant_masks"])
-
-
 # -------------------------------------------------------------------------- item 4: LoRA outputs by name, π_ref
+@pytest.mark.trains
 def test_lora_outputs_load_by_name_and_the_kl_reference_is_the_merged_sft_adapter(tiny_model_dir, tmp_path):
     from peft import LoraConfig, get_peft_model
 
@@ -307,7 +216,7 @@ def test_lora_outputs_load_by_name_and_the_kl_reference_is_the_merged_sft_adapte
     save_policy(peft_model, tok, sft_dir / "policy")  # the layout `agentrl sft --lora-rank` writes
     assert resolve_model_path(str(sft_dir)) == str(sft_dir / "policy")
 
-    cfg = make_cfg(scripted_games(tmp_path / "g"), algo="rloo", group_size=2, games_per_step=1, kl_coef=0.1)
+    cfg = make_cfg(coin_games(tmp_path / "g"), algo="rloo", group_size=2, games_per_step=1, kl_coef=0.1)
     cfg.model = ModelConfig(device="cpu", lora_rank=4)  # the adapter's rank: it keeps training (check_init_lora)
     t = trainer(cfg, tmp_path, str(sft_dir))
     ids = torch.randint(0, 1000, (1, 12))
@@ -326,17 +235,109 @@ def test_lora_outputs_load_by_name_and_the_kl_reference_is_the_merged_sft_adapte
     assert hasattr(model, "peft_config")
 
 
-# ------------------------------------------------------------------------------------- item 11: an empty reply
-def test_an_empty_reply_sends_no_command_and_is_invalid(cooking_games):
-    from agentrl_lib.envs.textworld import EMPTY_REPLY, TextWorldEnv
+# ------------------------------------------------------- one update, resume, every env failing (ParityEnv games)
+@pytest.mark.trains
+@pytest.mark.parametrize("algo,checkpointing", [("ppo", False), ("grpo", False), ("rloo", False), ("ppo", True)])
+def test_one_update_changes_every_parameter(algo, checkpointing, tiny_model_dir, tmp_path):
+    games = scripted_games(tmp_path / "games")
+    cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2), reward=RewardConfig(kind="dense"),
+                    algo=AlgoConfig.from_preset(algo, group_size=4, kl_coef=0.01),
+                    model=ModelCPU(),
+                    train=TrainConfig(steps=1, games_per_step=2, minibatch_size=8, lr=1e-3, max_new_tokens=6,
+                                      temperature=1.0, seed=1, gradient_checkpointing=checkpointing))
+    trainer = Trainer(cfg, tmp_path / "run", init=tiny_model_dir, pool=SerialPool(8, factory=ParityEnv),
+                      progress=False)
+    assert trainer.policy.model.gradient_checkpointing == checkpointing
+    before = {n: p.detach().clone() for n, p in trainer.policy.named_parameters() if p.requires_grad}
+    vh_before = None if trainer.value_head is None else trainer.value_head.linear.weight.detach().clone()
+    row = trainer.step(0)
+    assert row["skipped_update"] == 0.0 and row["return_std"] > 0
+    unchanged = [n for n, p in trainer.policy.named_parameters() if p.requires_grad and torch.equal(p, before[n])]
+    assert not unchanged, f"parameters not updated: {unchanged}"
+    if algo == "ppo":
+        assert not torch.equal(trainer.value_head.linear.weight, vh_before)
+        assert "value_loss" in row and "explained_variance" in row
+    assert is_finite_row(row), row
+    for key in ("success_rate", "return_mean", "kl_ref", "entropy", "clip_frac", "grad_norm", "gen_tokens_per_s",
+                "step_seconds", "invalid_rate", "mean_turns"):
+        assert key in row
 
-    env = TextWorldEnv()
-    try:
-        first = env.reset(cooking_games.games[0].path)
-        res = env.step("")
-        assert res.obs == EMPTY_REPLY and not res.info.valid and res.reward == 0.0 and not res.done
-        look = env.step("look")  # the old code sent `look` for an empty reply: a free observation
-        assert look.obs != res.obs and look.info.valid
-        assert first.info.score == look.info.score
-    finally:
-        env.close()
+
+def ModelCPU():
+    from agentrl_lib.config import ModelConfig
+
+    return ModelConfig(device="cpu")
+
+
+@pytest.mark.slow
+@pytest.mark.trains
+def test_checkpoint_resume_continues_the_run(tiny_model_dir, tmp_path):
+    games = scripted_games(tmp_path / "games")
+
+    def cfg(steps):
+        return RunConfig(env=EnvConfig(games=str(games), max_turns=2),
+                         algo=AlgoConfig.from_preset("rloo", group_size=4, kl_coef=0.01), model=ModelCPU(),
+                         train=TrainConfig(steps=steps, games_per_step=1, minibatch_size=4, max_new_tokens=4,
+                                           checkpoint_every=1, lr=1e-3))
+
+    run = tmp_path / "run"
+    t1 = Trainer(cfg(1), run, init=tiny_model_dir, pool=SerialPool(4, factory=ParityEnv), progress=False)
+    t1.train()
+    assert (run / "checkpoints" / "latest").read_text() == "step_000001"
+    assert json.loads((run / "metrics.jsonl").read_text().splitlines()[0])["skipped_update"] == 0.0, "step 1 must learn"
+    assert not list((run / "checkpoints").glob(".tmp-*")), "no temp checkpoint left behind"
+    with pytest.raises(FileExistsError, match="--resume"):
+        Trainer(cfg(2), run, init=tiny_model_dir, pool=SerialPool(4, factory=ParityEnv), progress=False)
+    # a row written after the checkpoint (an interrupted step) is dropped on resume
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 2, "partial": True}) + "\n")
+    t2 = Trainer(cfg(2), run, resume=True, pool=SerialPool(4, factory=ParityEnv), progress=False)
+    assert t2.start_step == 1
+    # the KL reference of the resumed run is the model the run started from, not the checkpoint
+    init, _ = load_policy(tiny_model_dir, device="cpu")
+    ref = dict(t2.ref.named_parameters())
+    assert all(torch.equal(p, ref[n]) for n, p in init.named_parameters())
+    assert any(not torch.equal(p, ref[n]) for n, p in t2.policy.named_parameters()), "step 1 moved the policy"
+    rows = t2.train()
+    assert [r["step"] for r in rows] == [1, 2] and "partial" not in rows[-1]
+    assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert (run / "checkpoints" / "latest").read_text() == "step_000002"
+    assert (run / "learning_curve.png").stat().st_size > 1000
+
+
+@pytest.mark.trains
+def test_a_step_where_every_env_fails_is_logged_not_fatal(tiny_model_dir, tmp_path):
+    games = scripted_games(tmp_path / "games")
+    cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2, max_env_error_frac=1.0),  # 1: never stop
+                    algo=AlgoConfig.from_preset("rloo", group_size=2),
+                    model=ModelCPU(), train=TrainConfig(steps=2, games_per_step=1, max_new_tokens=4))
+    trainer = Trainer(cfg, tmp_path / "run", init=tiny_model_dir, pool=SerialPool(2, factory=BrokenEnv),
+                      progress=False)
+    rows = trainer.train()
+    assert [r["skipped_update"] for r in rows] == [1.0, 1.0] and rows[0]["env_errors"] == 2
+    assert "engine exploded" in rows[0]["env_error_reasons"][0]
+
+
+# -------------------- the embedded model end to end: load, a short rollout on a real game, one RL update (≈ 1 min)
+@pytest.mark.trains
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_embedded_model_rollout_and_one_ppo_update(cooking_games, tmp_path):
+    model, tok = load_policy("embedded")
+    assert sum(p.numel() for p in model.parameters()) == pytest.approx(134.5e6, rel=0.01)
+    cfg = RunConfig(env=EnvConfig(games=str(cooking_games.root), max_turns=2),
+                    algo=AlgoConfig.from_preset("ppo", group_size=2),
+                    train=TrainConfig(steps=1, games_per_step=1, minibatch_size=2, max_new_tokens=8, seed=0))
+    trainer = Trainer(cfg, tmp_path / "run", init="embedded", progress=False)
+    before = trainer.policy.model.layers[0].mlp.down_proj.weight.detach().clone()
+    rows = trainer.train()
+    trainer.close()
+    row = rows[0]
+    assert row["episodes"] == 2 and row["mean_turns"] == 2 and row["generated_tokens"] > 0
+    assert row["logprob_mismatch"] < 1e-3, "rollout log-probs must match the training forward"
+    assert is_finite_row(row)
+    assert not torch.equal(before, trainer.policy.model.layers[0].mlp.down_proj.weight)
+    # the checkpoint reloads as a model for `agentrl eval --model RUN_DIR`
+    reloaded, _ = load_policy(str(tmp_path / "run"))
+    assert torch.equal(reloaded.model.layers[0].mlp.down_proj.weight,
+                       trainer.policy.model.layers[0].mlp.down_proj.weight)

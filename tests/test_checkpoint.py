@@ -5,7 +5,6 @@ checks correctness (the guard removed or the old behaviour planted, and the chec
 import errno
 import json
 import logging
-import math
 import os
 import shutil
 import signal
@@ -23,7 +22,8 @@ from agentrl_lib.cli import main
 from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RunConfig, TrainConfig
 from agentrl_lib.envs.pool import SerialPool
 from agentrl_lib.trainer import DivergenceError, Trainer
-from test_rollout_trainer import ParityEnv, _scripted_games
+
+from helpers import ParityEnv, scripted_games
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +47,7 @@ def _state(t: Trainer) -> dict[str, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def games(tmp_path_factory):
-    return _scripted_games(tmp_path_factory.mktemp("ckpt") / "games")
+    return scripted_games(tmp_path_factory.mktemp("ckpt") / "games")
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +81,7 @@ def _strict_loads(line: str):
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints
+@pytest.mark.trains
 def test_checkpoints_are_complete_and_the_newest_two_are_kept(base_run):
     ck = base_run / "checkpoints"
     assert sorted(p.name for p in ck.iterdir()) == ["latest", "step_000002", "step_000003"]
@@ -93,6 +94,7 @@ def test_checkpoints_are_complete_and_the_newest_two_are_kept(base_run):
     assert [_strict_loads(x)["step"] for x in (base_run / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
 
 
+@pytest.mark.trains
 def test_damaged_or_incomplete_latest_checkpoint_falls_back(run, caplog):
     ck = run / "checkpoints"
     # step 3's value head overwritten by step 2's (same size, loads fine): only the manifest's hash sees it
@@ -123,6 +125,7 @@ def test_damaged_or_incomplete_latest_checkpoint_falls_back(run, caplog):
         _trainer(cfg, run, resume=True)
 
 
+@pytest.mark.trains
 def test_nonfinite_weights_are_never_saved(run, tiny_model_dir, games):
     t = _trainer(RunConfig.load(run / "config.yaml"), run, resume=True)
     with torch.no_grad():
@@ -140,6 +143,7 @@ def test_nonfinite_weights_are_never_saved(run, tiny_model_dir, games):
     t.close()
 
 
+@pytest.mark.trains
 def test_every_file_and_directory_is_fsynced_before_and_after_the_rename(run, monkeypatch):
     t = _trainer(RunConfig.load(run / "config.yaml"), run, resume=True)
     events = []
@@ -171,6 +175,7 @@ def test_every_file_and_directory_is_fsynced_before_and_after_the_rename(run, mo
     t.close()
 
 
+@pytest.mark.trains
 def test_checkpoints_from_before_the_manifest_still_resume(run):
     """Format 1 (state.json = {"step": N}, no config copy) as written by earlier versions."""
     ck = run / "checkpoints"
@@ -187,13 +192,14 @@ def test_checkpoints_from_before_the_manifest_still_resume(run):
     t.close()
 
 
+@pytest.mark.trains
 def test_divergence_skips_nonfinite_updates_then_stops(games, tiny_model_dir, tmp_path, caplog):
     """lr 1e3: step 1 blows the weights up (finite), step 2 has a NaN gradient (measured; the issue's probe)."""
     cfg = _cfg(games, steps=6, lr=1e3, max_nonfinite_steps=2)
     run = tmp_path / "run"
     t = _trainer(cfg, run, init=tiny_model_dir)
-    with caplog.at_level(logging.WARNING), pytest.raises(DivergenceError, match=r"2 step\(s\) in a row \(2-3\).*"
-                                                                                 r"last checkpoint is step_000001.*--lr 100"):
+    diverged = r"2 step\(s\) in a row \(2-3\).*last checkpoint is step_000001.*--lr 100"
+    with caplog.at_level(logging.WARNING), pytest.raises(DivergenceError, match=diverged):
         t.train()
     t.close()
     assert "step 2: non-finite loss or gradient (grad_norm)" in caplog.text
@@ -214,6 +220,7 @@ def test_divergence_skips_nonfinite_updates_then_stops(games, tiny_model_dir, tm
 
 
 # ------------------------------------------------------------------------------------------------- resume
+@pytest.mark.trains
 def test_missing_or_truncated_config_is_restored_from_the_checkpoint(run, tmp_path, caplog):
     original = RunConfig.load(run / "config.yaml")
     lines = (run / "config.yaml").read_text().splitlines(keepends=True)
@@ -239,6 +246,7 @@ def test_resume_on_a_directory_without_a_run(tmp_path, capsys):
     assert err.startswith("agentrl train: error: no run in") and "\n" not in err
 
 
+@pytest.mark.trains
 def test_incompatible_resume_overrides_are_refused_and_change_nothing(run, scripted_cli, capsys):
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
     for flags, field in [(["--algo", "grpo"], "algo.advantage ('gae' → 'grpo')"),
@@ -254,6 +262,7 @@ def test_incompatible_resume_overrides_are_refused_and_change_nothing(run, scrip
     assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3, 4]
 
 
+@pytest.mark.trains
 def test_resume_applies_the_new_learning_rate(run):
     cfg = RunConfig.load(run / "config.yaml")
     cfg.train.lr, cfg.train.value_lr = 3e-4, 5e-5
@@ -266,6 +275,7 @@ def test_resume_applies_the_new_learning_rate(run):
     t.close()
 
 
+@pytest.mark.trains
 def test_a_torn_metrics_line_does_not_block_resume(run, caplog):
     path = run / "metrics.jsonl"
     with open(path, "a") as f:
@@ -289,6 +299,8 @@ def test_metrics_are_strict_json():
 
 
 # ----------------------------------------------------------------------------------------- run-directory faults
+@pytest.mark.trains
+@pytest.mark.subprocess
 def test_a_second_trainer_is_refused_while_the_first_holds_the_lock(run, scripted_cli, capsys):
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys; from agentrl_lib.checkpoint import RunLock; RunLock(sys.argv[1]); "
@@ -312,6 +324,7 @@ def test_a_second_trainer_is_refused_while_the_first_holds_the_lock(run, scripte
     t.close()
 
 
+@pytest.mark.trains
 def test_disk_full_during_a_checkpoint(run, scripted_cli, monkeypatch, capsys):
     real_save = torch.save
 
@@ -341,7 +354,7 @@ FAULT_SCRIPT = textwrap.dedent("""
     from agentrl_lib import trainer as trainer_mod
     from agentrl_lib.cli import main
     from agentrl_lib.envs.pool import SerialPool
-    from test_rollout_trainer import ParityEnv
+    from helpers import ParityEnv
 
     trainer_mod.open_pool = lambda env_cfg, size, games: SerialPool(size, factory=ParityEnv)
     # a suite started as a background job (`make test &`) hands its children SIGINT ignored, and Python then installs
@@ -397,12 +410,16 @@ def _same_run(a: Path, b: Path) -> bool:
     ck = [d / "checkpoints" / "step_000003" for d in (a, b)]
     sa, sb = (ckpt_lib.read_training_state(c) for c in ck)
     return (rows(a) == rows(b)
-            and (ck[0] / "policy" / "model.safetensors").read_bytes() == (ck[1] / "policy" / "model.safetensors").read_bytes()
+            and ((ck[0] / "policy" / "model.safetensors").read_bytes()
+                 == (ck[1] / "policy" / "model.safetensors").read_bytes())
             and torch.equal(sa["value_head"]["linear.weight"], sb["value_head"]["linear.weight"])
             and all(torch.equal(x, y) for x, y in zip(sa["optimizer"]["state"][0].values(),
                                                       sb["optimizer"]["state"][0].values())))
 
 
+@pytest.mark.slow
+@pytest.mark.trains
+@pytest.mark.subprocess
 @pytest.mark.parametrize("fault", ["ctrl-c", "kill-9-in-checkpoint"])
 def test_an_interrupted_run_resumes_bit_identically(fault, fault_flags, uninterrupted, tmp_path, scripted_cli):
     run = tmp_path / "run"

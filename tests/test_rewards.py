@@ -1,11 +1,10 @@
-"""Turn rewards (sparse, dense, format penalty, placement) and the losses, against hand computations."""
-import math
+"""Turn rewards (agentrl_lib/rewards.py): sparse, dense (scale-free), the format penalty and the placement on turn-end
+tokens, against hand computations."""
 import random
 
 import pytest
 import torch
 
-from agentrl_lib.losses import kl_k3, masked_mean, policy_loss, value_loss
 from agentrl_lib.rewards import dense_turn_rewards, place_on_tokens, sparse_turn_rewards, turn_rewards
 
 
@@ -55,42 +54,24 @@ def test_rewards_sit_on_turn_end_tokens():
         place_on_tokens([1.0], [11], 11)
 
 
-def test_policy_loss_matches_per_token_brute_force():
-    torch.manual_seed(0)
-    logp, old = torch.randn(3, 6) * 0.3, torch.randn(3, 6) * 0.3
-    adv, mask = torch.randn(3, 6), (torch.rand(3, 6) > 0.3).float()
-    loss, m = policy_loss(logp, old, adv, mask, clip_low=0.2, clip_high=0.28)
-    terms = []
-    for b in range(3):
-        for t in range(6):
-            if mask[b, t]:
-                ratio = math.exp(logp[b, t] - old[b, t])
-                clipped = min(max(ratio, 0.8), 1.28)
-                terms.append(min(ratio * adv[b, t].item(), clipped * adv[b, t].item()))
-    assert loss.item() == pytest.approx(-sum(terms) / len(terms), rel=1e-5)
-    assert 0 <= m["clip_frac"] <= 1
+# ------------------------------------------------------------------- item 10: dense rewards for any score unit
+def test_dense_rewards_are_scale_free():
+    # max_score 0.25: the old cap 1 − 1/(2·0.25) = −1 turned progress negative and divided by zero without progress
+    assert dense_turn_rewards([0.0, 0.0], 0.25, won=False) == [0.0, 0.0]
+    assert sum(dense_turn_rewards([0.125, 0.0], 0.25, won=False)) == pytest.approx(0.5)
+    for incs, ms, won in [([1, 0, 2], 3, False), ([1, 1, 1], 3, False), ([2, -1, 2], 3, False), ([1, 2], 3, True)]:
+        for k in (0.01, 0.25, 7.0):  # the same game in another score unit gets the same rewards
+            assert dense_turn_rewards([x * k for x in incs], ms * k, won) == pytest.approx(
+                dense_turn_rewards(incs, ms, won))
+    # a non-won game that collected every point stays half a step below a win (integer points: 1 − 1/(2·max))
+    assert sum(dense_turn_rewards([1, 1, 1], 3, won=False)) == pytest.approx(1 - 1 / 6)
+    with pytest.raises(ValueError, match="max_score"):
+        dense_turn_rewards([1], float("nan"), won=False)
 
 
-def test_policy_loss_gradient_vanishes_when_clipped():
-    logp = torch.tensor([[0.5]], requires_grad=True)  # ratio e^0.5 ≈ 1.65 > 1 + 0.2 with positive advantage
-    loss, m = policy_loss(logp, torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1), 0.2, 0.2)
-    loss.backward()
-    assert logp.grad.abs().item() == 0 and m["clip_frac"] == 1.0
-
-
-def test_kl_k3_is_zero_for_equal_policies_and_positive_otherwise():
-    mask = torch.ones(2, 4)
-    lp = torch.log(torch.rand(2, 4))
-    assert kl_k3(lp, lp, mask).item() == pytest.approx(0.0, abs=1e-7)
-    assert kl_k3(lp, lp - 0.5, mask).item() > 0
-
-
-def test_value_loss_clipping():
-    v, old, ret, mask = torch.tensor([[1.0]]), torch.tensor([[0.0]]), torch.tensor([[1.0]]), torch.ones(1, 1)
-    plain, _ = value_loss(v, old, ret, mask, clip=0.0)
-    clipped, m = value_loss(v, old, ret, mask, clip=0.2)
-    assert plain.item() == 0.0 and clipped.item() == pytest.approx(0.5 * 0.8 ** 2) and m["value_clip_frac"] == 1.0
-
-
-def test_masked_mean_ignores_masked_entries():
-    assert masked_mean(torch.tensor([1.0, 100.0, 3.0]), torch.tensor([1, 0, 1])).item() == 2.0
+def test_format_penalty_can_put_a_win_below_a_non_win_as_documented():
+    """README / notebook used to claim any win totals more than any other game; with the default penalty it doesn't."""
+    won = sum(turn_rewards("dense", [0, 0, 0, 0, 1, 1, 1], 3, True, [False] * 4 + [True] * 3, 0.1))
+    partial = sum(turn_rewards("dense", [1, 1, 0], 3, False, [True] * 3, 0.1))
+    assert won == pytest.approx(0.6) and partial == pytest.approx(2 / 3) and won < partial
+    assert sum(turn_rewards("dense", [0, 0, 0, 0, 1, 1, 1], 3, True, [False] * 4 + [True] * 3, 0.0)) == 1.0

@@ -15,7 +15,7 @@ from agentrl_lib.policy import token_forward
 from agentrl_lib.trainer import Trainer
 from agentrl_lib.update import microbatches, select
 
-from test_rollout_trainer import ParityEnv, _scripted_games
+from helpers import ParityEnv, scripted_games
 
 
 def test_microbatches_partition_the_rows_within_the_budget():
@@ -34,7 +34,7 @@ def _gradients(algo: str, budget: int, tiny_model_dir, tmp_path, name: str, trai
                **algo_fields) -> tuple[dict, dict, list]:
     """One RL step on the scripted game; the gradients the optimizer was about to apply, the metrics row, and the
     micro-batches cut."""
-    games = _scripted_games(tmp_path / "games")
+    games = scripted_games(tmp_path / "games")
     algo_fields = {"kl_coef": 0.01, **algo_fields}
     cfg = RunConfig(env=EnvConfig(games=str(games), max_turns=2), reward=RewardConfig(kind="dense"),
                     algo=AlgoConfig.from_preset(algo, group_size=4, **algo_fields), model=ModelConfig(device="cpu"),
@@ -69,6 +69,7 @@ def _max_rel_diff(a: dict, b: dict) -> float:
     return max(((a[k] - b[k]).norm() / (b[k].norm() + 1e-12)).item() for k in a)
 
 
+@pytest.mark.trains
 def test_microbatched_update_is_the_minibatch_update(tiny_model_dir, tmp_path, monkeypatch):
     algo = "ppo"  # the critic's value loss and the KL term ride along; GRPO's update is the same code without them
     plain, row_plain, _ = _gradients(algo, 0, tiny_model_dir, tmp_path, "plain")
@@ -110,8 +111,8 @@ def _padded_batch(vocab: int, lengths: list[int], T: int) -> dict[str, torch.Ten
 
 def test_rows_cut_to_their_longest_give_the_padded_update(tiny_model_dir, monkeypatch):
     """The update forwards a minibatch cut to its own longest row, not padded to the rollout batch's longest episode
-    (Trainer._loss_and_backward: update.select, then accumulate_microbatches with budget 0): the same loss and gradient, less work. The
-    negative control cuts one token too many and is caught."""
+    (Trainer._loss_and_backward: update.select, then accumulate_microbatches with budget 0): the same loss and gradient,
+    less work. The negative control cuts one token too many and is caught."""
     from agentrl_lib.models import load_policy
 
     policy, tok = load_policy(tiny_model_dir, device="cpu", dtype="float32")
@@ -145,6 +146,7 @@ def test_rows_cut_to_their_longest_give_the_padded_update(tiny_model_dir, monkey
     assert loss_short != pytest.approx(loss_pad, rel=1e-5) or _max_rel_diff(g_short, g_pad) > 1e-3
 
 
+@pytest.mark.trains
 def test_old_logprobs_from_the_behaviour_policy_skip_the_forward_and_give_the_same_update(tiny_model_dir, tmp_path,
                                                                                           monkeypatch):
     """algo.old_logprobs 'behaviour': π_old is the rollout's log-probs, no no-grad forward runs (GRPO: nothing else
@@ -186,6 +188,8 @@ def test_old_logprobs_from_the_behaviour_policy_skip_the_forward_and_give_the_sa
     assert _max_rel_diff(wrong, recomputed) > 1e-2
 
 
+@pytest.mark.slow
+@pytest.mark.trains
 def test_shared_prompts_and_group_minibatches_give_the_plain_update(tiny_model_dir, tmp_path, monkeypatch):
     """train.share_prefix (each group's first prompt forwarded once, in the no-grad pass and the update) gives the
     plain forward's gradients; train.group_minibatches cuts minibatches of whole groups, whose update then equals the

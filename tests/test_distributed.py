@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
-
 from ddp_worker import patch_close, recorder, replayer
+from safetensors.torch import load_file
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH_CONFIG = REPO / "configs" / "accelerate" / "cpu_2proc.yaml"
@@ -86,6 +85,9 @@ def frozenlake(tmp_path_factory):
     return get_family("frozenlake").make_games(tmp_path_factory.mktemp("frozenlake"), 8, seed=0).root
 
 
+@pytest.mark.slow
+@pytest.mark.trains
+@pytest.mark.subprocess
 def test_two_processes_train_the_weights_of_one(tiny_model_dir, frozenlake, tmp_path, monkeypatch):
     from agentrl_lib import trainer as trainer_mod
     from agentrl_lib.cli import main
@@ -136,7 +138,8 @@ def test_two_processes_train_the_weights_of_one(tiny_model_dir, frozenlake, tmp_
         assert changed(a, start) > 100 * TOL, f"{name}: training did not change the weights"
         for k in ("episodes", "success_rate", "return_mean", "group_return_std", "kept_fraction", "policy_tokens"):
             assert [r[k] for r in r1] == [r[k] for r in r2], k
-        for k in ("policy_loss", "entropy", "approx_kl", "clip_frac", "grad_norm", "logprob_mismatch_mean", "kl_ref") + \
+        for k in ("policy_loss", "entropy", "approx_kl", "clip_frac", "grad_norm", "logprob_mismatch_mean",
+                  "kl_ref") + \
                  (("value_loss", "value_grad_norm", "explained_variance") if name == "ppo" else ()):
             assert [r[k] for r in r2] == pytest.approx([r[k] for r in r1], rel=1e-4, abs=1e-6), k
         assert (two / "checkpoints" / "latest").read_text() == "step_000002"

@@ -1,0 +1,109 @@
+"""Helpers that several test files share: scripted games (ParityEnv, CoinEnv, BrokenEnv and the game sets they play),
+the sweep's base config, and the CLI probes' error-line check and console-script runner. Fixtures live in
+conftest.py; this module holds plain classes and functions, imported as `from helpers import ...`."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import agentrl_lib
+from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RunConfig, TrainConfig
+from agentrl_lib.envs.base import GameRecord, StepInfo, StepResult, write_manifest
+
+REPO = Path(agentrl_lib.__file__).resolve().parent.parent
+
+
+# ------------------------------------------------------------------------------------------------ scripted games
+class ParityEnv:
+    """A scripted 2-turn game: the episode is won when the second action has an even number of characters.
+    Gives reward variance inside groups even for a random model, so every estimator has a signal."""
+
+    def reset(self, game):
+        self.t = 0
+        return StepResult("You stand in a room.", 0.0, False, StepInfo(max_score=1, objective="say a word",
+                                                                         admissible=["look"]))
+
+    def step(self, action):
+        self.t += 1
+        won = self.t == 2 and len(action) % 2 == 0
+        return StepResult("ok", 1.0 if won else 0.0, self.t == 2,
+                          StepInfo(won=won, score=1.0 if won else 0.0, max_score=1, valid=action == "look",
+                                   admissible=["look"]))
+
+    def close(self):
+        pass
+
+
+class BrokenEnv(ParityEnv):
+    def reset(self, game):
+        raise RuntimeError("engine exploded")
+
+
+def scripted_games(root: Path):
+    """Two placeholder game files with a manifest, for ParityEnv / BrokenEnv (which ignore the file). Returns root."""
+    root.mkdir(parents=True, exist_ok=True)
+    recs = []
+    for i in range(2):
+        (root / f"g{i}.txt").write_text("scripted")
+        recs.append(GameRecord(path=str(root / f"g{i}.txt"), name=f"g{i}", seed=i, max_score=1, walkthrough=["look"]))
+    write_manifest(root, "textworld", recs, {"scripted": True})
+    return root
+
+
+class CoinEnv:
+    """A scripted 2-turn game whose outcome depends on the reply's length parity: random models get reward spread."""
+
+    def reset(self, game):
+        self.t = 0
+        return StepResult("A room.", 0.0, False, StepInfo(max_score=1, objective="say a word", admissible=["look"]))
+
+    def step(self, action):
+        self.t += 1
+        won = self.t == 2 and len(action) % 2 == 0
+        return StepResult("ok " * self.t, 1.0 if won else 0.0, self.t == 2,
+                          StepInfo(won=won, score=float(won), max_score=1, valid=action == "look", admissible=["look"]))
+
+    def close(self):
+        pass
+
+
+def coin_games(root, n=2):
+    """`n` placeholder game files with a manifest, for CoinEnv. Returns str(root)."""
+    root.mkdir(parents=True, exist_ok=True)
+    recs = []
+    for i in range(n):
+        (root / f"g{i}.txt").write_text("scripted")
+        recs.append(GameRecord(path=str(root / f"g{i}.txt"), name=f"g{i}", seed=i, max_score=1, walkthrough=["look"]))
+    write_manifest(root, "textworld", recs, {"scripted": True})
+    return str(root)
+
+
+# ------------------------------------------------------------------------------------------------ the sweep
+def sweep_base(games, steps=1) -> RunConfig:
+    """The sweep tests' base config: GRPO, groups of 2, one game per step, a checkpoint every step, eval on `games`."""
+    return RunConfig(env=EnvConfig(games=str(games), max_turns=2), algo=AlgoConfig.from_preset("grpo", group_size=2),
+                     model=ModelConfig(device="cpu"),
+                     train=TrainConfig(steps=steps, games_per_step=1, max_new_tokens=4, temperature=1.0,
+                                       checkpoint_every=1, eval_games=str(games)))
+
+
+# ------------------------------------------------------------------------------------------------ the CLI's errors
+def assert_one_clear_error(rc, out, err, cmd, must_contain):
+    assert rc not in (0, None), f"exit code {rc}"
+    assert "Traceback" not in out + err
+    lines = [x for x in err.splitlines() if "error" in x.lower()]
+    assert len(lines) == 1, f"expected one error line, got: {err!r}"
+    assert lines[0].startswith(f"agentrl {cmd}: error: ") and lines[0] == err.strip().splitlines()[-1]
+    for s in must_contain:
+        assert s in lines[0], f"{s!r} not in {lines[0]!r}"
+
+
+def console(tmp_path, *args):
+    """Run the installed `agentrl` script (or `python -m agentrl_lib.cli`) on this checkout's code."""
+    script = Path(sys.executable).parent / "agentrl"
+    cmd = [str(script)] if script.is_file() else [sys.executable, "-m", "agentrl_lib.cli"]
+    path = [str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    return subprocess.run(cmd + list(args), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)

@@ -1,0 +1,104 @@
+"""The run config (agentrl_lib/config.py) refuses bad values with errors that say what to fix: config values, YAML
+files, games dirs, model paths; legacy `algo.name` configs load as their preset. The same refusals through the
+command line are in test_cli.py."""
+import json
+
+import pytest
+import yaml
+
+from agentrl_lib import checkpoint as ckpt_lib
+from agentrl_lib.config import AlgoConfig, ConfigError, EnvConfig, RunConfig, TrainConfig
+from agentrl_lib.envs.base import GameSetError, load_game_set
+from agentrl_lib.models import resolve_model_path
+
+
+@pytest.mark.parametrize("algo", ["grpo", "rloo"])
+def test_group_baselines_need_two_episodes_per_group(algo):
+    with pytest.raises(ConfigError, match="group_size >= 2"):
+        RunConfig(algo=AlgoConfig.from_preset(algo, group_size=1))
+    RunConfig(algo=AlgoConfig.from_preset("ppo", group_size=1))  # PPO's critic needs no group
+
+
+def test_unknown_algorithm_and_reward_and_turns():
+    with pytest.raises(ConfigError, match="algo.advantage must be one of"):
+        RunConfig(algo=AlgoConfig(advantage="dpo"))
+    with pytest.raises(ConfigError, match="reward.kind"):
+        RunConfig.from_dict({"reward": {"kind": "shaped"}})
+    with pytest.raises(ConfigError, match="max_turns must be >= 1"):
+        RunConfig(env=EnvConfig(max_turns=0))
+    with pytest.raises(ConfigError, match="train.steps"):
+        RunConfig(train=TrainConfig(steps=0))
+
+
+def test_yaml_round_trip(tmp_path):
+    cfg = RunConfig(algo=AlgoConfig.from_preset("rloo", group_size=3), env=EnvConfig(games="g", max_turns=5))
+    cfg.save(tmp_path / "c.yaml")
+    assert RunConfig.load(tmp_path / "c.yaml") == cfg
+
+
+@pytest.mark.parametrize("text,match", [
+    ("algo: [1, 2", "not valid YAML"),
+    ("algo:\n  nme: ppo\n", "unknown key"),
+    ("optimizer:\n  lr: 1\n", "unknown config section"),
+    ("train:\n  steps: many\n", "must be a number"),
+    ("- a\n- b\n", "must be a mapping"),
+])
+def test_malformed_config_files(tmp_path, text, match):
+    p = tmp_path / "bad.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        RunConfig.load(p)
+
+
+def test_missing_empty_and_corrupt_games_dirs(tmp_path):
+    with pytest.raises(GameSetError, match="does not exist"):
+        load_game_set(tmp_path / "nope")
+    with pytest.raises(GameSetError, match="no manifest.json"):
+        load_game_set(tmp_path)
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(GameSetError, match="malformed"):
+        load_game_set(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"family": "textworld", "games": []}))
+    with pytest.raises(GameSetError, match="lists no games"):
+        load_game_set(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"family": "textworld", "games": [
+        {"path": "gone.z8", "name": "gone", "seed": 0, "max_score": 1, "walkthrough": []}]}))
+    with pytest.raises(GameSetError, match="is missing"):
+        load_game_set(tmp_path)
+
+
+def test_model_path_that_does_not_exist(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        resolve_model_path(str(tmp_path / "no-such-model"))
+    with pytest.raises(FileNotFoundError, match="holds no model"):
+        resolve_model_path(str(tmp_path))
+    assert resolve_model_path("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+# ---------------------------------------------------------------------------- item 6: temperature 0 in training
+def test_training_temperature_zero_is_refused_but_greedy_eval_is_fine():
+    with pytest.raises(ConfigError, match="train.temperature must be > 0"):
+        TrainConfig(temperature=0.0).validate()
+    TrainConfig(eval_temperature=0.0).validate()
+
+
+def test_legacy_algo_name_loads_as_its_preset(tmp_path):
+    """Run dirs written before the rename hold `algo: {name: ppo}`: they load, resume, and keep their meaning."""
+    assert RunConfig.from_dict({"algo": {"name": "grpo", "group_size": 2}}).algo == AlgoConfig(advantage="grpo",
+                                                                                              group_size=2)
+    with pytest.raises(ConfigError, match="algo.name .* must be one of"):
+        RunConfig.from_dict({"algo": {"name": "dpo"}})
+    with pytest.raises(ConfigError, match="contradicts algo.advantage"):
+        RunConfig.from_dict({"algo": {"name": "ppo", "advantage": "rloo"}})
+    old = RunConfig(env=EnvConfig(games="g")).to_dict()
+    old["algo"] = {"name": "ppo", **{k: v for k, v in old["algo"].items() if k != "advantage"}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
+    cfg = ckpt_lib.resume_config(tmp_path)
+    assert cfg.algo.advantage == "gae" and cfg.algo.label == "ppo"
+    # the completeness check against a checkpoint's copy (every key present) reads the upgraded keys
+    assert ckpt_lib._load_complete(tmp_path / "config.yaml", cfg.to_dict()) == cfg
+    # negative control: a new-format file that lost algo.advantage is still incomplete
+    del old["algo"]["name"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
+    with pytest.raises(ckpt_lib.CheckpointError, match="algo.advantage"):
+        ckpt_lib._load_complete(tmp_path / "config.yaml", cfg.to_dict())
