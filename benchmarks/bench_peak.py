@@ -57,12 +57,12 @@ def main() -> None:
     bf16_hw = torch.cuda.is_available() or bool({"avx512_bf16", "amx_bf16"} & set(info["cpu_flags"]))
     policy, tok = load_policy(a.model, device="cpu", dtype="float32")
     cfg = base_model(policy).config
-    H, I, V, L = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_hidden_layers
+    H, F, V, L = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_hidden_layers
     kv = cfg.num_key_value_heads * (H // cfg.num_attention_heads)
     N = a.rows * a.tokens
     n_policy = max(1, round(N * a.policy_frac))
     # (N, K, M, count per forward): q, o; k, v; gate, up; down; the output layer at the policy positions
-    shapes = [(N, H, H, 2 * L), (N, H, kv, 2 * L), (N, H, I, 2 * L), (N, I, H, L), (n_policy, H, V, 1)]
+    shapes = [(N, H, H, 2 * L), (N, H, kv, 2 * L), (N, H, F, 2 * L), (N, F, H, L), (n_policy, H, V, 1)]
     dtypes = {"float32": torch.float32, **({"bfloat16": torch.bfloat16} if bf16_hw else {})}
     matmul = {}
     for name, dt in dtypes.items():
@@ -109,7 +109,8 @@ def main() -> None:
           f"{a.tokens} tokens, {n_policy} policy tokens = {fb_flops / 1e9:.0f} GFLOP")
     for name in dtypes:
         u = update[name]
-        print(f"  {name:8s} matmul at the model's shapes {matmul[name]:7.1f} GFLOP/s; update {u['median_seconds']:.2f} s "
+        print(f"  {name:8s} matmul at the model's shapes {matmul[name]:7.1f} GFLOP/s; "
+              f"update {u['median_seconds']:.2f} s "
               f"= {u['gflops']:.1f} GFLOP/s = {100 * u['fraction_of_matmul_peak']:.0f}% of it")
     if "bfloat16" in update:
         result["bf16_speedup"] = round(update["float32"]["median_seconds"] / update["bfloat16"]["median_seconds"], 2)

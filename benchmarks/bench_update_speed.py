@@ -27,7 +27,8 @@ group (consecutive blocks of --group-size) share their first --prompt tokens, as
 prompt and the game's first observation (273-284 tokens on these games). The layouts alternate within each
 repeat (both see the same load of a shared machine), each from the same weights and optimizer state. Each run records
 its wall time and this process's CPU time (time.process_time, all threads; run with OMP_WAIT_POLICY=PASSIVE so that
-waiting threads do not spin): on a machine shared with other jobs the CPU time is the steadier measure of the work. Prints the
+waiting threads do not spin): on a machine shared with other jobs the CPU time is the steadier measure of the work.
+Prints the
 median seconds of each layout and the ratio, and appends one JSON line to --out. Peak memory is one process's for both
 layouts: bench_update_memory.py measures memory per setting.
 """
@@ -174,8 +175,9 @@ def main() -> None:
         for name in (layouts if r % 2 == 0 else layouts[::-1]):  # alternate the order: neither always goes first
             load = load1()
             runs[name].append({**update(name), "load_before": load, "load_after": load1()})
-            print(f"repeat {r + 1} {name:6s}: {runs[name][-1]['seconds']:7.1f} s, CPU {runs[name][-1]['cpu_seconds']:.1f} s "
-                  f"(no-grad {runs[name][-1]['no_grad_seconds']:.1f} s)", flush=True)
+            last = runs[name][-1]
+            print(f"repeat {r + 1} {name:6s}: {last['seconds']:7.1f} s, CPU {last['cpu_seconds']:.1f} s "
+                  f"(no-grad {last['no_grad_seconds']:.1f} s)", flush=True)
     tokens = int(attn.sum())
     result = {"bench": "update_speed", "algo": a.algo, "episodes": B, "minibatch": a.minibatch,
               "group_size": a.group_size, "prompt": a.prompt, "tokens": tokens,

@@ -107,8 +107,8 @@ def update_speed_table(r: dict) -> str:
         sp = "—" if name == base else f"**{r[base]['median_seconds'] / x['median_seconds']:.2f}×**"
         cpu = "—"
         if "median_cpu_seconds" in x:
-            cpu = f"{x['median_cpu_seconds']:.1f}" + ("" if name == base else
-                                                      f" ({r[base]['median_cpu_seconds'] / x['median_cpu_seconds']:.2f}×)")
+            ratio = r[base]["median_cpu_seconds"] / x["median_cpu_seconds"]
+            cpu = f"{x['median_cpu_seconds']:.1f}" + ("" if name == base else f" ({ratio:.2f}×)")
         out.append(f"| {label} | {x['median_seconds']:.1f} | {x['median_no_grad_seconds']:.1f} | "
                    f"{x['tokens_per_s']:.0f} | {sp} | {cpu} |")
     out.append("")
@@ -154,9 +154,11 @@ def peak_table(r: dict) -> str:
     flags = ", ".join(r.get("cpu_flags") or []) or "no AVX-512 / bf16 flags"
     out = [f"The update's forward + backward ({r['rows']} episodes × {r['tokens']} tokens, {r['policy_tokens']} policy "
            f"tokens: {r['update_flops'] / 1e9:.0f} GFLOP counted as 6 × non-embedding parameters × tokens + the output "
-           f"layer at the policy tokens) against torch.matmul at the model's own shapes, medians; {r['cpu']} ({flags}); "
+           f"layer at the policy tokens) against torch.matmul at the model's own shapes, medians; {r['cpu']} "
+           f"({flags}); "
            f"{where(r)}.", "",
-           "| dtype | matmul at the model's shapes, GFLOP/s | update, s | update, GFLOP/s | fraction of the matmul peak |",
+           "| dtype | matmul at the model's shapes, GFLOP/s | update, s | update, GFLOP/s "
+           "| fraction of the matmul peak |",
            "|---|---|---|---|---|"]
     for name, u in r["update"].items():
         label = "bf16 autocast" if name == "bfloat16" else "fp32"

@@ -388,7 +388,8 @@ def main() -> None:
     failed += parallel(jobs + evals, a.jobs)
     if DRY_RUN:
         total = sum(m for _, m in PLAN)
-        print(f"\n{sum(m > 0 for _, m in PLAN)} commands to run, about {total / 60:.1f} CPU hours at --jobs 1 on a quiet "
+        n = sum(m > 0 for _, m in PLAN)
+        print(f"\n{n} commands to run, about {total / 60:.1f} CPU hours at --jobs 1 on a quiet "
               f"2-core CPU (fp32; measured run times where the results files hold some, else the cost model above "
               f"estimate_minutes); a GPU runs a cooking run in 2-7 min (results/algo_reward.jsonl, earlier design)")
         return

@@ -11,7 +11,7 @@ from agentrl_lib.config import AlgoConfig, ConfigError, EnvConfig, ModelConfig, 
 from agentrl_lib.envs.pool import SerialPool
 from agentrl_lib.trainer import Trainer
 
-from test_rollout_trainer import ParityEnv, _scripted_games
+from helpers import ParityEnv, scripted_games
 
 
 def test_bf16_hardware_is_read_from_the_cpu_flags(monkeypatch, tmp_path):
@@ -22,7 +22,8 @@ def test_bf16_hardware_is_read_from_the_cpu_flags(monkeypatch, tmp_path):
     def cpuinfo(flags: str):
         path = tmp_path / "cpuinfo"
         path.write_text(f"model name\t: Test CPU\nflags\t\t: fpu sse2 avx2 {flags}\n")
-        monkeypatch.setattr(builtins, "open", lambda p, *a, **k: real_open(path if p == "/proc/cpuinfo" else p, *a, **k))
+        monkeypatch.setattr(builtins, "open",
+                            lambda p, *a, **k: real_open(path if p == "/proc/cpuinfo" else p, *a, **k))
 
     cpuinfo("avx512f amx_bf16")
     assert models_mod.bf16_problem(torch.device("cpu")) is None
@@ -34,7 +35,7 @@ def test_bf16_hardware_is_read_from_the_cpu_flags(monkeypatch, tmp_path):
 
 
 def _trainer(tiny_model_dir, tmp_path, name: str, mixed: str) -> Trainer:
-    cfg = RunConfig(env=EnvConfig(games=str(_scripted_games(tmp_path / "games")), max_turns=2),
+    cfg = RunConfig(env=EnvConfig(games=str(scripted_games(tmp_path / "games")), max_turns=2),
                     reward=RewardConfig(kind="dense"), algo=AlgoConfig.from_preset("ppo", group_size=4),
                     model=ModelConfig(device="cpu", dtype="float32"),
                     train=TrainConfig(steps=1, games_per_step=2, minibatch_size=8, lr=1e-3, max_new_tokens=6,
@@ -42,6 +43,7 @@ def _trainer(tiny_model_dir, tmp_path, name: str, mixed: str) -> Trainer:
     return Trainer(cfg, tmp_path / name, init=tiny_model_dir, pool=SerialPool(8, factory=ParityEnv), progress=False)
 
 
+@pytest.mark.trains
 @pytest.mark.parametrize("mixed", ["bf16", "no"])
 def test_bf16_autocast_trains_with_fp32_weights_and_tis(tiny_model_dir, tmp_path, monkeypatch, mixed):
     monkeypatch.setattr(trainer_mod, "bf16_problem", lambda device: None)  # bf16 emulated is slow, not wrong
@@ -70,6 +72,7 @@ def test_bf16_autocast_trains_with_fp32_weights_and_tis(tiny_model_dir, tmp_path
         assert not any(amp for _, amp in seen) and not trainer.use_tis
 
 
+@pytest.mark.trains
 def test_bf16_without_hardware_is_refused_in_one_line(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(trainer_mod, "bf16_problem", lambda device: "this CPU (Test) has neither avx512_bf16 nor "
                                                                     "amx_bf16, so bf16 is emulated and slower")

@@ -14,7 +14,8 @@ import pytest
 from agentrl_lib.envs.sandbox import sandbox_problem
 
 PROBLEM = sandbox_problem()
-pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"no sandbox here: {PROBLEM}")
+pytestmark = [pytest.mark.skipif(PROBLEM is not None, reason=f"no sandbox here: {PROBLEM}"),
+              pytest.mark.subprocess]  # every task is made and scored in bwrap sandboxes
 
 BLOCK = "```bash\n{}\n```"
 
@@ -391,6 +392,7 @@ def _copy_set(tasks_dir, dest: Path, n: int) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.trains
 def test_sft_on_swe_walkthroughs_with_a_tiny_model(tasks_dir, tiny_model_dir, tokenizer, tmp_path):
     """`agentrl sft` on 3 swe tasks runs end to end; every walkthrough (a patch in a heredoc) fits the context."""
     from transformers import AutoConfig
@@ -413,6 +415,7 @@ def test_sft_on_swe_walkthroughs_with_a_tiny_model(tasks_dir, tiny_model_dir, to
     assert (tmp_path / "sft" / "policy").is_dir()
 
 
+@pytest.mark.trains
 def test_one_grpo_step_on_two_swe_tasks_with_a_tiny_model(tasks_dir, tiny_model_dir, tmp_path):
     """`agentrl train` with GRPO, 2 tasks x group 2, --swe-reward resolved: one step completes, the run's reward
     kind is the flag's (episodes.jsonl), not the set's."""

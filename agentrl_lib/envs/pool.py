@@ -534,7 +534,8 @@ class ProcessPool:
 def open_pool(env_cfg, size: int, games) -> EnvPool:
     """The env pool a run uses (trainer, evaluation, CLI), built from an EnvConfig (`process_pool`,
     `step_timeout_s` (raised to what the family's steps need: EnvFamily.watchdog_s), `check_games`, and the options
-    the games' family takes, EnvFamily.options, e.g. TextWorld's `show_inventory`), with every game of `games` (a GameSet) checked through it first
+    the games' family takes, EnvFamily.options, e.g. TextWorld's `show_inventory`), with every game of `games` (a
+    GameSet) checked through it first
     (`check_game_set`; cached).
 
     Raises: GameSetError when a game fails the check (the pool is closed then); UnknownFamilyError for a family

@@ -37,7 +37,7 @@ def _norm(x, depth=0):
 """The normaliser, as source: exec'd here to compute expectations, pasted into every generated test file."""
 
 _ns: dict = {}
-exec(NORM_SOURCE, _ns)  # noqa: S102 (our own constant source)
+exec(NORM_SOURCE, _ns)
 _norm = _ns["_norm"]
 
 CALLS: dict[str, dict[str, list[str]]] = {
@@ -82,7 +82,8 @@ CALLS: dict[str, dict[str, list[str]]] = {
         "partition": ["partition(range(6), lambda x: x % 2)", "partition(['a', '', 'b'])",
                       "partition(range(4), key=lambda x: x > 10)", "partition([{'k': 0}, {'k': 1}], 'k')"],
         "unique_iter": ["unique_iter([1, 2, 1, 3, 2])", "unique_iter('abcab')",
-                        "unique_iter(['a', 'B', 'b', 'A'], key=str.lower)", "unique_iter(range(10), key=lambda x: x % 3)",
+                        "unique_iter(['a', 'B', 'b', 'A'], key=str.lower)",
+                        "unique_iter(range(10), key=lambda x: x % 3)",
                         "unique_iter([[1], [1], [2]], key=tuple)", "unique_iter([])"],
         "redundant": ["redundant([1, 2, 3, 4])", "redundant([1, 2, 3, 2, 3, 3, 4])",
                       "redundant([1, 2, 3, 2, 3, 3, 4], groups=True)",
@@ -203,8 +204,8 @@ def _expected(module, call: str) -> tuple[str, object] | None:
     """('value', normalised result) or ('raises', exception class name) of `call` in `module`'s namespace; None when
     the result is not a literal after normalisation (the call is not used)."""
     try:
-        value = _norm(eval(call, dict(vars(module))))  # noqa: S307 (our own constant calls)
-    except Exception as e:  # noqa: BLE001 - any exception is the behaviour we pin
+        value = _norm(eval(call, dict(vars(module))))
+    except Exception as e:
         return "raises", type(e).__name__
     try:
         if ast.literal_eval(repr(value)) != value:
