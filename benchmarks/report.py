@@ -112,7 +112,8 @@ def update_speed_table(r: dict) -> str:
         out.append(f"| {label} | {x['median_seconds']:.1f} | {x['median_no_grad_seconds']:.1f} | "
                    f"{x['tokens_per_s']:.0f} | {sp} | {cpu} |")
     out.append("")
-    out.append(f"Largest difference between the layouts' minibatch losses: {r['max_loss_difference']:.1e}.")
+    out.append(f"Largest difference between the layouts' minibatch losses: {r['max_loss_difference']:.1e}"
+               + (" (grouped aside: its minibatches hold other rows)." if "grouped" in r else "."))
     return "\n".join(out) + "\n"
 
 
@@ -176,7 +177,8 @@ def peak_table(r: dict) -> str:
 SECTIONS = [  # (results file, title, renderer, the script that writes it)
     ("rl_step_vs_trl", "An RL step against TRL", rl_step_table, "bench_rl_step_vs_trl.py"),
     ("rollout_speed", "The batched multi-turn rollout against simpler loops", rollout_table, "bench_rollout.py"),
-    ("update_speed", "The update: padding cut, π_old from the rollout", update_speed_table, "bench_update_speed.py"),
+    ("update_speed", "The update: padding cut, π_old from the rollout, shared prompts", update_speed_table,
+     "bench_update_speed.py"),
     ("bench_update_memory", "The update: memory", update_memory_table, "bench_update_memory.py"),
     ("peak", "The update against the machine's peak (fp32, bf16)", peak_table, "bench_peak.py"),
     ("vllm_vs_hf", "vLLM against HF generation", vllm_table, "bench_vllm_vs_hf.py"),
