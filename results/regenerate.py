@@ -325,7 +325,11 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "TOKENIZERS_PARALLELISM": "false", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
-           "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // a.jobs))}
+           "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // a.jobs)),
+           # threads that wait sleep instead of spinning: beside tests and benchmarks (load 6-7 on 2 cores) the
+           # pilot's validation evaluation took 133 s a game against ~1.3 s on a quiet machine; spinning OpenMP
+           # threads of oversubscribed processes are one cause of such slowdowns, and PASSIVE costs a quiet run nothing
+           "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
     parts = ["main", "split", "complexity", "evals", "stability"] if a.part == "all" else [a.part]
     t0 = time.perf_counter()
     need = [] if parts == ["stability"] else [g for g in GAMES if g.startswith("cooking")] if parts == ["pilot"] \
