@@ -7,6 +7,9 @@ Parts (each a results file; the commands it runs are printed, and are ordinary `
 - main        results/algo_reward.jsonl: {PPO, GRPO, RLOO} x {sparse, dense} x seeds 0-2 (configs/cooking.yaml), RL
               from the SFT model chosen on the VALIDATION games (results/sft_choice.json: the candidate whose
               validation success is nearest TARGET_SFT_SUCCESS, so RL has headroom).
+- explore     results/exploration.jsonl: the exploration budget, PPO dense from the main sweep's SFT start with max turns
+              5, 10 and 15 (1x, 2x and 3x the 5-command walkthrough), the main sweep's seeds; its 8-turn cell (1.6x) is
+              the main sweep's PPO-dense cell, read from results/algo_reward.jsonl.
 - split       results/sft_rl_split.jsonl: SFT:RL split of one budget (a demonstration costs 10 units, an episode 1;
               the paper's accounting), PPO dense, seeds 0-1, evaluated in-domain and on harder games (2 ingredients).
 - complexity  results/complexity.jsonl: SFT + PPO on TextWorld custom games of growing size (the paper's w/o/q
@@ -59,14 +62,16 @@ SEEDS = (0, 1, 2)
 SFT_LR = 5e-5
 """The SFT learning rate of every SFT model but the main sweep's candidates (1 epoch, batch 4)."""
 SFT_CANDIDATES = ((64, 6e-6), (64, 9e-6), (64, 1.2e-5), (64, 1.5e-5), (64, 7e-6), (64, 7.5e-6), (64, 8e-6),
-                  (64, 8.5e-6))
+                  (64, 8.5e-6), (64, 6.25e-6), (64, 6.5e-6), (64, 6.75e-6))
 """(walkthroughs, learning rate) tried for the main sweep's RL start: all 64 training walkthroughs (16 optimizer
 steps) at a small learning rate. The first design (12 walkthroughs at 5e-5, 3 optimizer steps) sat on a cliff --
 10 -> 0%, 12 -> 28%, 14 -> 75% validation success -- and its RL runs were bimodal: the runs that won nothing in
 their first rollouts learned only to avoid the format penalty and collapsed (5 of 7). Sixteen small steps over four
 times the demonstrations move the model by about the same amount in finer increments. Measured (2-core CPU, fp32,
 greedy, 32 validation games): 6e-6 -> 3%, 9e-6 -> 81%, 1.2e-5 -> 84%, 1.5e-5 -> 84%: a cliff again, between 6e-6
-and 9e-6, so the second round tries 7e-6 ... 8.5e-6 (the first four are kept: cached, and the record of the cliff)."""
+and 9e-6, so the second round tried 7e-6 ... 8.5e-6 (the first four are kept: cached, and the record of the cliff):
+66% / 69% / 75% / 75%, smooth above 7e-6, so the cliff lies between 6e-6 (3%) and 7e-6 (66%), and the third round
+tries 6.25e-6, 6.5e-6 and 6.75e-6."""
 SFT_BAND = (0.35, 0.55)
 """A candidate is usable only inside this band of validation success; with none inside, the choice stops and names
 the two candidates that bracket it (add learning rates between them)."""
@@ -77,6 +82,10 @@ PILOT = {"cells": [["algo=ppo", "reward.kind=dense"], ["algo=rloo", "reward.kind
 """Two cells of the main sweep x 2 seeds, run first: their seed-to-seed spread of held-out success sets the number
 of seeds (a 95% interval of a difference between two cells of at most about +-15 points). They are ordinary records
 of the main sweep: `main` skips them."""
+EXPLORE_TURNS = (5, 10, 15)
+"""Max turns of the exploration-budget cells: 1x, 2x and 3x the walkthrough (5 commands in every cooking game); the
+paper (Practitioner's Guide, exploration budget): 6 turns -> 55%, 8 (2x optimal) -> 73%, more adds little. The main
+sweep's 8 turns (1.6x) is the fourth point."""
 SPLIT_BUDGET = 600
 """Units of the SFT:RL split: demonstrations x 10 + RL episodes (the paper: 60 demos + 400 episodes = 1000)."""
 SPLIT_DEMOS = (8, 12, 24, 36, 48)
@@ -325,7 +334,7 @@ def choose_sft(jobs: int) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("part", choices=["all", "pilot", "main", "split", "complexity", "evals", "stability"])
+    p.add_argument("part", choices=["all", "pilot", "main", "explore", "split", "complexity", "evals", "stability"])
     p.add_argument("--jobs", type=int, default=1,
                    help="commands at once (1 on a laptop; 7 on a 16-core machine with an 80 GB GPU: one RL run of "
                         "configs/cooking.yaml holds ~9.5 GB of GPU memory, 8 at once ran out)")
@@ -345,7 +354,7 @@ def main() -> None:
            # pilot's validation evaluation took 133 s a game against ~1.3 s on a quiet machine; spinning OpenMP
            # threads of oversubscribed processes are one cause of such slowdowns, and PASSIVE costs a quiet run nothing
            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
-    parts = ["main", "split", "complexity", "evals", "stability"] if a.part == "all" else [a.part]
+    parts = ["main", "explore", "split", "complexity", "evals", "stability"] if a.part == "all" else [a.part]
     t0 = time.perf_counter()
     need = [] if parts == ["stability"] else [g for g in GAMES if g.startswith("cooking")] if parts == ["pilot"] \
         else list(GAMES)
@@ -353,7 +362,7 @@ def main() -> None:
     if not DRY_RUN:
         subprocess.run([*AGENTRL[:1], "-c", "from agentrl_lib.models import embedded_model_dir as e; e()"], cwd=ROOT,
                        env=ENV, check=True)  # convert the embedded model once, before parallel jobs load it
-    main_init = choose_sft(a.jobs) if {"pilot", "main", "evals"} & set(parts) else None
+    main_init = choose_sft(a.jobs) if {"pilot", "main", "explore", "evals"} & set(parts) else None
     sfts, jobs, evals = [], [], []
     if "pilot" in parts:
         jobs += [sweep("configs/cooking.yaml", str(RESULTS / "algo_reward.jsonl"), cell, s, main_init)
@@ -361,6 +370,10 @@ def main() -> None:
     if "main" in parts:
         jobs += [sweep("configs/cooking.yaml", str(RESULTS / "algo_reward.jsonl"), [f"algo={algo}", f"reward.kind={r}"],
                        s, main_init) for s in SEEDS for algo in ("ppo", "grpo", "rloo") for r in ("sparse", "dense")]
+    if "explore" in parts:
+        jobs += [sweep("configs/cooking.yaml", str(RESULTS / "exploration.jsonl"),
+                       [f"env.max_turns={','.join(map(str, EXPLORE_TURNS))}", "algo=ppo", "reward.kind=dense"], s,
+                       main_init) for s in SEEDS]
     if "split" in parts:
         for s in SPLIT_SEEDS:
             for d in SPLIT_DEMOS:
