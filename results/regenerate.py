@@ -4,12 +4,15 @@
     python results/regenerate.py main --jobs 8  # one part; --jobs runs that many commands at once (a GPU machine)
 
 Parts (each a results file; the commands it runs are printed, and are ordinary `agentrl` commands):
-- main        results/algo_reward.jsonl: {PPO, GRPO, RLOO} x {sparse, dense} x seeds 0-2 (configs/cooking.yaml), RL
-              from the SFT model chosen on the VALIDATION games (results/sft_choice.json: the candidate whose
-              validation success is nearest TARGET_SFT_SUCCESS, so RL has headroom).
-- explore     results/exploration.jsonl: the exploration budget, PPO dense from the main sweep's SFT start with max turns
-              5, 10 and 15 (1x, 2x and 3x the 5-command walkthrough), the main sweep's seeds; its 8-turn cell (1.6x) is
-              the main sweep's PPO-dense cell, read from results/algo_reward.jsonl.
+- pilot       the main sweep's PPO-dense and RLOO-dense cells x seeds 0-1 (results/algo_reward.jsonl); their
+              seed-to-seed spread sets the main sweep's number of seeds (results/seeds_choice.json; seeds_for).
+- main        results/algo_reward.jsonl: {PPO, GRPO, RLOO} x {sparse, dense} x the pilot's seeds
+              (configs/cooking.yaml), RL from the SFT model chosen on the VALIDATION games
+              (results/sft_choice.json: the candidate whose validation success is nearest TARGET_SFT_SUCCESS, so RL
+              has headroom).
+- explore     results/exploration.jsonl: the exploration budget, PPO dense from the main sweep's SFT start with
+              max turns 5, 10 and 15 (1x, 2x and 3x the 5-command walkthrough), the main sweep's seeds; its 8-turn
+              cell (1.6x) is the main sweep's PPO-dense cell, read from results/algo_reward.jsonl.
 - split       results/sft_rl_split.jsonl: SFT:RL split of one budget (a demonstration costs 10 units, an episode 1;
               the paper's accounting), PPO dense, seeds 0-1, evaluated in-domain and on harder games (2 ingredients).
 - complexity  results/complexity.jsonl: SFT + PPO on TextWorld custom games of growing size (the paper's w/o/q
@@ -86,6 +89,36 @@ EXPLORE_TURNS = (5, 10, 15)
 """Max turns of the exploration-budget cells: 1x, 2x and 3x the walkthrough (5 commands in every cooking game); the
 paper (Practitioner's Guide, exploration budget): 6 turns -> 55%, 8 (2x optimal) -> 73%, more adds little. The main
 sweep's 8 turns (1.6x) is the fourth point."""
+MAX_DIFF_HALF_WIDTH = 0.15
+"""The pilot sets the number of seeds: the fewest (at least 3, at most MAX_SEEDS) for which the 95% interval of the
+difference of two cells' means is at most +-15 points, given the seed-to-seed spread measured in the pilot."""
+MAX_SEEDS = 6
+"""What the CPU budget pays for (6 cells x 6 seeds of the main sweep alone would be ~25 CPU hours); if the pilot asks
+for more, the main sweep runs MAX_SEEDS and seeds_choice.json says which half-width that buys."""
+
+
+def seeds_for(spreads: list[list[float]]) -> dict:
+    """The number of seeds from the pilot. `spreads`: per pilot cell, its held-out success rates (fractions) over seeds.
+
+    The pooled seed-to-seed standard deviation s (each cell's sample variance, weighted by its degrees of freedom)
+    gives the half-width of a 95% interval of the difference of two cells' means over n seeds each,
+    t(0.975, 2(n-1)) * s * sqrt(2 / n) (Welch with equal variances; scipy's t quantile). Returns the chosen n (the
+    fewest in 3..MAX_SEEDS with a half-width <= MAX_DIFF_HALF_WIDTH, else MAX_SEEDS), s, and the half-width at each n.
+    Raises ValueError when no cell has two seeds."""
+    from scipy.stats import t
+
+    dfs = [len(x) - 1 for x in spreads if len(x) > 1]
+    if not dfs:
+        raise ValueError("the pilot needs at least one cell with two seeds")
+    mean = [sum(x) / len(x) for x in spreads]
+    ss = sum(sum((v - m) ** 2 for v in x) for x, m in zip(spreads, mean) if len(x) > 1)
+    sd = (ss / sum(dfs)) ** 0.5
+    half = {n: float(t.ppf(0.975, 2 * (n - 1)) * sd * (2 / n) ** 0.5) for n in range(3, MAX_SEEDS + 1)}
+    ok = [n for n, h in half.items() if h <= MAX_DIFF_HALF_WIDTH]
+    return {"n_seeds": min(ok) if ok else MAX_SEEDS, "pooled_sd": sd, "half_width_by_n": half,
+            "met": bool(ok)}
+
+
 SPLIT_BUDGET = 600
 """Units of the SFT:RL split: demonstrations x 10 + RL episodes (the paper: 60 demos + 400 episodes = 1000)."""
 SPLIT_DEMOS = (8, 12, 24, 36, 48)
@@ -332,6 +365,34 @@ def choose_sft(jobs: int) -> str:
     return chosen
 
 
+def choose_seeds(main_init: str) -> tuple[int, ...]:
+    """The main sweep's seeds (0 .. n-1): from RESULTS/seeds_choice.json, else from the pilot's records once all four
+    are in RESULTS/algo_reward.jsonl (then written there); SEEDS (3) for a dry run before the pilot."""
+    choice = RESULTS / "seeds_choice.json"
+    if choice.exists():
+        return tuple(range(json.loads(choice.read_text())["n_seeds"]))
+    path = RESULTS / "algo_reward.jsonl"
+    records = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    spreads, table = [], {}
+    for cell in PILOT["cells"]:
+        labels = dict(c.split("=", 1) for c in cell)
+        got = {r["seed"]: r["eval"]["success_rate"] for r in records
+               if r["seed"] in PILOT["seeds"] and {k: str(v) for k, v in r["cell"].items()} == labels
+               and str(r["config"]["model"]["name"]).rstrip("/").endswith(main_init.rstrip("/"))}
+        spreads.append([got[s] for s in sorted(got)])
+        table[" ".join(cell)] = got
+    if any(len(x) < len(PILOT["seeds"]) for x in spreads):
+        if DRY_RUN:
+            log(f"the pilot is not finished ({table}): the plan below assumes {len(SEEDS)} seeds")
+            return SEEDS
+        raise SystemExit(f"the pilot is not finished ({table}): run `python results/regenerate.py pilot` first")
+    out = {"rule": f"fewest seeds (3..{MAX_SEEDS}) with a 95% half-width of a two-cell difference <= "
+                   f"{MAX_DIFF_HALF_WIDTH}", "pilot_heldout_success": table, **seeds_for(spreads)}
+    choice.write_text(json.dumps(out, indent=1) + "\n")
+    log(f"seeds: {out['n_seeds']} (pooled seed-to-seed sd {out['pooled_sd']:.3f}; pilot {table})")
+    return tuple(range(out["n_seeds"]))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("part", choices=["all", "pilot", "main", "explore", "split", "complexity", "evals", "stability"])
@@ -367,13 +428,14 @@ def main() -> None:
     if "pilot" in parts:
         jobs += [sweep("configs/cooking.yaml", str(RESULTS / "algo_reward.jsonl"), cell, s, main_init)
                  for s in PILOT["seeds"] for cell in PILOT["cells"]]
+    seeds = choose_seeds(main_init) if {"main", "explore"} & set(parts) else SEEDS
     if "main" in parts:
         jobs += [sweep("configs/cooking.yaml", str(RESULTS / "algo_reward.jsonl"), [f"algo={algo}", f"reward.kind={r}"],
-                       s, main_init) for s in SEEDS for algo in ("ppo", "grpo", "rloo") for r in ("sparse", "dense")]
+                       s, main_init) for s in seeds for algo in ("ppo", "grpo", "rloo") for r in ("sparse", "dense")]
     if "explore" in parts:
         jobs += [sweep("configs/cooking.yaml", str(RESULTS / "exploration.jsonl"),
                        [f"env.max_turns={','.join(map(str, EXPLORE_TURNS))}", "algo=ppo", "reward.kind=dense"], s,
-                       main_init) for s in SEEDS]
+                       main_init) for s in seeds]
     if "split" in parts:
         for s in SPLIT_SEEDS:
             for d in SPLIT_DEMOS:
@@ -418,6 +480,8 @@ def main() -> None:
         jobs.append(sweep("configs/bandit.yaml", str(RESULTS / "stability_long.jsonl"), STABILITY_LONG, 0, init))
     failed = parallel(list(dict(sfts).items()), a.jobs)
     failed += parallel(jobs + evals, a.jobs)
+    if parts == ["pilot"] and not failed and not DRY_RUN:
+        choose_seeds(main_init)
     if DRY_RUN:
         total = sum(m for _, m in PLAN)
         n = sum(m > 0 for _, m in PLAN)
