@@ -43,8 +43,8 @@ RECORD_KEYS = ("cell", "seed", "base_hash", "config", "commit", "device", "machi
 """The keys of every record (one JSON line of a results file). wall_seconds: this call of the run function (training
 that resumed after a stop + evaluation); train_seconds: Σ step_seconds over every training step, also those before a
 stop (the compute a run cost); resumed: whether it continued a half-finished run (or was recorded from a finished
-run's dir, sweep.finished_run); evals: {name: eval} of the extra game sets (run_sweep's extra_evals, e.g. harder
-games), {} without them."""
+run's dir, finished_run); evals: {name: eval} of the extra game sets (run_sweep's extra_evals, e.g. harder games), {}
+without them."""
 SIGNIFICANT_DIGITS = 5
 """Floats in "steps" are rounded to this many significant digits (keeps a results file at kilobytes)."""
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
