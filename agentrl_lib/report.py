@@ -148,27 +148,34 @@ def cell(records: list[dict], metric: str = "eval.success_rate", confidence: flo
     `cell(records, algo="ppo", **{"reward.kind": "dense"})`): `metric` (metric_value) of each seed, their mean,
     std and the bootstrap interval of the mean (as report's cell rows).
 
-    A second record of the same run (cell, seed and base config: records.record_key) is ignored. A cell nobody ran
-    has no outcomes (n 0, mean None).
-    Raises: ValueError when the labels select runs of more than one cell or base config (an axis left unnamed, e.g.
-        reward.kind beside algo="ppo"): their seeds would mix; the message names what varies.
+    A second record of the same run (cell, seed and base config: records.record_key) is ignored; runs of one cell
+    from per-seed base configs (e.g. each seed's own SFT model) are one cell. A cell nobody ran has no outcomes
+    (n 0, mean None).
+    Raises: ValueError when the labels select runs of more than one cell (an axis left unnamed, e.g. reward.kind
+        beside algo="ppo"; the message names it) or two base configs ran the same seed: their seeds would mix.
     """
     chosen = [r for r in records if all(k in r["cell"] and r["cell"][k] == v for k, v in labels.items())]
-    kinds = {(cell_key(r["cell"]), record_base(r)) for r in chosen}
-    if len(kinds) > 1:
+    cells = {cell_key(r["cell"]) for r in chosen}
+    if len(cells) > 1:
         varying = sorted({k for r in chosen for k in r["cell"]
                           if len({json.dumps(x["cell"].get(k), default=str) for x in chosen}) > 1})
-        raise ValueError(f"{cell_text(labels)} selects {len(kinds)} cells (" + (
-            f"{', '.join(varying)} varies" if varying else "records of several base configs") +
-            "): name a value for every axis, so that one cell's seeds are compared")
+        raise ValueError(f"{cell_text(labels)} selects {len(cells)} cells ({', '.join(varying)} varies): name a value "
+                         "for every axis, so that one cell's seeds are compared")
     outcomes: dict[int, float] = {}
-    seen: set = set()
+    runs: dict[int, tuple] = {}
     for r in chosen:
         k = record_key(r)
+        s = k[1]
+        if s in runs:  # the same run again (ignored), or another base config's run of this seed
+            if runs[s] != k:
+                raise ValueError(f"{cell_text(labels)}: seed {s} was run from two base configs ({runs[s][2]}, "
+                                 f"{k[2]}): keep one base's records (records.record_base), or report them apart "
+                                 "(report's `base` axis)")
+            continue
+        runs[s] = k
         value = metric_value(r, metric)
-        if k not in seen and value is not None:
-            outcomes[int(r["seed"])] = value
-        seen.add(k)
+        if value is not None:
+            outcomes[s] = value
     mean, std, ci = _summary(list(outcomes.values()), confidence, n_resamples, seed)
     return Cell(dict(labels), metric, outcomes, mean, std, ci)
 
@@ -300,8 +307,11 @@ def report(records: list[dict], metric: str = "eval.success_rate", compare: str 
     """Per cell: mean ± std of `metric` over seeds, the number of seeds, and a bootstrap interval of the mean; with
     `compare` (an axis), for each pair of its values: the difference of means and its bootstrap interval, verdict
     "no difference at this scale" when the interval contains 0. A difference compares the two sides over the seeds
-    both have (pooled over other axes: the runs of the same seed and pooled cell); a seed one side lacks is left
-    out of that difference (not of the cell rows), the row's "dropped" lists it and a note under the table says so.
+    both have; a seed one side lacks is left out of that difference (not of the cell rows), the row's "dropped"
+    lists it and a note under the table says so. Where pooled axes give a side several runs of one seed (compare
+    algo pooled over reward.kind), a run is paired with the run of the same seed and the same pooled cell; where
+    each side has one run per seed (a pooled axis that changes with the compared one, e.g. env.games with a
+    `level` tag, or per-seed base configs), runs are paired by seed alone.
 
     The bootstrap is scipy.stats.bootstrap's percentile method (seeded: the same records give the same table), not
     BCa: with 2-5 seeds BCa's bias and acceleration corrections are estimated from 2-5 jackknife values and are
@@ -368,16 +378,18 @@ def report(records: list[dict], metric: str = "eval.success_rate", compare: str 
         raise ValueError(f"{compare!r} cannot be both compared and held fixed (--by)")
     by_list = by_list if by is not None else [a for a in axes if a != compare]
     rep.compare, rep.by, rep.pooled = compare, by_list, [a for a in axes if a != compare and a not in by_list]
-    # each side of a comparison: {unit: value}, a unit = a seed of one pooled cell (just the seed without pooling)
+    # each side of a comparison: its runs as (pooled cell, seed) → value
     contexts: dict[str, tuple[dict, dict[str, tuple[Any, dict]]]] = {}
     for cell, values, seeds in groups.values():
         ctx = {a: cell.get(a) for a in by_list}
-        pooled = {a: cell.get(a) for a in rep.pooled}
+        pooled = cell_text({a: cell.get(a) for a in rep.pooled}) if rep.pooled else ""
         sides = contexts.setdefault(json.dumps(ctx, sort_keys=True, default=str), (ctx, {}))[1]
-        units = sides.setdefault(json.dumps(cell.get(compare), default=str), (cell.get(compare), {}))[1]
-        units.update({(cell_text(pooled) if pooled else "", s): v for s, v in zip(seeds, values)})
+        runs = sides.setdefault(json.dumps(cell.get(compare), default=str), (cell.get(compare), {}))[1]
+        runs.update({(pooled, s): v for s, v in zip(seeds, values)})
     for ctx, sides in contexts.values():
         for (va, a), (vb, b) in itertools.combinations(sides.values(), 2):
+            if all(len({s for _, s in x}) == len(x) for x in (a, b)):  # one run per seed on each side: pair by seed
+                a, b = ({("", s): v for (_, s), v in x.items()} for x in (a, b))
             common, only_a, only_b, diff, ci = _paired(a, b, confidence, n_resamples, seed)
             rep.differences.append({"context": ctx, "a": va, "b": vb, "n_a": len(common), "n_b": len(common),
                                     "diff": diff, "ci": ci, "verdict": _verdict(diff, ci, va, vb),

@@ -111,8 +111,10 @@ def test_cell_refuses_labels_that_select_several_cells_and_ignores_a_second_reco
     recs = _records({("gae", "dense"): [0.2, 0.4], ("gae", "sparse"): [0.9, 0.8]})
     with pytest.raises(ValueError, match="selects 2 cells \\(reward.kind varies\\)"):
         report.cell(recs, **{"algo.advantage": "gae"})
-    with pytest.raises(ValueError, match="several base configs"):
+    with pytest.raises(ValueError, match="seed 0 was run from two base configs"):
         report.cell([_rec({"a": 1}, 0, 0.1, "b0"), _rec({"a": 1}, 0, 0.9, "b1")], a=1)
+    per_seed_base = [_rec({"a": 1}, 0, 0.1, "b0"), _rec({"a": 1}, 1, 0.9, "b1")]  # e.g. each seed's own SFT start
+    assert report.cell(per_seed_base, a=1).outcomes == {0: 0.1, 1: 0.9}
     again = recs + [_rec({"algo.advantage": "gae", "reward.kind": "dense"}, 0, 1.0)]  # the same run recorded twice
     assert report.cell(again, **{"algo.advantage": "gae", "reward.kind": "dense"}).outcomes == {0: 0.2, 1: 0.4}
 
@@ -187,6 +189,20 @@ def test_a_pooled_report_pairs_runs_of_the_same_seed_and_pooled_cell():
     (d,) = rep.differences
     assert d["n_a"] == 3 and d["diff"] == 0.0 and d["dropped"] == {"a": [1], "b": []}
     assert "left out: gae seed 1 (reward.kind=dense)" in rep.markdown()
+
+
+def test_a_pooled_axis_that_changes_with_the_compared_one_pairs_by_seed():
+    """The complexity sweep's shape: each level has its own env.games and each seed its own base config (its own SFT
+    model), pooled; every side has one run per seed, so runs pair by seed (pairing by pooled cell would pair
+    nothing)."""
+    recs = [_rec({"level": lvl, "env.games": f"games/{lvl}"}, s, v, base_hash=f"{lvl}-s{s}")
+            for lvl, vals in (("w2", [0.8, 0.9, 0.7]), ("w8", [0.4, 0.5])) for s, v in enumerate(vals)]
+    rep = report.report(recs, "eval.success_rate", compare="level", by=[])
+    (d,) = rep.differences
+    assert d["seeds"] == [0, 1] and d["dropped"] == {"a": [2], "b": []}
+    assert d["diff"] == pytest.approx(0.85 - 0.45)
+    assert "Note: w2 − w8 compares the 2 seeds both cells have; left out: w2 seed 2" in rep.markdown()
+    assert report.cell(recs, level="w2").outcomes == {0: 0.8, 1: 0.9, 2: 0.7}
 
 
 def test_a_report_file_round_trip(tmp_path):
