@@ -10,7 +10,7 @@ the running of a sweep (run_sweep, behind `agentrl sweep`).
 
     records = run_sweep(RunConfig.load("configs/tw.yaml"), parse_grid(["reward.kind=sparse,dense"]), [0, 1, 2],
                         "results/reward.jsonl", eval_games="games/heldout")
-    print(report.report(records, compare="reward.kind").markdown())
+    print(report.report(records, compare="reward.kind").markdown())          # agentrl_lib.report
 
 A sweep survives being stopped: a run whose record is in the results file (same cell, seed and base-config hash)
 is skipped, and a run whose directory holds a half-finished run resumes from its last checkpoint. Run the same
