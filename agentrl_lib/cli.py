@@ -411,14 +411,14 @@ def _sweep(a) -> None:
 
 
 def _report(a) -> None:
-    from . import sweep
+    from .records import load_records
+    from .report import report
 
-    records = sweep.load_records(a.results)
+    records = load_records(a.results)
     if not records:
         raise ConfigError(f"no records in {a.results}" if Path(a.results).exists() else
                           f"results file {a.results} does not exist")
-    print(sweep.report(records, a.metric, compare=a.compare, by=a.by, n_resamples=a.resamples,
-                       seed=a.seed).markdown())
+    print(report(records, a.metric, compare=a.compare, by=a.by, n_resamples=a.resamples, seed=a.seed).markdown())
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,7 +12,9 @@ replies stop depending on the input. This module gives
   episode of each of three signatures: (a) `reward_std_collapse`, (b) `grad_norm_spike`, (c) `invalid_rising` /
   `repetition_rising`. Its thresholds are constructor parameters whose defaults were chosen on the 7 real runs of
   results/algo_reward.jsonl (5 collapsed, 2 took off; tests/test_diagnostics.py replays them);
-- `alerts_markdown(run_dir | rows | record)`: the alerts of a run as a Markdown table for a notebook.
+- `alerts_markdown(run_dir | rows | record)`: the alerts of a run as a Markdown table for a notebook;
+- `collapse_step(run_dir | metrics.jsonl | rows | record)`: the step of the run's first reward_std_collapse alert,
+  or None: what "collapsed" means everywhere (the notebooks, results/findings.py).
 
 Where alerts go: Trainer.train feeds every row to a CollapseDetector and stores the alerts it raises in that row's
 `alerts` key (a list of Alert.to_dict(); [] on a quiet step) before the row reaches metrics.jsonl, and logs each one
@@ -308,17 +310,25 @@ def detect(rows_or_record, **kwargs) -> list[Alert]:
 
 
 def read_alerts(source) -> list[dict]:
-    """The alerts logged by a run: `source` is a run directory (its metrics.jsonl), a list of metrics rows or a
-    sweep record; the rows' `alerts` lists, in step order. A record or rows without logged alerts (written before
-    the detector existed) are replayed through a default CollapseDetector instead."""
+    """The alerts logged by a run: `source` is a run directory (its metrics.jsonl), a metrics.jsonl file, a list of
+    metrics rows or a sweep record; the rows' `alerts` lists, in step order. A record or rows without logged alerts
+    (written before the detector existed) are replayed through a default CollapseDetector instead."""
     if isinstance(source, (str, Path)):
-        path = Path(source) / "metrics.jsonl"
+        path = Path(source) if Path(source).is_file() else Path(source) / "metrics.jsonl"
         rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
     else:
         rows = source.get("steps", []) if isinstance(source, dict) else list(source)
     if rows and not any("alerts" in r for r in rows):
         return [a.to_dict() for a in detect(rows)]
     return [a for r in rows for a in (r.get("alerts") or [])]
+
+
+def collapse_step(source) -> int | None:
+    """The step at which a run collapsed, or None: the step of its first `reward_std_collapse` alert (the detector's
+    rule (a): within-group return std at most 0.05 for 5 consecutive steps while training success is below 0.9).
+    The library's one definition of a collapse; `source` as read_alerts: a run directory, its metrics.jsonl, metrics
+    rows or a sweep record (records written before the detector existed are replayed through it)."""
+    return next((a["step"] for a in read_alerts(source) if a["kind"] == "reward_std_collapse"), None)
 
 
 def alerts_markdown(source) -> str:

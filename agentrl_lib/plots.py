@@ -71,7 +71,7 @@ def _selected(records: list[dict], where: dict | None) -> list[dict]:
 
 
 def seed_curves(records: list[dict], metric: str) -> tuple[list[int], "np.ndarray"]:
-    """Per-step values of `metric` (a sweep.STEP_KEYS name) of several runs as an array (runs, steps), NaN where a run
+    """Per-step values of `metric` (a records.STEP_KEYS name) of several runs as an array (runs, steps), NaN where a run
     has no value; steps are the union of the runs' step numbers. Returns (steps, values)."""
     import numpy as np
 
@@ -88,10 +88,11 @@ def seed_curves(records: list[dict], metric: str) -> tuple[list[int], "np.ndarra
 def plot_sweep_curves(records: list[dict], metric: str = "success_rate", by: str = "algo", ax=None,
                       where: dict | None = None, label_eval: bool = True):
     """Training curves of a sweep: one line per value of the cell axis `by` (mean over seeds) with a min–max band,
-    `metric` (a per-step key of sweep.STEP_KEYS, e.g. success_rate of the training rollouts) against the step.
+    `metric` (a per-step key of records.STEP_KEYS, e.g. success_rate of the training rollouts) against the step.
 
     Args:
-        records: sweep records (sweep.load_records); `where` keeps those whose cell matches ({"reward.kind": "dense"}).
+        records: sweep records (records.load_results); `where` keeps those whose cell matches
+            ({"reward.kind": "dense"}).
         label_eval: add each line's held-out success (mean over seeds) to its legend label.
     Returns: the matplotlib Axes. Raises ValueError when no record matches `where` or lacks the axis `by`.
     """
@@ -127,12 +128,12 @@ def plot_sweep_curves(records: list[dict], metric: str = "success_rate", by: str
 
 def plot_cell_means(records: list[dict], metric: str = "eval.success_rate", x: str = "sft.demos",
                     hue: str | None = None, ax=None, label: str | None = None):
-    """A record metric (sweep.metric_value path, e.g. eval.success_rate or evals.hard.success_rate) against a numeric
+    """A record metric (report.metric_value path, e.g. eval.success_rate or evals.hard.success_rate) against a numeric
     cell axis `x`: each seed a dot, the mean a line (one line per value of `hue`, if given).
     Returns the Axes. Raises ValueError when no record has a value for `x` and `metric`."""
     import numpy as np
 
-    from .sweep import metric_value
+    from .report import metric_value
 
     groups: dict = {}
     for r in records:

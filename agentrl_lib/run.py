@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import RunConfig
+from .diagnostics import CollapseError
 from .envs.base import GameSet, load_game_set
 
 
@@ -29,7 +30,9 @@ def run_rl(config: RunConfig, run_dir: str | Path, init: str | None = None,
 
     Args:
         config: the run's RunConfig (config.env.games names the training games).
-        run_dir: the run directory (config.yaml, metrics.jsonl, checkpoints/, learning_curve.png, eval.json).
+        run_dir: the run directory (config.yaml, metrics.jsonl, checkpoints/, learning_curve.png, eval.json); the
+            trainer writes the first three, run_rl draws the learning curves after training (also when
+            train.stop_on_collapse stopped it) and writes the evaluation.
         init: the model to start from (default config.model.name); see Trainer.
         eval_games: held-out games (a GameSet or a games dir); default config.train.eval_games ('' = no evaluation).
             Played once each with the run's EnvConfig (shown and run as in training), max_turns = env.max_turns,
@@ -43,7 +46,7 @@ def run_rl(config: RunConfig, run_dir: str | Path, init: str | None = None,
     Raises:
         RunInterrupted: on Ctrl-C (the trainer is closed first, its last checkpoint intact).
         Whatever Trainer and Trainer.train raise (ConfigError, GameSetError, FileExistsError, CheckpointError,
-        DivergenceError, TooManyEnvErrors, ...), after closing the trainer.
+        DivergenceError, TooManyEnvErrors, CollapseError, ...), after closing the trainer.
     """
     from .evaluate import evaluate, save_eval
     from .trainer import Trainer
@@ -57,9 +60,13 @@ def run_rl(config: RunConfig, run_dir: str | Path, init: str | None = None,
     try:
         trainer = Trainer(config, run_dir, init=init, resume=resume, progress=progress)
         rows = trainer.train()
+        draw_learning_curves(trainer)
     except KeyboardInterrupt:
         _close_ignoring_sigint(trainer)
         raise RunInterrupted(interrupted_message(trainer, run_dir)) from None
+    except CollapseError:  # train.stop_on_collapse stopped it: the curves up to the stop, as after a whole run
+        draw_learning_curves(trainer)
+        raise
     finally:
         if trainer is not None:
             trainer.close()
@@ -76,6 +83,17 @@ def run_rl(config: RunConfig, run_dir: str | Path, init: str | None = None,
             "eval_path": None if eval_path is None else str(eval_path),
             "last_checkpoint": None if trainer.last_checkpoint is None else
             str(trainer.ckpt_root / trainer.last_checkpoint)}
+
+
+def draw_learning_curves(trainer) -> None:
+    """run_dir/learning_curve.png (plots.plot_learning_curves) from the metrics rows of a trainer that trained
+    (Trainer.rows); rank 0 alone in a data-parallel job, nothing without rows."""
+    from .plots import plot_learning_curves, save_and_close
+
+    rows = getattr(trainer, "rows", None)
+    if rows and trainer.is_main:
+        fig = plot_learning_curves(rows, title=f"{trainer.cfg.algo.label} / {trainer.cfg.reward.kind}")
+        save_and_close(fig, trainer.run_dir / "learning_curve.png")
 
 
 def _close_ignoring_sigint(trainer) -> None:

@@ -1,6 +1,8 @@
 """Sweeps: every cell of a grid of config values × every seed, trained and evaluated by `run.run_rl` (the function
-behind `agentrl train`), one JSON record per finished run appended to a results file; `report` turns the records
-into mean ± std over seeds with bootstrap intervals, per cell and per difference between cells.
+behind `agentrl train`), one JSON record per finished run appended to a results file (agentrl_lib/records.py);
+agentrl_lib/report.py turns the records into mean ± std over seeds with bootstrap intervals, per cell and per
+difference between cells. This module: the grid (parse_grid, grid_cells, cell_config), the plan (plan_sweep) and
+the running of a sweep (run_sweep, behind `agentrl sweep`).
 
     agentrl sweep --base configs/tw.yaml --grid algo.advantage=gae,grpo,rloo reward.kind=sparse,dense \\
         --seeds 0,1,2 --init runs/sft --eval-games games/heldout --out results/algo_reward.jsonl
@@ -8,7 +10,7 @@ into mean ± std over seeds with bootstrap intervals, per cell and per differenc
 
     records = run_sweep(RunConfig.load("configs/tw.yaml"), parse_grid(["reward.kind=sparse,dense"]), [0, 1, 2],
                         "results/reward.jsonl", eval_games="games/heldout")
-    print(report(load_records("results/reward.jsonl"), compare="reward.kind").markdown())
+    print(report.report(records, compare="reward.kind").markdown())          # agentrl_lib.report
 
 A sweep survives being stopped: a run whose record is in the results file (same cell, seed and base-config hash)
 is skipped, and a run whose directory holds a half-finished run resumes from its last checkpoint. Run the same
@@ -18,57 +20,40 @@ Introduced in the chapters' experiments (notebooks/02_reward, 03_policy, 04_sft_
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import difflib
 import hashlib
 import itertools
-import json
-import math
-import os
-import platform
 import re
 import sys
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .checkpoint import atomic_write_text, prune_training_state
+from .checkpoint import prune_training_state
 from .config import ALGO_PRESETS, SECTIONS, SEED_MAX, ConfigError, RunConfig, _parse_value, choices_for
 from .paths import git_commit
-
-PRESET_AXIS = "algo"
-"""A grid axis named `algo` takes preset names (config.ALGO_PRESETS: ppo, grpo, rloo, starpo_s, ...) and sets their
-fields."""
-STEP_KEYS = ("step", "success_rate", "return_mean", "group_return_std", "invalid_rate", "entropy", "kl_ref",
-             "approx_kl", "mean_turns", "zero_std_group_frac", "grad_norm", "response_length", "repetition_rate",
-             "input_dependence", "alerts")
-"""The metrics.METRICS keys of each training step kept in a record's "steps" (the run dir's metrics.jsonl has all);
-the Echo-Trap diagnostics and the collapse detector's `alerts` among them (diagnostics.py; records written before
-they existed lack them, and diagnostics.read_alerts replays those)."""
-EVAL_KEYS = ("success_rate", "mean_turns", "invalid_rate", "mean_score_frac", "n_games", "env_errors")
-"""The evaluate() keys kept in a record's "eval", beside per_game: [[game, won, turns], ...]."""
-RECORD_KEYS = ("cell", "seed", "base_hash", "config", "commit", "device", "machine", "started", "finished",
-               "wall_seconds", "train_seconds", "resumed", "run_dir", "steps", "eval", "evals")
-"""The keys of every record (one JSON line of a results file). wall_seconds: this call of the run function (training
-that resumed after a stop + evaluation); train_seconds: Σ step_seconds over every training step, also those before a
-stop (the compute a run cost); resumed: whether it continued a half-finished run (or was recorded from a finished
-run's dir, finished_run); evals: {name: eval} of the extra game sets (run_sweep's extra_evals, e.g. harder games), {}
-without them."""
-SIGNIFICANT_DIGITS = 5
-"""Floats in "steps" are rounded to this many significant digits (keeps a results file at kilobytes)."""
-NO_DIFFERENCE = "no difference at this scale"
-"""The verdict of a difference whose bootstrap interval contains 0."""
+from .records import (
+    EXECUTION_FIELDS,
+    PRESET_AXIS,
+    ResultsFileError,
+    _stderr,
+    append_record,
+    base_key,
+    cell_key,
+    cell_text,
+    finished_run,
+    load_records,
+    machine_info,
+    make_record,
+    record_key,
+)
 
 
 class SweepInterrupted(KeyboardInterrupt):
     """Ctrl-C during a sweep; str(e) is one line saying how far it got and that the same command resumes it."""
-
-
-class ResultsFileError(ValueError):
-    """A results file has a damaged line other than the last (the last one is a write cut short: ignored)."""
 
 
 # ------------------------------------------------------------------------------------------------ the grid
@@ -205,11 +190,6 @@ def grid_cells(grid: dict[str, list]) -> list[dict[str, Any]]:
     return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
 
 
-def cell_text(cell: dict[str, Any]) -> str:
-    """'algo.advantage=gae reward.kind=sparse' ('base' for the empty cell)."""
-    return " ".join(f"{k}={v}" for k, v in cell.items()) or "base"
-
-
 def cell_slug(cell: dict[str, Any]) -> str:
     """A directory name for a cell: its axis=value pairs with '_' between them, characters other than letters,
     digits and . = - replaced by '-' ('algo.advantage=gae_reward.kind=sparse'); cut to 80 characters plus a hash of
@@ -220,11 +200,6 @@ def cell_slug(cell: dict[str, Any]) -> str:
     if len(slug) > 80:
         slug = slug[:80] + "-" + hashlib.sha256(cell_key(cell).encode()).hexdigest()[:8]
     return slug
-
-
-def cell_key(cell: dict[str, Any]) -> str:
-    """The cell as canonical JSON (sorted keys): what records are matched on, with the seed and the base hash."""
-    return json.dumps(cell, sort_keys=True)
 
 
 def cell_config(base: RunConfig, cell: dict[str, Any], seed: int) -> RunConfig:
@@ -244,40 +219,6 @@ def cell_config(base: RunConfig, cell: dict[str, Any], seed: int) -> RunConfig:
         return RunConfig.from_dict(data)
     except ConfigError as e:
         raise ConfigError(f"grid cell {cell_text(cell)} (seed {seed}): {e}") from None
-
-
-EXECUTION_FIELDS = ("train.max_tokens_per_microbatch", "train.gradient_checkpointing", "train.report_to")
-"""Config fields that change how a run is computed or reported, not what it computes (peak memory, the same update up
-to float rounding, tests/test_update.py; TensorBoard files): base_key leaves them out and a half-finished run may
-resume with them changed, so a machine with less memory can finish a sweep begun on another."""
-
-
-def base_key(config: RunConfig | dict, cell: dict) -> str:
-    """12 hex digits naming the base config of one run: the sha256 of the run config's fields that differ from
-    their defaults, leaving out the fields its cell sets (its grid axes, the fields of an `algo` preset axis),
-    train.seed and EXECUTION_FIELDS. Two runs of one sweep share it; so do a record and the same run planned by a
-    later library version: a field added since the record was written is absent from its config and counts as its
-    default (new fields default to the behaviour before them). A record is "done" on (cell, seed, base_key).
-
-    Args: config: a RunConfig or a record's "config" dict (legacy keys upgraded).  cell: the run's cell.
-    Raises: ConfigError if the dict is not a valid config.
-    """
-    data = config.to_dict() if isinstance(config, RunConfig) else RunConfig.from_dict(config).to_dict()
-    defaults = {name: dataclasses.asdict(cls()) for name, cls in SECTIONS.items()}
-    skip = {k for k in cell if "." in k} | {"train.seed", *EXECUTION_FIELDS}
-    if PRESET_AXIS in cell and cell[PRESET_AXIS] in ALGO_PRESETS:
-        skip |= {f"algo.{k}" for k in ALGO_PRESETS[cell[PRESET_AXIS]]}
-    kept = {f"{sec}.{k}": v for sec, vals in data.items() for k, v in vals.items()
-            if f"{sec}.{k}" not in skip and v != defaults[sec][k]}
-    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
-
-
-def record_base(record: dict) -> str:
-    """The base_key of a record, from its stored config and cell (its stored `base_hash` when it has no config,
-    e.g. a hand-made record)."""
-    if isinstance(record.get("config"), dict):
-        return base_key(record["config"], record["cell"])
-    return record["base_hash"]
 
 
 @dataclass
@@ -317,166 +258,6 @@ def plan_sweep(base: RunConfig, grid: dict[str, list], seeds: list[int], runs_di
     return plan
 
 
-# ------------------------------------------------------------------------------------------------ the results file
-def record_key(record: dict) -> tuple[str, int, str]:
-    """(cell as canonical JSON, seed, base key): a run is done when a record with this key exists (record_base:
-    computed from the record's config, so records stay valid when the library gains config fields)."""
-    return cell_key(record["cell"]), int(record["seed"]), record_base(record)
-
-
-def load_records(path: str | Path, warn: Callable[[str], None] | None = None) -> list[dict]:
-    """The records of a results file, in file order ([] when it does not exist).
-
-    A damaged last line that does not end in a newline (a write cut short by a crash or a full disk) is ignored,
-    with one line to `warn` (default: stderr); the next sweep records its run again (run_sweep rebuilds the record
-    from the run dir when the run had finished). Any other line that is not a sweep record — also a whole last line,
-    e.g. a benchmark's result in a file named like a sweep's — is refused: nothing in the sweep writes one, so the
-    file was changed by hand or belongs to another program, and a sweep must not append to it.
-
-    Raises: ResultsFileError naming the file and line.
-    """
-    path = Path(path)
-    if not path.exists():
-        return []
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    records = []
-    for i, line in enumerate(lines, 1):
-        try:
-            rec = json.loads(line)
-            if not isinstance(rec, dict) or any(k not in rec for k in ("cell", "seed", "base_hash")):
-                raise ValueError("not a sweep record")
-        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError are ValueErrors
-            if i < len(lines) or data.endswith(b"\n"):
-                raise ResultsFileError(f"{path} line {i} is not a sweep record ({str(e)[:60]}); only a last line "
-                                       "without its newline can be cut short by a crash: fix or remove that line, or "
-                                       "write the sweep's records to another file") from None
-            (warn or _stderr)(f"{path}: line {i} is damaged (a write cut short?); ignored, its run will be recorded "
-                              "again")
-            continue
-        records.append(rec)
-    return records
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-def drop_damaged_tail(path: str | Path) -> None:
-    """Remove a last line that does not end in a newline (a write cut short), rewriting the file atomically
-    (checkpoint.atomic_write_text), so the next record starts on its own line. Nothing happens to a whole file."""
-    path = Path(path)
-    if not path.exists():
-        return
-    data = path.read_bytes()
-    if not data or data.endswith(b"\n"):
-        return
-    atomic_write_text(path, data[:data.rfind(b"\n") + 1].decode())
-
-
-def append_record(path: str | Path, record: dict) -> dict:
-    """Append `record` as one JSON line: a single write of the whole line (O_APPEND), then fsync, so a crash leaves
-    either the whole line or a cut last line that load_records ignores. A cut last line already there is dropped
-    first (drop_damaged_tail). NaN / inf are written as null. Returns the record as written (what load_records
-    reads back)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(_finite(record), separators=(",", ":"))
-    data = (line + "\n").encode()
-    with _results_lock(path):
-        drop_damaged_tail(path)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    return json.loads(line)
-
-
-@contextlib.contextmanager
-def _results_lock(path: Path):
-    """An exclusive lock (fcntl.flock on the results file's directory) while a record is appended, so sweeps run in
-    parallel into one file (e.g. one process per seed on a GPU machine) never interleave or cut each other's lines.
-    Where flock does not exist (Windows) appends are not locked."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not on Linux / macOS
-        yield
-        return
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
-
-
-def _finite(x: Any) -> Any:
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    return x
-
-
-def _round(x: Any) -> Any:
-    return float(f"{x:.{SIGNIFICANT_DIGITS}g}") if isinstance(x, float) and math.isfinite(x) else x
-
-
-# ------------------------------------------------------------------------------------------------ one record
-def machine_info(device: str = "auto") -> dict[str, Any]:
-    """platform, python, cpu_count, torch version, torch_device (model.device resolved on this machine) and gpu
-    (the CUDA device name, or None)."""
-    info: dict[str, Any] = {"platform": platform.platform(), "python": platform.python_version(),
-                            "cpu_count": os.cpu_count(), "torch": None, "torch_device": None, "gpu": None}
-    try:
-        import torch
-
-        from .models import pick_device
-
-        dev = pick_device(device)
-        info.update(torch=torch.__version__, torch_device=str(dev))
-        if torch.cuda.is_available():
-            info["gpu"] = torch.cuda.get_device_name(dev if dev.type == "cuda" else 0)
-    except Exception as e:  # a record is still worth writing without it
-        info["torch_device"] = f"unknown ({type(e).__name__})"
-    return info
-
-
-def make_record(run: PlannedRun, summary: dict, base_hash: str, started: datetime, finished: datetime,
-                wall_seconds: float, commit: str, machine: dict, resumed: bool = False,
-                evals: dict[str, dict] | None = None) -> dict:
-    """The record of one finished run (RECORD_KEYS): "steps" keeps STEP_KEYS of each metrics row, "eval" (and each
-    of `evals`, {name: evaluate() result}) keeps EVAL_KEYS and per_game [[game, won, turns], ...]."""
-    ev = summary.get("eval")
-    if ev is None:
-        raise ValueError(f"run {run.run_dir} returned no evaluation: a sweep needs held-out games (train.eval_games)")
-    return {
-        "cell": run.cell, "seed": run.seed, "base_hash": base_hash, "config": run.config.to_dict(),
-        "commit": commit, "device": machine.get("torch_device"), "machine": machine,
-        "started": started.isoformat(timespec="seconds"), "finished": finished.isoformat(timespec="seconds"),
-        "wall_seconds": round(wall_seconds, 1),
-        "train_seconds": round(sum(r.get("step_seconds") or 0.0 for r in summary.get("rows") or []), 3),
-        "resumed": resumed, "run_dir": str(run.run_dir),
-        "steps": [{k: _round(row.get(k)) for k in STEP_KEYS} for row in summary.get("rows") or []],
-        "eval": compact_eval(ev),
-        "evals": {name: compact_eval(res) for name, res in (evals or {}).items()},
-    }
-
-
-def compact_eval(ev: dict) -> dict:
-    """An evaluate() result as kept in a record: EVAL_KEYS and per_game [[game, won, turns], ...]."""
-    return {**{k: _round(ev.get(k)) for k in EVAL_KEYS},
-            "per_game": [[g["game"], bool(g["won"]), g["turns"]] for g in ev.get("per_game", [])]}
-
-
 def evaluate_extra(run_dir: Path, config: RunConfig, games: str, max_turns: int | None = None) -> dict:
     """Evaluate a finished run's policy (its newest checkpoint) on another game set `games`, as run_rl evaluates
     the held-out set (the run's env config, eval temperature, tokens per turn, generator) with `max_turns` (default
@@ -492,27 +273,6 @@ def evaluate_extra(run_dir: Path, config: RunConfig, games: str, max_turns: int 
                         env=config.env, generator=config.model.generator, progress=False)
     finally:
         del policy
-
-
-def finished_run(run_dir: Path) -> dict | None:
-    """The summary (run_rl's "rows" and "eval") of a run that finished training and its held-out evaluation — an
-    eval.json written after the last metrics row — or None. A sweep stopped after that point (its record cut short,
-    or killed before writing it) rebuilds the record from these files: resuming would retrain nothing, and fails
-    once prune_training_state removed the optimizer state."""
-    from .checkpoint import read_metrics
-
-    ev_path, metrics_path = Path(run_dir) / "eval.json", Path(run_dir) / "metrics.jsonl"
-    try:
-        if not (ev_path.is_file() and metrics_path.is_file()
-                and ev_path.stat().st_mtime_ns >= metrics_path.stat().st_mtime_ns):
-            return None
-        ev = json.loads(ev_path.read_text())
-        rows = read_metrics(metrics_path, upto_step=2**62)
-    except (OSError, ValueError):
-        return None
-    if not rows or not isinstance(ev, dict) or any(k not in ev for k in EVAL_KEYS):
-        return None
-    return {"rows": rows, "eval": ev, "run_dir": str(run_dir), "eval_path": str(ev_path)}
 
 
 def _resolved_name(name: str) -> str:
@@ -686,225 +446,3 @@ def _quiet_hf_bars(quiet: bool):
         return None
     hf_logging.disable_progress_bar()
     return hf_logging.enable_progress_bar
-
-
-# ------------------------------------------------------------------------------------------------ the report
-def metric_value(record: dict, metric: str) -> float | None:
-    """The number `metric` names in a record: a dotted path ('eval.success_rate', 'wall_seconds') or
-    'final.KEY' (KEY of the last training step, e.g. final.success_rate). None when absent or null."""
-    if metric.startswith("final."):
-        steps = record.get("steps") or []
-        value = steps[-1].get(metric[len("final."):]) if steps else None
-    else:
-        value = record
-        for part in metric.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-def _bootstrap(samples: tuple, statistic, confidence: float, n_resamples: int, seed: int) -> tuple[float, float] | None:
-    import inspect
-
-    import numpy as np
-    from scipy.stats import bootstrap
-
-    if any(len(s) < 2 for s in samples):
-        return None
-    if all(np.ptp(s) == 0 for s in samples):  # every resample gives the same statistic
-        value = float(statistic(*(np.asarray(s)[None] for s in samples), axis=-1)[0])
-        return value, value
-    rng = np.random.default_rng(seed)
-    kw = {"rng": rng} if "rng" in inspect.signature(bootstrap).parameters else {"random_state": rng}
-    res = bootstrap(tuple(np.asarray(s, dtype=float) for s in samples), statistic, vectorized=True, paired=False,
-                    confidence_level=confidence, n_resamples=n_resamples, method="percentile", **kw)
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
-
-
-def _mean(x, axis=-1):
-    import numpy as np
-
-    return np.mean(x, axis=axis)
-
-
-def _mean_diff(x, y, axis=-1):
-    import numpy as np
-
-    return np.mean(x, axis=axis) - np.mean(y, axis=axis)
-
-
-def bootstrap_mean_ci(values, confidence: float = 0.95, n_resamples: int = 9999, seed: int = 0):
-    """Percentile-bootstrap interval of the mean of `values` (one per seed); None when fewer than 2."""
-    return _bootstrap((list(values),), _mean, confidence, n_resamples, seed)
-
-
-def bootstrap_diff_ci(a, b, confidence: float = 0.95, n_resamples: int = 9999, seed: int = 0):
-    """Percentile-bootstrap interval of mean(a) − mean(b), a and b resampled independently (different runs); None
-    when either has fewer than 2 values."""
-    return _bootstrap((list(a), list(b)), _mean_diff, confidence, n_resamples, seed)
-
-
-@dataclass
-class Report:
-    """What `report` computed: `cells` (one row per cell) and `differences` (one row per compared pair), each a
-    dict; `markdown()` renders both as tables with a footer; a notebook displays it as Markdown."""
-
-    metric: str
-    axes: list[str]
-    cells: list[dict] = field(default_factory=list)
-    differences: list[dict] = field(default_factory=list)
-    compare: str | None = None
-    by: list[str] = field(default_factory=list)
-    pooled: list[str] = field(default_factory=list)
-    confidence: float = 0.95
-    n_resamples: int = 9999
-    seed: int = 0
-    notes: list[str] = field(default_factory=list)
-
-    def markdown(self) -> str:
-        pct = f"{self.confidence:.0%}"
-        head = self.axes + [f"{self.metric} (mean ± std)", f"{pct} CI of the mean", "seeds"]
-        lines = _table(head, [[_fmt_cell(c["cell"].get(a)) for a in self.axes]
-                              + [f"{_num(c['mean'])} ± {_num(c['std'])}", _ci(c["ci"]), str(c["n"])]
-                              for c in self.cells])
-        if self.compare:
-            lines += ["", f"Differences of {self.metric} between values of {self.compare}"
-                      + (f", within each {', '.join(self.by)}" if self.by else "")
-                      + (f" (pooled over {', '.join(self.pooled)})" if self.pooled else "") + ":", ""]
-            lines += _table(self.by + ["difference", "Δ mean", f"{pct} CI", "verdict"],
-                            [[_fmt_cell(d["context"].get(a)) for a in self.by]
-                             + [f"{d['a']} − {d['b']}", _num(d["diff"], signed=True), _ci(d["ci"], signed=True),
-                                d["verdict"]] for d in self.differences])
-        ns = sorted({c["n"] for c in self.cells})
-        lines += ["", f"Intervals: {pct} percentile bootstrap over seeds (scipy.stats.bootstrap, {self.n_resamples} "
-                      f"resamples, seed {self.seed}); a difference resamples the two cells' seeds independently. "
-                      f"Seeds per cell: {', '.join(map(str, ns))}. With a handful of seeds a bootstrap interval is "
-                      "narrow-biased: it only recombines the values seen and ignores the uncertainty of their spread"
-                      + (" (with 3 seeds the 95% interval of a mean is exactly the range of the 3 values, which "
-                         "holds the true mean only 75% of the time for a symmetric spread: 1 − 2·(1/2)³)"
-                         if 3 in ns else "")
-                      + f". Read \"{NO_DIFFERENCE}\" as: this sweep cannot tell; read a difference as provisional."]
-        lines += [f"Note: {n}" for n in self.notes]
-        return "\n".join(lines)
-
-    def _repr_markdown_(self) -> str:
-        return self.markdown()
-
-    def __str__(self) -> str:
-        return self.markdown()
-
-
-def _table(head: list[str], rows: list[list[str]]) -> list[str]:
-    esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
-    return (["| " + " | ".join(map(esc, head)) + " |", "|" + "|".join(":--" for _ in head) + "|"]
-            + ["| " + " | ".join(map(esc, r)) + " |" for r in rows])
-
-
-def _fmt_cell(v: Any) -> str:
-    return "—" if v is None else str(v)
-
-
-def _num(x: float | None, signed: bool = False) -> str:
-    if x is None:
-        return "n/a"
-    return f"{x:+.3f}" if signed else f"{x:.3f}"
-
-
-def _ci(ci: tuple[float, float] | None, signed: bool = False) -> str:
-    return "n/a (n < 2)" if ci is None else f"[{_num(ci[0], signed)}, {_num(ci[1], signed)}]"
-
-
-def report(records: list[dict], metric: str = "eval.success_rate", compare: str | None = None,
-           by: str | list[str] | None = None, confidence: float = 0.95, n_resamples: int = 9999,
-           seed: int = 0) -> Report:
-    """Per cell: mean ± std of `metric` over seeds, the number of seeds, and a bootstrap interval of the mean; with
-    `compare` (an axis), for each pair of its values: the difference of means and its bootstrap interval, verdict
-    "no difference at this scale" when the interval contains 0.
-
-    The bootstrap is scipy.stats.bootstrap's percentile method (seeded: the same records give the same table), not
-    BCa: with 2-5 seeds BCa's bias and acceleration corrections are estimated from 2-5 jackknife values and are
-    noise, and BCa is undefined when the seeds agree (success 0.0 on every seed is common). A difference is
-    bootstrapped with two independent samples (the cells' runs share nothing), statistic mean(a) − mean(b),
-    vectorized. Fewer than 2 seeds: std and intervals are "n/a". Every interval from a handful of seeds is
-    narrow-biased (see Report.markdown's footer).
-
-    Args:
-        records: sweep records (load_records); records of several base configs (record_base) are told apart by an
-            extra axis `base`.
-        metric: what to summarise (metric_value): 'eval.success_rate', 'eval.mean_turns', 'final.return_mean', ...
-        compare: the axis whose values are differenced pairwise (in the order they first appear).
-        by: axes (a list, or comma-separated) held fixed for the differences: pairs are formed within each of their
-            combinations. Default: every other axis. Axes in neither are pooled (their runs are merged), as noted.
-        confidence, n_resamples, seed: of the bootstrap.
-    Raises:
-        ValueError: no records, no record has the metric, or `compare` / `by` is not an axis of the records.
-    """
-    if not records:
-        raise ValueError("no records to report")
-    axes: list[str] = []
-    for r in records:
-        axes += [k for k in r["cell"] if k not in axes]
-    hashes = list(dict.fromkeys(record_base(r) for r in records))
-    notes = []
-    cell_of = lambda r: {**r["cell"], **({"base": record_base(r)} if len(hashes) > 1 else {})}  # noqa: E731
-    if len(hashes) > 1:
-        axes.append("base")
-        notes.append(f"the records come from {len(hashes)} base configs; column `base` is their hash")
-    groups: dict[str, tuple[dict, list[float], list[int]]] = {}
-    seen: set = set()
-    missing = 0
-    for r in records:
-        k = record_key(r)
-        if k in seen:
-            notes.append(f"a second record of {cell_text(r['cell'])} seed {r['seed']} was ignored")
-            continue
-        seen.add(k)
-        v = metric_value(r, metric)
-        if v is None:
-            missing += 1
-            continue
-        cell = cell_of(r)
-        g = groups.setdefault(cell_key(cell), (cell, [], []))
-        g[1].append(v)
-        g[2].append(r["seed"])
-    if not groups:
-        raise ValueError(f"no record has the metric {metric!r} (e.g. eval.success_rate, final.return_mean)")
-    if missing:
-        notes.append(f"{missing} record(s) have no {metric} and were left out")
-    import numpy as np
-
-    rep = Report(metric, axes, confidence=confidence, n_resamples=n_resamples, seed=seed, notes=notes)
-    for cell, values, seeds in groups.values():
-        rep.cells.append({"cell": cell, "n": len(values), "mean": float(np.mean(values)),
-                          "std": float(np.std(values, ddof=1)) if len(values) > 1 else None,
-                          "ci": bootstrap_mean_ci(values, confidence, n_resamples, seed), "values": values,
-                          "seeds": seeds})
-    if compare is None:
-        return rep
-    by_list = [b.strip() for b in by.split(",")] if isinstance(by, str) else list(by or [])
-    for name in [compare] + by_list:
-        if name not in axes:
-            raise ValueError(f"{name!r} is not an axis of these records (axes: {', '.join(axes) or 'none'})")
-    if compare in by_list:
-        raise ValueError(f"{compare!r} cannot be both compared and held fixed (--by)")
-    by_list = by_list if by is not None else [a for a in axes if a != compare]
-    rep.compare, rep.by, rep.pooled = compare, by_list, [a for a in axes if a != compare and a not in by_list]
-    contexts: dict[str, tuple[dict, dict[str, tuple[Any, list[float]]]]] = {}
-    for cell, values, _ in groups.values():
-        ctx = {a: cell.get(a) for a in by_list}
-        sides = contexts.setdefault(json.dumps(ctx, sort_keys=True, default=str), (ctx, {}))[1]
-        sides.setdefault(json.dumps(cell.get(compare), default=str), (cell.get(compare), []))[1].extend(values)
-    for ctx, sides in contexts.values():
-        for (va, a), (vb, b) in itertools.combinations(sides.values(), 2):
-            ci = bootstrap_diff_ci(a, b, confidence, n_resamples, seed)
-            diff = float(np.mean(a) - np.mean(b))
-            if ci is None:
-                verdict = "n/a (n < 2)"
-            elif ci[0] <= 0 <= ci[1]:
-                verdict = NO_DIFFERENCE
-            else:
-                verdict = f"{va} higher" if diff > 0 else f"{vb} higher"
-            rep.differences.append({"context": ctx, "a": va, "b": vb, "n_a": len(a), "n_b": len(b), "diff": diff,
-                                    "ci": ci, "verdict": verdict})
-    return rep

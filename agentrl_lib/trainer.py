@@ -80,7 +80,7 @@ class Trainer:
 
     Args:
         config: the RunConfig (config.env.games must name a games dir).
-        run_dir: where config.yaml, metrics.jsonl, checkpoints/ and learning_curve.png go.
+        run_dir: where config.yaml, metrics.jsonl and checkpoints/ go (run.run_rl draws learning_curve.png there).
         init: model to start from ('embedded', HF id, dir, SFT output or run dir); default config.model.name.
             It is recorded as model.name in run_dir/config.yaml: the KL reference of a resumed run is that model.
         resume: continue from run_dir's newest complete checkpoint (older ones when it is damaged; step 0 when
@@ -223,7 +223,7 @@ class Trainer:
                 train.max_new_tokens exceed the model's context).
         """
         cfg = self.cfg
-        rows = self._read_metrics()
+        rows = self.rows = self._read_metrics()  # self.rows: what run_rl draws, also after a CollapseError
         self.detector.replay(rows)  # plumbing: a resumed run's detector is in the state the kept rows left it in
         self.last_step = self.start_step
         for step in range(self.start_step, cfg.train.steps):
@@ -252,21 +252,11 @@ class Trainer:
                                                        and not self._nonfinite_streak):  # keep the pre-divergence ones
                 self.save_checkpoint(step + 1)
             if stop:
-                self._plot(rows)
                 raise CollapseError(
                     f"stopped at step {step + 1} (train.stop_on_collapse): {stopping[0].kind}: "
                     f"{stopping[0].message.split(': ', 1)[1]}. Checkpoint {self.last_checkpoint} holds the weights; "
                     f"continue with agentrl train --out {self.run_dir} --resume [--no-stop-on-collapse]")
-        self._plot(rows)
         return rows
-
-    def _plot(self, rows: list[dict]) -> None:
-        """plumbing: run_dir/learning_curve.png from the rows."""
-        from .plots import plot_learning_curves, save_and_close
-
-        if rows and self.is_main:
-            fig = plot_learning_curves(rows, title=f"{self.cfg.algo.label} / {self.cfg.reward.kind}")
-            save_and_close(fig, self.run_dir / "learning_curve.png")
 
     def _check_finite(self, row: dict) -> None:
         """plumbing: count consecutive steps with non-finite updates or metrics; stop after max_nonfinite_steps."""

@@ -5,8 +5,8 @@ Both work without a kernel, as in the static book: the explorer pre-renders one 
 with `jslink` between the ToggleButtons and nested `widgets.Stack`s (a Python callback never runs in a static page:
 ../shared/NOTES.md); the browser renders HTML.
 
-    from agentrl_lib import sweep, widgets
-    widgets.sweep_explorer(sweep.load_records("../results/algo_reward.jsonl"))
+    from agentrl_lib import records, widgets
+    widgets.sweep_explorer(records.load_results("algo_reward"))
 
 Introduced in notebooks/02_reward and 03_policy.
 """
@@ -17,7 +17,7 @@ import io
 from typing import Any, Sequence
 
 DEFAULT_METRICS = ("success_rate", "return_mean", "group_return_std", "entropy")
-"""Per-step keys (sweep.STEP_KEYS) the explorer plots for each cell."""
+"""Per-step keys (records.STEP_KEYS) the explorer plots for each cell."""
 
 
 def _png(fig) -> bytes:
@@ -78,8 +78,8 @@ def sweep_explorer(records: list[dict], metrics: Sequence[str] = DEFAULT_METRICS
     live in JupyterLab and in the static book alike.
 
     Args:
-        records: sweep records (sweep.load_records); every record must have each axis in its cell.
-        metrics: per-step keys of sweep.STEP_KEYS.
+        records: sweep records (records.load_results); every record must have each axis in its cell.
+        metrics: per-step keys of records.STEP_KEYS.
         axes: cell axes to toggle (1 or more), e.g. ("algo", "reward.kind").
     Returns: an ipywidgets.VBox (title, toggles, figures); its `links` attribute lists the jslinks.
     Raises: ValueError when a record lacks an axis or `records` is empty.

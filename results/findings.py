@@ -6,9 +6,10 @@ typed by hand).
 
 tests/test_findings.py fails when the page's table differs from what this prints (re-run with --write after new
 results land); book/build.py also refreshes it in the book it builds. Each row: the finding, the paper's number, ours
-(mean over seeds, n, 95% bootstrap interval of the difference from agentrl_lib.sweep.report), and the verdict: "agrees"
-/ "disagrees" when the interval excludes 0, "no difference at this scale" when it contains 0, "cannot tell yet" when a
-cell has fewer than 2 seeds.
+(mean over seeds, n, 95% bootstrap interval of the difference over the seeds both cells have from
+agentrl_lib.report.difference), and the verdict: "agrees" / "disagrees" when the interval excludes 0, "no difference at
+this scale" when it contains 0, "cannot tell yet" when a cell has fewer than 2 seeds. Results files are read with
+agentrl_lib.records.load_results, a collapse is diagnostics.collapse_step's.
 """
 from __future__ import annotations
 
@@ -19,17 +20,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agentrl_lib.diagnostics import read_alerts  # noqa: E402
-from agentrl_lib.sweep import load_records, report  # noqa: E402
+from agentrl_lib.diagnostics import collapse_step  # noqa: E402
+from agentrl_lib.records import load_results  # noqa: E402
+from agentrl_lib.report import cell, difference  # noqa: E402
 
 PAGE = ROOT / "book" / "findings.md"
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 REGENERATE = "python results/regenerate.py"
-
-
-def _load(name: str) -> list[dict]:
-    path = ROOT / "results" / name
-    return load_records(path) if path.exists() else []
 
 
 def _pct(x: float) -> str:
@@ -37,21 +34,22 @@ def _pct(x: float) -> str:
 
 
 def _difference(records, compare, a, b, where: dict, expect_sign: int) -> tuple[str, str]:
-    """(ours, verdict) for mean(a) − mean(b) of held-out success between two values of `compare` within `where`.
+    """(ours, verdict) for mean(a) − mean(b) of held-out success between two values of `compare` within `where`,
+    over the seeds both cells have (report.difference; the seeds left out are named).
     expect_sign: +1 if the paper found a > b, -1 if a < b, 0 if it found no difference."""
-    chosen = [r for r in records if all(r["cell"].get(k) == v for k, v in where.items())]
-    if not chosen:
+    if not any(all(r["cell"].get(k) == v for k, v in where.items()) for r in records):
         return "not run yet", f"cannot tell yet (`{REGENERATE}`)"
-    rep = report(chosen, compare=compare, by=list(where) or None)
-    means = {c["cell"][compare]: (c["mean"], c["n"]) for c in rep.cells}
-    ours = "; ".join(f"{v} {_pct(means[v][0])} (n={means[v][1]})" if v in means else f"{v} not run"
-                     for v in (a, b))
-    row = next((d for d in rep.differences if {d["a"], d["b"]} == {a, b}), None)
-    if row is None or row["ci"] is None:
-        return ours, "cannot tell yet (fewer than 2 seeds in a cell)"
-    sign = 1 if row["a"] == a else -1
-    diff, lo, hi = sign * row["diff"], *sorted(sign * x for x in row["ci"])
+    ca, cb = (cell(records, **where, **{compare: v}) for v in (a, b))
+    ours = "; ".join(f"{v} {_pct(c.mean)} (n={c.n})" if c.n else f"{v} not run" for v, c in ((a, ca), (b, cb)))
+    d = difference(ca, cb)
+    if d.ci is None:
+        return ours, ("cannot tell yet (fewer than 2 seeds in a cell)" if min(ca.n, cb.n) < 2 else
+                      "cannot tell yet (fewer than 2 seeds common to both cells)")
+    diff, (lo, hi) = d.diff, d.ci
     ours += f"; Δ {100 * diff:+.0f} pts [{100 * lo:+.0f}, {100 * hi:+.0f}]"
+    if d.dropped_a or d.dropped_b:
+        left = [f"{v} seed {s}" for v, seeds in ((a, d.dropped_a), (b, d.dropped_b)) for s in seeds]
+        ours += f" over the {d.n} seeds both have (left out: {', '.join(left)})"
     if lo <= 0 <= hi:
         return ours, "no difference at this scale" + (" (agrees)" if expect_sign == 0 else "")
     return ours, "agrees" if (diff > 0) == (expect_sign > 0) and expect_sign != 0 else "disagrees"
@@ -59,13 +57,12 @@ def _difference(records, compare, a, b, where: dict, expect_sign: int) -> tuple[
 
 def _collapse(records) -> tuple[str, str]:
     """RAGEN's Echo Trap signature in the training curves, by the library's one definition: the run raised the
-    collapse detector's `reward_std_collapse` alert (diagnostics.CollapseDetector: the within-group return std at
+    collapse detector's `reward_std_collapse` alert (diagnostics.collapse_step: the within-group return std at
     most 0.05 for 5 consecutive steps while training success is below 0.9; records written before the detector
     existed are replayed through it)."""
     if not records:
         return "not run yet", f"cannot tell yet (`{REGENERATE}`)"
-    steps = [next((a["step"] for a in read_alerts(r) if a["kind"] == "reward_std_collapse"), None) for r in records]
-    fired = sorted(s for s in steps if s is not None)
+    fired = sorted(s for s in map(collapse_step, records) if s is not None)
     where = f" (steps {fired[0]}-{fired[-1]})" if fired else ""
     return (f"{len(fired)} of {len(records)} runs raised the reward-std collapse alert{where}: group return std "
             "<= 0.05 for 5 steps before success converged", "agrees (a collapse is seen)" if fired else
@@ -74,10 +71,10 @@ def _collapse(records) -> tuple[str, str]:
 
 def findings_table() -> str:
     """The Markdown table (finding · paper · ours · verdict), from results/*.jsonl."""
-    main = _load("algo_reward.jsonl")
-    split = _load("sft_rl_split.jsonl")
-    complexity = _load("complexity.jsonl")
-    stability = _load("stability.jsonl")
+    main = load_results("algo_reward")
+    split = load_results("sft_rl_split")
+    complexity = load_results("complexity")
+    stability = load_results("stability")
     rows = []
     for finding, paper, args in [
         ("PPO (critic, GAE) beats GRPO, dense reward", "PPO 88% vs GRPO ≈ base (1.5B, cooking)",
@@ -105,7 +102,7 @@ def findings_table() -> str:
         ours, verdict = (_difference(stability, compare, a, b, where, sign) if stability else
                          ("not run yet", f"cannot tell yet (`{REGENERATE} stability`)"))
         rows.append((finding, paper, ours, verdict, "05_stability"))
-    long = _load("stability_long.jsonl")  # the 25-step GRPO run: the 10-step runs drift but are too short to close
+    long = load_results("stability_long")  # the 25-step GRPO run: the 10-step runs drift but are too short to close
     ours, verdict = (_collapse(stability + long) if stability else
                      ("not run yet", f"cannot tell yet (`{REGENERATE} stability`)"))
     rows.append(("Echo Trap on the bandit", "RAGEN: group reward std falls before reward, collapse", ours, verdict,
@@ -126,7 +123,7 @@ def findings_table() -> str:
               "SFT:RL split, complexity, bandit stability) "
               f"on {', '.join(devices) or 'no device yet'}; {secs / 60:.0f} min of training in total "
               "(Σ train_seconds). "
-              "Intervals: 95% percentile bootstrap over seeds (agentrl_lib.sweep.report)."]
+              "Intervals: 95% percentile bootstrap over seeds (agentrl_lib.report)."]
     return "\n".join(lines)
 
 

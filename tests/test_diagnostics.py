@@ -20,6 +20,7 @@ from agentrl_lib.diagnostics import (
     CollapseDetector,
     CollapseError,
     alerts_markdown,
+    collapse_step,
     detect,
     input_dependence,
     read_alerts,
@@ -244,6 +245,26 @@ def test_replayed_on_the_real_runs_it_fires_on_the_5_collapses_and_not_on_the_2_
     assert len(took_off) == 2 and all(detect(r, std_floor=0.3) for r in took_off)
 
 
+def test_collapse_step_is_the_first_reward_std_collapse_alert_of_any_source(tmp_path):
+    """The library's one collapse rule, on a sweep record, its rows, a run dir and a metrics.jsonl file; the 5 real
+    collapses and not the 2 runs that took off; negative control: a converged run (zero spread at success 1) and an
+    earlier alert of another kind are not a collapse."""
+    records = _records()
+    steps = {(r["cell"]["algo"], r["cell"]["reward.kind"], r["seed"]): collapse_step(r) for r in records}
+    assert steps == EXPECTED
+    r = next(r for r in records if EXPECTED[(r["cell"]["algo"], r["cell"]["reward.kind"], r["seed"])])
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in r["steps"]))
+    assert collapse_step(r["steps"]) == collapse_step(run) == collapse_step(run / "metrics.jsonl") == collapse_step(r)
+    assert collapse_step(str(run / "metrics.jsonl")) == collapse_step(r)
+    won = [{"step": i, "group_return_std": 0.0, "success_rate": 1.0} for i in range(1, 9)]
+    assert collapse_step(won) is None and collapse_step([{**x, "success_rate": 0.0} for x in won]) == 5
+    spike = {"step": 2, "kind": "grad_norm_spike", "message": "", "evidence": {}}
+    assert collapse_step([{"step": 1, "alerts": []}, {"step": 2, "alerts": [spike]}]) is None
+    assert collapse_step(tmp_path / "nothing") is None
+
+
 def test_alerts_markdown_replays_records_written_before_the_detector():
     records = _records()
     collapsed = next(r for r in records if r["cell"]["algo"] == "grpo")
@@ -333,7 +354,7 @@ def test_trainer_logs_alerts_and_stop_on_collapse_stops_resumably(tiny_model_dir
     msg = str(err.value)
     assert "\n" not in msg and "stopped at step 2" in msg and "--resume" in msg and "step_000002" in msg
     assert cli.is_user_error(err.value)  # the CLI prints it as one line
-    assert (run / "checkpoints" / "step_000002").is_dir() and (run / "learning_curve.png").is_file()
+    assert (run / "checkpoints" / "step_000002").is_dir()  # run_rl draws the curves of a stopped run: test_run.py
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
     t = _trainer(_config(games, 3, stop=True), run, tiny_model_dir, resume=True)
     try:

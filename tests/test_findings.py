@@ -41,6 +41,23 @@ def test_verdicts_follow_the_interval(ppo, grpo, sign, verdict):
     assert got.startswith(verdict)
 
 
+def test_a_difference_uses_the_seeds_both_cells_have_and_names_the_rest():
+    """ppo's seed 3 has no grpo partner: the Δ is over seeds 0-2 and the row says so; negative control: with the same
+    seeds nothing is named."""
+    recs = _recs({("ppo", "dense"): [0.8, 0.9, 0.85, 0.0], ("grpo", "dense"): [0.1, 0.2, 0.15]})
+    ours, verdict = findings._difference(recs, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)
+    assert "ppo 64% (n=4)" in ours and "Δ +70 pts" in ours and ours.endswith("over the 3 seeds both have "
+                                                                                "(left out: ppo seed 3)")
+    assert verdict == "agrees"
+    same = _recs({("ppo", "dense"): [0.8, 0.9, 0.85], ("grpo", "dense"): [0.1, 0.2, 0.15]})
+    assert "left out" not in findings._difference(same, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)[0]
+    apart = _recs({("ppo", "dense"): [0.8, 0.9], ("grpo", "dense"): [0.1, 0.2]})
+    for r in apart[2:]:
+        r["seed"] += 2  # grpo ran seeds 2 and 3 only
+    assert findings._difference(apart, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)[1] == \
+        "cannot tell yet (fewer than 2 seeds common to both cells)"
+
+
 def test_collapse_counts_runs_stuck_at_zero_spread():
     recs = _recs({("ppo", "dense"): [0.0, 0.5], ("grpo", "dense"): [0.0]})
     ours, verdict = findings._collapse(recs)

@@ -26,7 +26,7 @@ from typing import Callable
 
 import pytest
 
-from agentrl_lib import sweep
+from agentrl_lib import records, sweep
 from agentrl_lib.cli import main
 from agentrl_lib.envs import get_family
 
@@ -424,9 +424,9 @@ def test_alfworld_generation_stops_with_the_one_reason_every_candidate_fails(tmp
 # ------------------------------------------------------------------------------------------------ report | head
 @pytest.mark.subprocess
 def test_report_into_a_closed_pipe_exits_quietly(tmp_path):
-    records = [{"cell": {"algo.advantage": a, "x": i}, "seed": 0, "base_hash": "b", "config": {},
-                "eval": {"success_rate": 0.1 * (i % 7)}} for i in range(2000) for a in ("gae", "grpo")]
-    (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    recs = [{"cell": {"algo.advantage": a, "x": i}, "seed": 0, "base_hash": "b", "config": {},
+             "eval": {"success_rate": 0.1 * (i % 7)}} for i in range(2000) for a in ("gae", "grpo")]
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     script = Path(sys.executable).parent / "agentrl"
     cmd = [str(script)] if script.is_file() else [sys.executable, "-m", "agentrl_lib.cli"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
@@ -500,7 +500,7 @@ def test_a_record_that_cannot_be_written_is_one_line_and_recorded_later(sweep_se
     def full(path, record):
         raise OSError(errno.ENOSPC, "No space left on device")  # as os.write reports it: no file named
     monkeypatch.setattr(sweep, "append_record", full)
-    with pytest.raises(sweep.ResultsFileError) as e:
+    with pytest.raises(records.ResultsFileError) as e:
         _sweep(sweep_setup)
     msg = str(e.value)
     assert str(sweep_setup["out"]) in msg and "No space left on device" in msg and "run the same command again" in msg

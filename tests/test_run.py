@@ -73,6 +73,47 @@ def test_ctrl_c_closes_the_trainer_and_says_where(monkeypatch, tmp_path):
     assert "--resume" in str(e.value)
 
 
+@pytest.mark.parametrize("ending", ["finished", "collapse", "diverged", "no rows"])
+def test_run_rl_draws_the_learning_curves_after_training(monkeypatch, tmp_path, ending):
+    """The trainer does not plot: run_rl draws run_dir/learning_curve.png from the trainer's rows once training
+    returned, or stopped on a collapse (train.stop_on_collapse), before closing the trainer; a run that failed
+    otherwise (negative control: divergence) or trained no step gets no figure, as before."""
+    from agentrl_lib.diagnostics import CollapseError
+    from agentrl_lib.trainer import DivergenceError
+
+    events = []
+
+    class Stub:
+        cfg, is_main, last_checkpoint, metrics_path = RunConfig(), True, None, "metrics.jsonl"
+
+        def __init__(self, config, run_dir, **k):
+            self.run_dir, self.rows = tmp_path / "run", []
+            self.run_dir.mkdir()
+
+        def train(self):
+            if ending != "no rows":
+                self.rows = [{"step": s, "success_rate": 0.5, "return_mean": 0.1} for s in (1, 2)]
+            if ending == "collapse":
+                raise CollapseError("stopped at step 2")
+            if ending == "diverged":
+                raise DivergenceError("training diverged")
+            return self.rows
+
+        def close(self):
+            events.append(("close", (self.run_dir / "learning_curve.png").exists()))
+
+    monkeypatch.setattr(trainer_mod, "Trainer", Stub)
+    drawn = ending in ("finished", "collapse")
+    if ending in ("collapse", "diverged"):
+        with pytest.raises((CollapseError, DivergenceError)):
+            run.run_rl(RunConfig(), tmp_path / "run")
+    else:
+        run.run_rl(RunConfig(), tmp_path / "run")
+    assert events == [("close", drawn)], "drawn before the trainer is closed (under the run lock), as before"
+    if drawn:
+        assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 1000
+
+
 def test_cli_train_calls_run_rl_with_the_built_config(monkeypatch, tmp_path, cooking_games, capsys):
     calls = []
 

@@ -1,14 +1,13 @@
-"""`agentrl sweep` / `agentrl report` (agentrl_lib/sweep.py): grid parsing and its one-line errors, records written
-by the real run_rl with a tiny model on scripted games, skipping recorded runs, resuming after Ctrl-C, the report's
-means and bootstrap intervals (with a negative control), and a results file whose last write was cut short."""
+"""`agentrl sweep` (agentrl_lib/sweep.py): grid parsing and its one-line errors, records written by the real run_rl
+with a tiny model on scripted games, skipping recorded runs, resuming after Ctrl-C, tags and extra evaluations, and
+`agentrl report` on what a sweep wrote. The results file: tests/test_records.py, the numbers: tests/test_report.py."""
 import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pytest
 
-from agentrl_lib import cli, sweep
+from agentrl_lib import cli, records, report, sweep
 from agentrl_lib import run as run_mod
 from agentrl_lib import trainer as trainer_mod
 from agentrl_lib.config import ConfigError, RunConfig
@@ -94,18 +93,18 @@ def test_sweep_writes_one_record_per_run_and_skips_recorded_runs(tiny_model_dir,
     out, runs = tmp_path / "results" / "s.jsonl", tmp_path / "runs"
     grid = ["algo.advantage=grpo,rloo", "reward.kind=sparse"]
     figures = plt.get_fignums()
-    records = sweep.run_sweep(sweep_base(games), grid, "0,1", out, runs_dir=runs, init=tiny_model_dir, progress=True)
+    written = sweep.run_sweep(sweep_base(games), grid, "0,1", out, runs_dir=runs, init=tiny_model_dir, progress=True)
     assert plt.get_fignums() == figures, "each run's learning-curve figure is closed once saved (no leak per run)"
     lines = [json.loads(x) for x in out.read_text().splitlines()]
-    assert lines == records and len(lines) == 4  # 2 × 1 cells × 2 seeds
+    assert lines == written and len(lines) == 4  # 2 × 1 cells × 2 seeds
     assert [(r["cell"]["algo.advantage"], r["seed"]) for r in lines] == [("grpo", 0), ("grpo", 1), ("rloo", 0),
                                                                          ("rloo", 1)]
     for r in lines:
-        assert tuple(r) == sweep.RECORD_KEYS
+        assert tuple(r) == records.RECORD_KEYS
         assert r["cell"] == {"algo.advantage": r["config"]["algo"]["advantage"], "reward.kind": "sparse"}
         assert r["config"]["train"]["seed"] == r["seed"] and r["config"]["model"]["name"] == tiny_model_dir
-        assert [tuple(s) for s in r["steps"]] == [sweep.STEP_KEYS] and r["steps"][0]["step"] == 1
-        assert set(r["eval"]) == set(sweep.EVAL_KEYS) | {"per_game"} and r["eval"]["n_games"] == 2
+        assert [tuple(s) for s in r["steps"]] == [records.STEP_KEYS] and r["steps"][0]["step"] == 1
+        assert set(r["eval"]) == set(records.EVAL_KEYS) | {"per_game"} and r["eval"]["n_games"] == 2
         assert all(isinstance(g, str) and isinstance(w, bool) and isinstance(t, int)
                    for g, w, t in r["eval"]["per_game"])
         assert 0.0 <= r["eval"]["success_rate"] <= 1.0 and r["wall_seconds"] > 0 and r["train_seconds"] > 0
@@ -119,7 +118,7 @@ def test_sweep_writes_one_record_per_run_and_skips_recorded_runs(tiny_model_dir,
     # the same sweep again: every run is recorded, nothing runs
     again = sweep.run_sweep(sweep_base(games), grid, [0, 1], out, runs_dir=runs, init=tiny_model_dir, progress=False,
                             run=lambda *a, **k: pytest.fail("a recorded run ran again"))
-    assert again == records and len(out.read_text().splitlines()) == 4
+    assert again == written and len(out.read_text().splitlines()) == 4
     # another base config is another experiment: its runs are not the recorded ones
     changed = sweep_base(games)
     changed.train.lr = 1e-4
@@ -159,11 +158,11 @@ def test_interrupted_sweep_resumes_the_half_finished_run(tiny_model_dir, tmp_pat
     assert len(out.read_text().splitlines()) == 1
     assert (runs / "reward.kind=dense-s0" / "checkpoints" / "latest").read_text() == "step_000001"
 
-    records = sweep.run_sweep(*args, runs_dir=runs, init=tiny_model_dir, run=run, progress=False)
+    written = sweep.run_sweep(*args, runs_dir=runs, init=tiny_model_dir, run=run, progress=False)
     assert calls == [("reward.kind=sparse-s0", False), ("reward.kind=dense-s0", False),
                      ("reward.kind=dense-s0", True)]
-    assert [r["cell"]["reward.kind"] for r in records] == ["sparse", "dense"]
-    assert [s["step"] for s in records[1]["steps"]] == [1, 2] and records[1]["resumed"] is True
+    assert [r["cell"]["reward.kind"] for r in written] == ["sparse", "dense"]
+    assert [s["step"] for s in written[1]["steps"]] == [1, 2] and written[1]["resumed"] is True
     assert len(out.read_text().splitlines()) == 2
 
 
@@ -187,8 +186,8 @@ def test_stub_interrupt_on_second_call_then_complete(tmp_path):
     listed = []
     sweep.run_sweep(*args, runs_dir=runs, run=run, progress=False, dry_run=True, warn=listed.append)
     assert [x.split()[0] for x in listed[1:]] == ["recorded", "resume", "new", "new"] and len(calls) == 2
-    records = sweep.run_sweep(*args, runs_dir=runs, run=run, progress=False)
-    assert calls[2] == ("algo.advantage=grpo-s1", True) and len(calls) == 5 and len(records) == 4
+    written = sweep.run_sweep(*args, runs_dir=runs, run=run, progress=False)
+    assert calls[2] == ("algo.advantage=grpo-s1", True) and len(calls) == 5 and len(written) == 4
     assert len(out.read_text().splitlines()) == 4
     # a run dir holding a run of another config is refused by name, not resumed
     other = sweep_base(games)
@@ -224,7 +223,7 @@ def test_a_record_written_before_a_config_field_existed_still_counts(tmp_path):
     listed = []
     sweep.run_sweep(*args, runs_dir=tmp_path / "runs", run=run, progress=False, dry_run=True, warn=listed.append)
     assert [x.split()[0] for x in listed[1:]] == ["recorded", "new"]
-    assert len({sweep.record_base(r) for r in recs}) == 2   # the report tells the two bases apart
+    assert len({records.record_base(r) for r in recs}) == 2   # the report tells the two bases apart
 
 
 def test_committed_stability_records_are_the_runs_regenerate_plans():
@@ -243,9 +242,9 @@ def test_committed_stability_records_are_the_runs_regenerate_plans():
     base = dataclasses.replace(base, model=dataclasses.replace(base.model, name=init))
     for name, grids in [("stability.jsonl", [*regen.STABILITY_SWEEPS, regen.STABILITY_LAST, regen.STABILITY_MORE]),
                         ("stability_long.jsonl", [regen.STABILITY_LONG])]:
-        planned = {(sweep.cell_key(p.cell), p.seed, sweep.base_key(p.config, p.cell))
+        planned = {(records.cell_key(p.cell), p.seed, records.base_key(p.config, p.cell))
                    for g in grids for p in sweep.plan_sweep(base, sweep.parse_grid(g), [0, 1, 2], "runs")}
-        recorded = {sweep.record_key(r) for r in sweep.load_records(root / "results" / name)}
+        recorded = {records.record_key(r) for r in records.load_records(root / "results" / name)}
         assert recorded and recorded <= planned, f"{name}: records the plan would not find: {recorded - planned}"
 
 
@@ -272,99 +271,7 @@ def test_cli_sweep_then_report_and_ctrl_c_says_how_to_resume(tmp_path, monkeypat
     assert cli.main(["report", str(out), "--compare", "algo"]) == 0
     table = capsys.readouterr().out
     assert "| algo | eval.success_rate (mean ± std) |" in table and "| grpo − rloo |" in table
-    assert f"| {sweep.NO_DIFFERENCE} |" in table  # every run of the stub scores 0.5
-
-
-# ------------------------------------------------------------------------------------------------ the report
-def _rec(cell, seed, value, base_hash="b0"):
-    return {"cell": cell, "seed": seed, "base_hash": base_hash, "eval": {"success_rate": value},
-            "steps": [{"step": 1, "return_mean": value / 2}]}
-
-
-def _records(samples: dict[tuple, list[float]]):
-    return [_rec({"algo.advantage": algo, "reward.kind": kind}, s, v)
-            for (algo, kind), values in samples.items() for s, v in enumerate(values)]
-
-
-def test_report_means_std_and_intervals():
-    rep = sweep.report(_records({("gae", "dense"): [0.2, 0.4, 0.6], ("grpo", "dense"): [0.5]}))
-    gae, grpo = rep.cells
-    assert gae["n"] == 3 and gae["mean"] == pytest.approx(0.4) and gae["std"] == pytest.approx(0.2)
-    assert gae["ci"] == pytest.approx((0.2, 0.6)), "3 seeds: the 95% percentile interval is the range (narrow-biased)"
-    assert grpo["n"] == 1 and grpo["std"] is None and grpo["ci"] is None
-    md = rep.markdown()
-    assert "| gae | dense | 0.400 ± 0.200 |" in md and "| 0.500 ± n/a | n/a (n < 2) | 1 |" in md
-    assert "narrow-biased" in md and "75%" in md
-    assert sweep.report(_records({("gae", "dense"): [0.2, 0.4]}), metric="final.return_mean").cells[0]["mean"] == \
-        pytest.approx(0.15)
-    assert sweep.report(_records({("gae", "dense"): [0.2, 0.4]})).markdown() == \
-        sweep.report(_records({("gae", "dense"): [0.2, 0.4]})).markdown(), "seeded: the same table twice"
-
-
-def test_report_difference_interval_contains_the_true_difference():
-    rng = np.random.default_rng(0)
-    a, b = (0.5 + 0.05 * rng.standard_normal(30)).tolist(), (0.3 + 0.05 * rng.standard_normal(30)).tolist()
-    rep = sweep.report(_records({("gae", "dense"): a, ("grpo", "dense"): b}), compare="algo.advantage")
-    (d,) = rep.differences
-    assert d["ci"][0] < 0.2 < d["ci"][1] and d["diff"] == pytest.approx(np.mean(a) - np.mean(b))
-    assert d["verdict"] == "gae higher" and d["context"] == {"reward.kind": "dense"}
-
-
-@pytest.mark.parametrize("a,b,different", [
-    ([0.8, 0.85, 0.9], [0.1, 0.15, 0.2], True),      # far apart
-    ([0.2, 0.5, 0.8], [0.3, 0.6, 0.7], False),       # overlapping
-    ([0.3, 0.5, 0.7], [0.3, 0.5, 0.7], False),       # negative control: identical samples
-    ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], False),       # every seed at 0 (BCa would be undefined here)
-    ([1.0, 1.0, 1.0], [0.0, 0.0, 0.0], True),
-])
-def test_report_says_no_difference_only_when_the_interval_contains_zero(a, b, different):
-    rep = sweep.report(_records({("gae", "sparse"): a, ("rloo", "sparse"): b}), compare="algo.advantage",
-                       by="reward.kind")
-    (d,) = rep.differences
-    assert (d["verdict"] != sweep.NO_DIFFERENCE) == different
-    assert (d["ci"][0] <= 0 <= d["ci"][1]) == (not different)
-    assert (f"| {sweep.NO_DIFFERENCE} |" in rep.markdown()) == (not different)
-
-
-def test_report_pairs_within_each_by_value_and_refuses_unknown_axes():
-    samples = {(algo, kind): [0.1, 0.2, 0.3] for algo in ("gae", "grpo", "rloo") for kind in ("sparse", "dense")}
-    rep = sweep.report(_records(samples), compare="algo.advantage", by="reward.kind")
-    assert len(rep.differences) == 2 * 3 and rep.pooled == []
-    assert {d["context"]["reward.kind"] for d in rep.differences} == {"sparse", "dense"}
-    assert [(d["a"], d["b"]) for d in rep.differences[:3]] == [("gae", "grpo"), ("gae", "rloo"), ("grpo", "rloo")]
-    pooled = sweep.report(_records(samples), compare="algo.advantage", by=[])
-    assert len(pooled.differences) == 3 and pooled.pooled == ["reward.kind"] and pooled.differences[0]["n_a"] == 6
-    assert "pooled over reward.kind" in pooled.markdown()
-    with pytest.raises(ValueError, match="'train.lr' is not an axis"):
-        sweep.report(_records(samples), compare="train.lr")
-    with pytest.raises(ValueError, match="no record has the metric"):
-        sweep.report(_records(samples), metric="eval.nope")
-
-
-# ------------------------------------------------------------------------------------------------ the file
-def test_a_cut_last_line_is_reported_once_and_ignored(tmp_path, capsys):
-    out = tmp_path / "r.jsonl"
-    recs = _records({("gae", "dense"): [0.2, 0.4]})
-    for r in recs:
-        sweep.append_record(out, r)
-    with out.open("a") as f:
-        f.write(json.dumps(_rec({"algo.advantage": "gae"}, 2, 0.6))[:25])  # a write cut short
-    warnings = []
-    assert sweep.load_records(out, warnings.append) == recs
-    assert len(warnings) == 1 and "line 3 is damaged" in warnings[0] and "\n" not in warnings[0]
-    assert cli.main(["report", str(out)]) == 0
-    captured = capsys.readouterr()
-    assert captured.err.strip().count("\n") == 0 and "line 3 is damaged" in captured.err
-    assert "| gae | dense | 0.300 ± 0.141 |" in captured.out
-    # the next append drops the cut line first, so every line of the file is a record again
-    sweep.append_record(out, recs[0])
-    assert [json.loads(x) for x in out.read_text().splitlines()] == recs + recs[:1]
-    # a damaged line before the last was not written by a sweep: refused, by line number
-    out.write_text("{oops\n" + out.read_text())
-    with pytest.raises(sweep.ResultsFileError, match="line 1 is not a sweep record"):
-        sweep.load_records(out)
-    assert cli.main(["report", str(out)]) == 2
-    assert "line 1 is not a sweep record" in capsys.readouterr().err
+    assert f"| {report.NO_DIFFERENCE} |" in table  # every run of the stub scores 0.5
 
 
 # ------------------------------------------------------------------------------------------------ tags, extra evals
@@ -383,7 +290,7 @@ def test_tags_label_cells_and_extra_evals_are_recorded(tiny_model_dir, tmp_path,
     assert rec["cell"] == {"sft.demos": 12, "level": "w2", "reward.kind": "sparse"}
     assert rec["run_dir"].endswith("sft.demos=12_level=w2_reward.kind=sparse-s0")
     assert set(rec["evals"]) == {"hard"} and rec["evals"]["hard"]["n_games"] == 2
-    assert sweep.metric_value(rec, "evals.hard.success_rate") is not None
+    assert report.metric_value(rec, "evals.hard.success_rate") is not None
     # another tag value is another run, not the recorded one
     calls = []
     sweep.run_sweep(sweep_base(games), ["reward.kind=sparse"], [0], out, runs_dir=tmp_path / "runs", progress=False,
@@ -403,29 +310,6 @@ def test_tag_named_like_a_config_field_or_bad_extra_eval_is_refused(tmp_path):
     for spec, named in [("hard", "NAME=DIR"), ("hard=g@0", "positive integer"), ("a b=g", "NAME=DIR")]:
         with pytest.raises(ConfigError, match=named):
             sweep.parse_extra_evals([spec])
-
-
-@pytest.mark.parametrize("locked", [True, False])
-def test_parallel_sweeps_wait_for_the_results_lock(tmp_path, monkeypatch, locked):
-    """Sweeps run in parallel into one file (one process per seed on a GPU machine) append under a lock; negative
-    control: without the lock, an append goes through while another writer holds the file."""
-    import contextlib
-    import threading
-    import time
-
-    out = tmp_path / "r.jsonl"
-    if not locked:
-        monkeypatch.setattr(sweep, "_results_lock", lambda path: contextlib.nullcontext())
-    lock = sweep._results_lock(out)
-    lock.__enter__()  # another writer holds the file
-    t = threading.Thread(target=sweep.append_record, args=(out, _rec({"a": 1}, 0, 0.5)))
-    t.start()
-    time.sleep(0.5)
-    written_while_held = out.exists() and out.read_text() != ""
-    lock.__exit__(None, None, None)
-    t.join(5)
-    assert written_while_held is (not locked)
-    assert len(out.read_text().splitlines()) == 1
 
 
 @pytest.mark.trains

@@ -112,8 +112,9 @@ def test_scalars_keep_numbers_only():
 
 
 def test_report_to_is_not_part_of_a_sweep_identity():
-    """Turning TensorBoard on in a sweep's base config does not make it redo recorded runs (sweep.EXECUTION_FIELDS)."""
-    from agentrl_lib.sweep import base_key
+    """Turning TensorBoard on in a sweep's base config does not make it redo recorded runs
+    (records.EXECUTION_FIELDS)."""
+    from agentrl_lib.records import base_key
 
     on = RunConfig(train=TrainConfig(report_to="tensorboard"))
     assert base_key(on, {}) == base_key(RunConfig(), {})

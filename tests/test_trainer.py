@@ -302,7 +302,7 @@ def test_checkpoint_resume_continues_the_run(tiny_model_dir, tmp_path):
     assert [r["step"] for r in rows] == [1, 2] and "partial" not in rows[-1]
     assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
     assert (run / "checkpoints" / "latest").read_text() == "step_000002"
-    assert (run / "learning_curve.png").stat().st_size > 1000
+    assert not (run / "learning_curve.png").exists(), "the trainer does not plot: run_rl draws the curves"
 
 
 @pytest.mark.trains

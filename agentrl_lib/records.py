@@ -1,0 +1,319 @@
+"""Sweep records: what one finished run of a sweep leaves in a results file (one JSON line), how a record is
+identified (its cell, seed and base config), and the results file itself (read, appended under a lock).
+
+    records = load_results("algo_reward")                # results/algo_reward.jsonl ([] while not committed)
+    done = {record_key(r) for r in load_records("results/reward.jsonl")}
+
+A crash can only cut the last line of a results file short: every record is appended as one write of the whole line
+(append_record); load_records ignores such a line with a warning and refuses any other damaged line. The numbers of
+the records are summarised by agentrl_lib/report.py; agentrl_lib/sweep.py writes them.
+
+Introduced in the chapters' experiments (notebooks/02_reward, 03_policy, 04_sft_then_rl).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import platform
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+from .checkpoint import atomic_write_text, read_metrics
+from .config import ALGO_PRESETS, SECTIONS, RunConfig
+
+PRESET_AXIS = "algo"
+"""A grid axis named `algo` takes preset names (config.ALGO_PRESETS: ppo, grpo, rloo, starpo_s, ...) and sets their
+fields."""
+STEP_KEYS = ("step", "success_rate", "return_mean", "group_return_std", "invalid_rate", "entropy", "kl_ref",
+             "approx_kl", "mean_turns", "zero_std_group_frac", "grad_norm", "response_length", "repetition_rate",
+             "input_dependence", "alerts")
+"""The metrics.METRICS keys of each training step kept in a record's "steps" (the run dir's metrics.jsonl has all);
+the Echo-Trap diagnostics and the collapse detector's `alerts` among them (diagnostics.py; records written before
+they existed lack them, and diagnostics.read_alerts replays those)."""
+EVAL_KEYS = ("success_rate", "mean_turns", "invalid_rate", "mean_score_frac", "n_games", "env_errors")
+"""The evaluate() keys kept in a record's "eval", beside per_game: [[game, won, turns], ...]."""
+RECORD_KEYS = ("cell", "seed", "base_hash", "config", "commit", "device", "machine", "started", "finished",
+               "wall_seconds", "train_seconds", "resumed", "run_dir", "steps", "eval", "evals")
+"""The keys of every record (one JSON line of a results file). wall_seconds: this call of the run function (training
+that resumed after a stop + evaluation); train_seconds: Σ step_seconds over every training step, also those before a
+stop (the compute a run cost); resumed: whether it continued a half-finished run (or was recorded from a finished
+run's dir, finished_run); evals: {name: eval} of the extra game sets (run_sweep's extra_evals, e.g. harder games), {}
+without them."""
+SIGNIFICANT_DIGITS = 5
+"""Floats in "steps" are rounded to this many significant digits (keeps a results file at kilobytes)."""
+RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
+"""The checkout's results/ (beside agentrl_lib/): where load_results finds a results file by name."""
+EXECUTION_FIELDS = ("train.max_tokens_per_microbatch", "train.gradient_checkpointing", "train.report_to")
+"""Config fields that change how a run is computed or reported, not what it computes (peak memory, the same update up
+to float rounding, tests/test_update.py; TensorBoard files): base_key leaves them out and a half-finished run may
+resume with them changed, so a machine with less memory can finish a sweep begun on another."""
+
+
+class ResultsFileError(ValueError):
+    """A results file has a damaged line other than the last (the last one is a write cut short: ignored)."""
+
+
+# ------------------------------------------------------------------------------------------------ identity
+def cell_text(cell: dict[str, Any]) -> str:
+    """'algo.advantage=gae reward.kind=sparse' ('base' for the empty cell)."""
+    return " ".join(f"{k}={v}" for k, v in cell.items()) or "base"
+
+
+def cell_key(cell: dict[str, Any]) -> str:
+    """The cell as canonical JSON (sorted keys): what records are matched on, with the seed and the base hash."""
+    return json.dumps(cell, sort_keys=True)
+
+
+def base_key(config: RunConfig | dict, cell: dict) -> str:
+    """12 hex digits naming the base config of one run: the sha256 of the run config's fields that differ from
+    their defaults, leaving out the fields its cell sets (its grid axes, the fields of an `algo` preset axis),
+    train.seed and EXECUTION_FIELDS. Two runs of one sweep share it; so do a record and the same run planned by a
+    later library version: a field added since the record was written is absent from its config and counts as its
+    default (new fields default to the behaviour before them). A record is "done" on (cell, seed, base_key).
+
+    Args: config: a RunConfig or a record's "config" dict (legacy keys upgraded).  cell: the run's cell.
+    Raises: ConfigError if the dict is not a valid config.
+    """
+    data = config.to_dict() if isinstance(config, RunConfig) else RunConfig.from_dict(config).to_dict()
+    defaults = {name: dataclasses.asdict(cls()) for name, cls in SECTIONS.items()}
+    skip = {k for k in cell if "." in k} | {"train.seed", *EXECUTION_FIELDS}
+    if PRESET_AXIS in cell and cell[PRESET_AXIS] in ALGO_PRESETS:
+        skip |= {f"algo.{k}" for k in ALGO_PRESETS[cell[PRESET_AXIS]]}
+    kept = {f"{sec}.{k}": v for sec, vals in data.items() for k, v in vals.items()
+            if f"{sec}.{k}" not in skip and v != defaults[sec][k]}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def record_base(record: dict) -> str:
+    """The base_key of a record, from its stored config and cell (its stored `base_hash` when it has no config,
+    e.g. a hand-made record)."""
+    if isinstance(record.get("config"), dict):
+        return base_key(record["config"], record["cell"])
+    return record["base_hash"]
+
+
+def record_key(record: dict) -> tuple[str, int, str]:
+    """(cell as canonical JSON, seed, base key): a run is done when a record with this key exists (record_base:
+    computed from the record's config, so records stay valid when the library gains config fields)."""
+    return cell_key(record["cell"]), int(record["seed"]), record_base(record)
+
+
+# ------------------------------------------------------------------------------------------------ the results file
+def results_path(name_or_path: str | Path) -> Path:
+    """A results file: a bare name ('algo_reward' or 'algo_reward.jsonl', no directory) is results/NAME.jsonl of
+    this checkout (RESULTS_DIR); a Path or a string with a directory is taken as it is."""
+    if isinstance(name_or_path, str) and "/" not in name_or_path and os.sep not in name_or_path:
+        return RESULTS_DIR / (name_or_path if name_or_path.endswith(".jsonl") else f"{name_or_path}.jsonl")
+    return Path(name_or_path)
+
+
+def load_results(name_or_path: str | Path, warn: Callable[[str], None] | None = None) -> list[dict]:
+    """The lines of a results file (results_path: a bare name is looked up in results/), [] while it does not
+    exist (a sweep not run or not committed yet): the notebooks' and results/findings.py's one way to read one.
+
+    A sweep's results file (its first line a sweep record) is read by load_records (a cut last line ignored with a
+    warning, any other line that is not a sweep record refused); any other file of JSON objects, one a line
+    (results/stage_evals.jsonl: evaluations of models without RL), is read line by line with the same tolerance
+    of a cut last line.
+
+    Raises: ResultsFileError naming the file and line.
+    """
+    path = results_path(name_or_path)
+    if not path.exists():
+        return []
+    first = path.read_bytes().split(b"\n", 1)[0]
+    try:
+        sweep_file = _is_record(json.loads(first))
+    except ValueError:
+        sweep_file = True  # a damaged first line: load_records says which line and why
+    return load_records(path, warn) if sweep_file else _read_lines(path, "a JSON object", _is_object, warn)
+
+
+def load_records(path: str | Path, warn: Callable[[str], None] | None = None) -> list[dict]:
+    """The records of a results file, in file order ([] when it does not exist).
+
+    A damaged last line that does not end in a newline (a write cut short by a crash or a full disk) is ignored,
+    with one line to `warn` (default: stderr); the next sweep records its run again (run_sweep rebuilds the record
+    from the run dir when the run had finished). Any other line that is not a sweep record — also a whole last line,
+    e.g. a benchmark's result in a file named like a sweep's — is refused: nothing in the sweep writes one, so the
+    file was changed by hand or belongs to another program, and a sweep must not append to it.
+
+    Raises: ResultsFileError naming the file and line.
+    """
+    return _read_lines(Path(path), "a sweep record", _is_record, warn)
+
+
+def _is_record(rec: Any) -> bool:
+    return isinstance(rec, dict) and all(k in rec for k in ("cell", "seed", "base_hash"))
+
+
+def _is_object(rec: Any) -> bool:
+    return isinstance(rec, dict)
+
+
+def _read_lines(path: Path, what: str, accept: Callable[[Any], bool], warn: Callable[[str], None] | None) -> list:
+    """The JSON lines of `path` that `accept` takes, a cut last line ignored with a warning (load_records)."""
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    records = []
+    for i, line in enumerate(lines, 1):
+        try:
+            rec = json.loads(line)
+            if not accept(rec):
+                raise ValueError(f"not {what}")
+        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError are ValueErrors
+            if i < len(lines) or data.endswith(b"\n"):
+                raise ResultsFileError(f"{path} line {i} is not {what} ({str(e)[:60]}); only a last line "
+                                       "without its newline can be cut short by a crash: fix or remove that line, or "
+                                       "write the sweep's records to another file") from None
+            (warn or _stderr)(f"{path}: line {i} is damaged (a write cut short?); ignored, its run will be recorded "
+                              "again")
+            continue
+        records.append(rec)
+    return records
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def drop_damaged_tail(path: str | Path) -> None:
+    """Remove a last line that does not end in a newline (a write cut short), rewriting the file atomically
+    (checkpoint.atomic_write_text), so the next record starts on its own line. Nothing happens to a whole file."""
+    path = Path(path)
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return
+    atomic_write_text(path, data[:data.rfind(b"\n") + 1].decode())
+
+
+def append_record(path: str | Path, record: dict) -> dict:
+    """Append `record` as one JSON line: a single write of the whole line (O_APPEND), then fsync, so a crash leaves
+    either the whole line or a cut last line that load_records ignores. A cut last line already there is dropped
+    first (drop_damaged_tail). NaN / inf are written as null. Returns the record as written (what load_records
+    reads back)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(_finite(record), separators=(",", ":"))
+    data = (line + "\n").encode()
+    with _results_lock(path):
+        drop_damaged_tail(path)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return json.loads(line)
+
+
+@contextlib.contextmanager
+def _results_lock(path: Path):
+    """An exclusive lock (fcntl.flock on the results file's directory) while a record is appended, so sweeps run in
+    parallel into one file (e.g. one process per seed on a GPU machine) never interleave or cut each other's lines.
+    Where flock does not exist (Windows) appends are not locked."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Linux / macOS
+        yield
+        return
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def _round(x: Any) -> Any:
+    return float(f"{x:.{SIGNIFICANT_DIGITS}g}") if isinstance(x, float) and math.isfinite(x) else x
+
+
+# ------------------------------------------------------------------------------------------------ one record
+def machine_info(device: str = "auto") -> dict[str, Any]:
+    """platform, python, cpu_count, torch version, torch_device (model.device resolved on this machine) and gpu
+    (the CUDA device name, or None)."""
+    info: dict[str, Any] = {"platform": platform.platform(), "python": platform.python_version(),
+                            "cpu_count": os.cpu_count(), "torch": None, "torch_device": None, "gpu": None}
+    try:
+        import torch
+
+        from .models import pick_device
+
+        dev = pick_device(device)
+        info.update(torch=torch.__version__, torch_device=str(dev))
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(dev if dev.type == "cuda" else 0)
+    except Exception as e:  # a record is still worth writing without it
+        info["torch_device"] = f"unknown ({type(e).__name__})"
+    return info
+
+
+def make_record(run, summary: dict, base_hash: str, started: datetime, finished: datetime, wall_seconds: float,
+                commit: str, machine: dict, resumed: bool = False, evals: dict[str, dict] | None = None) -> dict:
+    """The record of one finished run (RECORD_KEYS); `run` is its sweep.PlannedRun (cell, seed, config, run_dir).
+    "steps" keeps STEP_KEYS of each metrics row of `summary` (run_rl's), "eval" (and each of `evals`, {name:
+    evaluate() result}) keeps EVAL_KEYS and per_game [[game, won, turns], ...]."""
+    ev = summary.get("eval")
+    if ev is None:
+        raise ValueError(f"run {run.run_dir} returned no evaluation: a sweep needs held-out games (train.eval_games)")
+    return {
+        "cell": run.cell, "seed": run.seed, "base_hash": base_hash, "config": run.config.to_dict(),
+        "commit": commit, "device": machine.get("torch_device"), "machine": machine,
+        "started": started.isoformat(timespec="seconds"), "finished": finished.isoformat(timespec="seconds"),
+        "wall_seconds": round(wall_seconds, 1),
+        "train_seconds": round(sum(r.get("step_seconds") or 0.0 for r in summary.get("rows") or []), 3),
+        "resumed": resumed, "run_dir": str(run.run_dir),
+        "steps": [{k: _round(row.get(k)) for k in STEP_KEYS} for row in summary.get("rows") or []],
+        "eval": compact_eval(ev),
+        "evals": {name: compact_eval(res) for name, res in (evals or {}).items()},
+    }
+
+
+def compact_eval(ev: dict) -> dict:
+    """An evaluate() result as kept in a record: EVAL_KEYS and per_game [[game, won, turns], ...]."""
+    return {**{k: _round(ev.get(k)) for k in EVAL_KEYS},
+            "per_game": [[g["game"], bool(g["won"]), g["turns"]] for g in ev.get("per_game", [])]}
+
+
+def finished_run(run_dir: Path) -> dict | None:
+    """The summary (run_rl's "rows" and "eval") of a run that finished training and its held-out evaluation — an
+    eval.json written after the last metrics row — or None. A sweep stopped after that point (its record cut short,
+    or killed before writing it) rebuilds the record from these files: resuming would retrain nothing, and fails
+    once prune_training_state removed the optimizer state."""
+    ev_path, metrics_path = Path(run_dir) / "eval.json", Path(run_dir) / "metrics.jsonl"
+    try:
+        if not (ev_path.is_file() and metrics_path.is_file()
+                and ev_path.stat().st_mtime_ns >= metrics_path.stat().st_mtime_ns):
+            return None
+        ev = json.loads(ev_path.read_text())
+        rows = read_metrics(metrics_path, upto_step=2**62)
+    except (OSError, ValueError):
+        return None
+    if not rows or not isinstance(ev, dict) or any(k not in ev for k in EVAL_KEYS):
+        return None
+    return {"rows": rows, "eval": ev, "run_dir": str(run_dir), "eval_path": str(ev_path)}
