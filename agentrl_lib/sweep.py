@@ -35,8 +35,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .checkpoint import atomic_write_text, prune_training_state
+from .checkpoint import prune_training_state
 from .config import ALGO_PRESETS, SECTIONS, SEED_MAX, ConfigError, RunConfig, _parse_value, choices_for
+from .fsio import atomic_write_text
 from .paths import git_commit
 
 PRESET_AXIS = "algo"
@@ -366,7 +367,7 @@ def _stderr(line: str) -> None:
 
 def drop_damaged_tail(path: str | Path) -> None:
     """Remove a last line that does not end in a newline (a write cut short), rewriting the file atomically
-    (checkpoint.atomic_write_text), so the next record starts on its own line. Nothing happens to a whole file."""
+    (fsio.atomic_write_text), so the next record starts on its own line. Nothing happens to a whole file."""
     path = Path(path)
     if not path.exists():
         return
@@ -499,7 +500,7 @@ def finished_run(run_dir: Path) -> dict | None:
     eval.json written after the last metrics row — or None. A sweep stopped after that point (its record cut short,
     or killed before writing it) rebuilds the record from these files: resuming would retrain nothing, and fails
     once prune_training_state removed the optimizer state."""
-    from .checkpoint import read_metrics
+    from .rundir import read_metrics
 
     ev_path, metrics_path = Path(run_dir) / "eval.json", Path(run_dir) / "metrics.jsonl"
     try:
@@ -525,7 +526,7 @@ def check_run_dir(run_dir: Path, config: RunConfig) -> bool:
 
     Raises: ConfigError naming the fields that differ (the base config or the grid changed since it started).
     """
-    from .checkpoint import recorded_config, run_exists
+    from .rundir import recorded_config, run_exists
 
     if not run_exists(run_dir):
         return False

@@ -22,16 +22,23 @@ changes on the way down. Every entry is (B, T), right-padded, one row per kept e
 'logprobs' [, 'values'] [, 'entropy'], 0 off the policy tokens: `policy.token_forward` with the model, temperature
 and value head bound (functools.partial), or the data-parallel wrapper of `policy.TokenModel`.
 
+`no_grad_forward` runs the no-grad passes over the whole batch (π_old, V_old, π_ref), each rank its rows.
+
 Introduced in notebooks/03_policy.md §4 (minibatch_loss).
 """
 from __future__ import annotations
 
-from typing import Callable
+import functools
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from .config import AlgoConfig
+from .config import AlgoConfig, TrainConfig
 from .losses import kl_k3, masked_mean, policy_loss, value_loss
+from .policy import prompt_groups, token_forward
+
+if TYPE_CHECKING:
+    from .distributed import DataParallel, SingleProcess
 
 Forward = Callable[..., dict]
 
@@ -180,3 +187,27 @@ def forward_in_chunks(forward: Forward, batch: dict[str, torch.Tensor], budget: 
         for k, v in res.items():
             out.setdefault(k, torch.zeros_like(batch["mask"]))[rows, :T] = v
     return out
+
+
+def no_grad_forward(model, batch: dict[str, torch.Tensor], train: TrainConfig, dp: DataParallel | SingleProcess,
+                    value_head=None) -> dict[str, torch.Tensor]:
+    """A no-grad pass (π_old, V_old, π_ref; call it under torch.no_grad): policy.token_forward of `model` (with
+    `value_head`, at train.temperature) over the whole batch in chunks of rows of similar length (forward_in_chunks;
+    budget train.max_tokens_per_microbatch, or train.minibatch_size × the longest row when that is 0: never more than
+    a training minibatch holds; whole prompt groups with train.share_prefix). With data parallelism each rank forwards
+    its rows (dp.rows) and the results are gathered (dp.gather_rows): every rank gets the whole batch's.
+
+    Returns: {'logprobs' [, 'values' with a value head]}: (B, T) float32, 0 off the policy tokens.
+    """
+    B = batch["input_ids"].shape[0]
+    rows = dp.rows(torch.arange(B, device=batch["input_ids"].device))
+    if not len(rows):  # more ranks than episodes: this one has none
+        keys = ("logprobs",) + (("values",) if value_head is not None else ())
+        return {k: dp.gather_rows(batch["mask"].new_zeros((0, batch["mask"].shape[1])), B) for k in keys}
+    mine = select(batch, rows, T=batch["input_ids"].shape[1])
+    budget = train.max_tokens_per_microbatch or train.minibatch_size * int(mine["attention_mask"].sum(1).max())
+    share = train.share_prefix
+    forward = functools.partial(token_forward, model, temperature=train.temperature, value_head=value_head,
+                                share_prefix=share)
+    out = forward_in_chunks(forward, mine, budget, prompt_groups(mine["input_ids"], mine["mask"]) if share else None)
+    return {k: dp.gather_rows(v, B) for k, v in out.items()}
