@@ -13,12 +13,9 @@ a critic exists iff that estimator needs one (PPO's 'gae'). Trainer.step, stage 
                                                           # | ... every estimator of advantages.ESTIMATORS
         6. for epoch, minibatch: loss = clipped surrogate (× TIS weight) + c_v·value loss + β·KL(k3) − c_H·entropy;
            generator.sync(policy)
-        7. metrics row (metrics.step_row) → collapse detector (alerts: warning + the row's `alerts`) → metrics.jsonl;
-           checkpoint atomically; with train.stop_on_collapse an alert of train.stop_kinds stops the run after its
-           checkpoint
-
-The run directory (lock, config.yaml, metrics.jsonl, resume or start fresh) is rundir.py's; checkpoints are
-checkpoint.py's.
+        7. metrics row (metrics.step_row) → collapse detector (alerts: warning + the row's `alerts`) → metrics.jsonl
+           (rundir.py); checkpoint atomically (checkpoint.py); with train.stop_on_collapse an alert of
+           train.stop_kinds stops the run after its checkpoint
 
 Data parallelism (`accelerate launch -m agentrl_lib.cli train`): each process rolls out whole groups of its share of
 the games, all see the whole batch for stages 2-5, and each trains on its rows of every minibatch with DDP-averaged
@@ -46,8 +43,8 @@ import torch
 from . import checkpoint as ckpt_lib
 from . import rundir
 from .advantages import ESTIMATORS, AdvantageInputs, top_std_groups
-from .config import ConfigError, ModelConfig, RunConfig, TrainConfig, check_context_room
-from .diagnostics import CollapseDetector, CollapseError
+from .config import ConfigError, RunConfig, check_context_room
+from .diagnostics import CollapseDetector, CollapseError, DivergenceGuard
 from .distributed import data_parallel
 from .envs.base import GameSet, check_env_errors, load_game_set
 from .envs.pool import EnvPool, open_pool
@@ -59,23 +56,17 @@ from .models import (
     bf16_problem,
     disable_dropout,
     enable_gradient_checkpointing,
-    frozen_reference,
-    is_adapter,
-    load_reference,
     load_start_policy,
+    reference_policy,
 )
 from .policy import TokenModel, ValueHead, prompt_groups
 from .prompts import ChatFormat, system_prompt_for
 from .rewards import place_on_tokens, turn_rewards
 from .rollout import RolloutStats, Trajectory, collate, rollout
 from .tracking import open_tracker
-from .update import accumulate_microbatches, no_grad_forward, select
+from .update import accumulate_microbatches, make_optimizer, no_grad_forward, select, tis_applies
 
 log = logging.getLogger(__name__)
-
-
-class DivergenceError(ValueError):
-    """Training produced non-finite losses or gradients for train.max_nonfinite_steps steps in a row."""
 
 
 class Trainer:
@@ -96,12 +87,12 @@ class Trainer:
     it (env pool and lock) on leaving the block.
     Raises:
         GameSetError / FileNotFoundError / ConfigError: bad games dir, model path or config (also max_new_tokens or
-            max_turns that the loaded model's context cannot hold: config.check_context_room).
+            max_turns that the loaded model's context cannot hold: config.check_context_room; a resume whose
+            train.steps is below the steps done: rundir.check_steps_left).
         FileExistsError: run_dir holds a run and resume is False.
         RunLockedError: another process is training in run_dir.
         CheckpointError: resume: no run in run_dir, a field that cannot change on resume changed (named), or no
             complete, loadable checkpoint.
-        ConfigError: resume with train.steps below the steps the run has done.
     """
 
     def __init__(self, config: RunConfig, run_dir: str | Path, init: str | None = None, resume: bool = False,
@@ -110,12 +101,7 @@ class Trainer:
         run_dir = Path(run_dir)
         # plumbing: data parallelism (distributed.py; a SingleProcess stand-in without a launcher): rank 0 alone writes
         self.dp = data_parallel(config.model.device)
-        self.dp.check_games_per_step(config.train.games_per_step)
-        if self.dp.world_size > 1 and config.train.max_tokens_per_microbatch:  # ranks could cut different numbers
-            # of micro-batches and wait on each other's gradient all-reduce forever
-            raise ConfigError("train.max_tokens_per_microbatch is single-process only: with data parallelism "
-                              "each rank already trains on 1/W of every minibatch; use --max-tokens-per-"
-                              "microbatch 0 (or --minibatch-size smaller) under accelerate launch")
+        self.dp.check_train(config.train)  # whole groups per rank; no micro-batches
         self.is_main = self.dp.is_main
         # plumbing: one trainer per run dir (RUN/.lock; released by close(), garbage collection or process death)
         lock = rundir.RunLock(run_dir) if self.is_main else None
@@ -127,8 +113,9 @@ class Trainer:
         if pool is None:  # plumbing: the run's envs; every game is checked through them before the model loads
             pool = open_pool(config.env, n_episodes, self.games)
         self.ckpt_root, self.metrics_path = self.run_dir / "checkpoints", self.run_dir / "metrics.jsonl"
-        self.start_step, self.last_checkpoint, self.step_in_progress, self._nonfinite_streak = 0, None, None, []
+        self.start_step, self.last_checkpoint, self.step_in_progress = 0, None, None
         self.detector = CollapseDetector()  # Echo-Trap alerts over the metrics rows (diagnostics.py)
+        self.divergence = DivergenceGuard(config.train.max_nonfinite_steps)  # NaN/inf steps in a row
         self.tracker = open_tracker(config.train.report_to, run_dir, self.is_main)  # plumbing: tracking.py
         mc, self.estimator = config.model, ESTIMATORS[config.algo.advantage]
         need_vh = self.estimator.needs_critic  # a critic exists iff the estimator needs one
@@ -150,8 +137,7 @@ class Trainer:
         self.generator = GENERATORS[mc.generator](self.policy, self.tok)  # the backend (generation.py)
         if getattr(self.generator, "context_limit", None):  # before any rollout: a budget the context cannot hold
             check_context_room(config.train.max_new_tokens, config.env.max_turns, self.generator.context_limit)
-        hidden = base_model(self.policy).config.hidden_size
-        self.value_head = ValueHead(hidden).to(self.device) if need_vh else None
+        self.value_head = ValueHead(base_model(self.policy).config.hidden_size).to(self.device) if need_vh else None
         disable_dropout(self.policy)  # π_old is computed without dropout: the update must see the same function
         # ALGO: the frozen reference policy of the KL term (None: this run's LoRA adapter is switched off instead)
         self.ref = reference_policy(self.policy, mc, state is not None) if config.algo.kl_coef > 0 else None
@@ -215,13 +201,12 @@ class Trainer:
                              (row.get("env_error_reasons") or ["see the episodes' termination"])[0], f"step {step + 1}")
             for a in alerts:
                 log.warning("%s", a.message)
-            self._check_finite(row)
+            self.divergence.update(row, cfg.train.lr, self.last_checkpoint, self.run_dir)
             stopping = [a for a in alerts if cfg.train.stops_on(a.kind)]  # train.stop_on_collapse, train.stop_kinds
-            stop = bool(stopping)
-            if stop or step + 1 == cfg.train.steps or ((step + 1) % cfg.train.checkpoint_every == 0
-                                                       and not self._nonfinite_streak):  # keep the pre-divergence ones
+            if stopping or step + 1 == cfg.train.steps or ((step + 1) % cfg.train.checkpoint_every == 0
+                                                       and not self.divergence.streak):  # keep the pre-divergence ones
                 self.save_checkpoint(step + 1)
-            if stop:
+            if stopping:
                 self._plot(rows)
                 raise CollapseError(
                     f"stopped at step {step + 1} (train.stop_on_collapse): {stopping[0].kind}: "
@@ -237,25 +222,6 @@ class Trainer:
         if rows and self.is_main:
             fig = plot_learning_curves(rows, title=f"{self.cfg.algo.label} / {self.cfg.reward.kind}")
             save_and_close(fig, self.run_dir / "learning_curve.png")
-
-    def _check_finite(self, row: dict) -> None:
-        """plumbing: count consecutive steps with non-finite updates or metrics; stop after max_nonfinite_steps."""
-        if not row.get("nonfinite_updates") and is_finite_row(row):  # None: no update ran
-            self._nonfinite_streak = []
-            return
-        self._nonfinite_streak.append(row["step"])
-        bad = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)
-               and k not in ("entropy", "explained_variance")]
-        log.warning("step %d: non-finite loss or gradient (%s); %s update(s) skipped, weights unchanged by them",
-                    row["step"], ", ".join(bad) or "nan", row.get("nonfinite_updates", "no"))
-        k = self.cfg.train.max_nonfinite_steps
-        if len(self._nonfinite_streak) >= k:
-            lr = self.cfg.train.lr
-            raise DivergenceError(
-                f"training diverged: {k} step(s) in a row ({self._nonfinite_streak[0]}-{self._nonfinite_streak[-1]}) "
-                f"had a NaN/inf loss or gradient at lr {lr:g}. The last checkpoint is "
-                f"{self.last_checkpoint or 'none (resume starts over)'}; resume it with a lower learning rate: "
-                f"agentrl train --out {self.run_dir} --resume --lr {lr / 10:g}")
 
     def step(self, step: int) -> dict:
         """One iteration, stages 1-7 of the module docstring. Returns its metrics row (metrics.step_row)."""
@@ -307,10 +273,18 @@ class Trainer:
             "rollout_seconds": t_rollout, "update_seconds": t_update, "step_seconds": time.perf_counter() - t0})
 
     def _rollout(self, step: int) -> tuple[list[Trajectory], RolloutStats]:
-        """plumbing: stage 1, the step's episodes (every rank gets every episode) and the rollout's statistics.
+        """plumbing: stage 1: the step's episodes (every rank gets every episode) and the rollout's statistics. The
+        games: games_per_step, without repeats while the set allows, × group_size episodes each; Python's and torch's
+        RNG are seeded from (seed, step), so a resumed step samples the same games and tokens.
         Raises ConfigError when not one reply fits the context (every step would be the same)."""
         cfg = self.cfg
-        episode_games, group_ids = self._sample_games(step)  # the same step, the same games and tokens
+        rng = random.Random(cfg.train.seed * 1_000_003 + step)
+        torch.manual_seed(cfg.train.seed * 1_000_003 + step)
+        games = rng.sample(self.games.games, k=min(cfg.train.games_per_step, len(self.games)))
+        if len(games) < cfg.train.games_per_step:
+            games += rng.choices(self.games.games, k=cfg.train.games_per_step - len(games))
+        episode_games = [g.path for g in games for _ in range(cfg.algo.group_size)]
+        group_ids = [k for k in range(len(games)) for _ in range(cfg.algo.group_size)]
         # with data parallelism each rank plays whole groups of its share of the games, with its own seed
         episode_games, group_ids = self.dp.shard_episodes(episode_games, group_ids, cfg.algo.group_size)
         self.dp.seed_rollout(cfg.train.seed * 1_000_003 + step)
@@ -330,19 +304,6 @@ class Trainer:
                               f"({self.generator.context_limit} tokens): nothing can be generated; lower "
                               "--max-new-tokens (16-32 suit one action)")
         return trajs, rstats
-
-    def _sample_games(self, step: int) -> tuple[list[str], list[int]]:
-        """plumbing: the step's games (games_per_step, without repeats while the set allows) × group_size episodes
-        and their group ids. Seeds Python's and torch's RNG from (seed, step): a resumed step samples the same."""
-        cfg = self.cfg
-        rng = random.Random(cfg.train.seed * 1_000_003 + step)
-        torch.manual_seed(cfg.train.seed * 1_000_003 + step)
-        games = rng.sample(self.games.games, k=min(cfg.train.games_per_step, len(self.games)))
-        if len(games) < cfg.train.games_per_step:
-            games += rng.choices(self.games.games, k=cfg.train.games_per_step - len(games))
-        episode_games = [g.path for g in games for _ in range(cfg.algo.group_size)]
-        group_ids = [k for k in range(len(games)) for _ in range(cfg.algo.group_size)]
-        return episode_games, group_ids
 
     def _collate(self, trajs: list[Trajectory], rewards: list[list[float]], kept: list[int]) -> dict[str, torch.Tensor]:
         """plumbing: the kept trajectories as (B, T) tensors (rollout.collate) plus token_rewards (B, T) float32,
@@ -399,14 +360,12 @@ class Trainer:
         loss or gradient is not finite is skipped (no optimizer step) and counted in `nonfinite_updates`.
         Returns: the mean over minibatches of each metric (update.minibatch_loss's, grad_norm [, value_grad_norm])
         and nonfinite_updates; None when there is no learning signal (no update; metrics.step_row logs it)."""
-        cfg = self.cfg
-        mask = batch["mask"]
-        B = batch["input_ids"].shape[0]
-        sums: dict[str, list[float]] = {}
+        cfg, mask, B = self.cfg, batch["mask"], batch["input_ids"].shape[0]
         if mask.sum() == 0 or (self.value_head is None and (batch["advantages"].abs() * mask).sum() == 0):
             return None  # every group had equal returns (or one member): no learning signal (GRPO/RLOO)
         policy_params = [p for p in self.policy.parameters() if p.requires_grad]
         value_params = [] if self.value_head is None else list(self.value_head.parameters())
+        sums: dict[str, list[float]] = {}
         nonfinite = 0
         groups = prompt_groups(batch["input_ids"], batch["mask"]) if cfg.train.group_minibatches else None
         for epoch in range(cfg.train.epochs):
@@ -488,36 +447,3 @@ class Trainer:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def is_finite_row(row: dict) -> bool:
-    """True if every numeric metric is finite (NaN allowed only for metrics that are undefined this step)."""
-    allowed_nan = {"explained_variance", "entropy"}
-    return all(math.isfinite(v) or k in allowed_nan for k, v in row.items() if isinstance(v, float))
-
-
-def reference_policy(policy, model: ModelConfig, resumed: bool):
-    """ALGO: the frozen reference policy of the KL term: the model the run started from (model.name; an SFT LoRA
-    adapter merged into its base), loaded anew when the policy is a resumed one, else a frozen copy of the policy.
-    None when the policy is a LoRA adapter this run created: switched off, it is the reference (Trainer._ref_logprobs).
-    """
-    if is_adapter(model.name) or not hasattr(policy, "disable_adapter"):
-        return load_reference(model.name, model.device, model.dtype) if resumed else frozen_reference(policy)
-    return None
-
-
-def tis_applies(config: RunConfig, policy_dtype: torch.dtype) -> bool:
-    """Whether the loss is weighted by truncated importance sampling: algo.tis 'on', or 'auto' with low precision
-    (weights not float32, or train.mixed_precision bf16) and π_old recomputed (algo.old_logprobs 'recompute')."""
-    low_precision = policy_dtype != torch.float32 or config.train.mixed_precision == "bf16"
-    return config.algo.tis == "on" or (config.algo.tis == "auto" and low_precision
-                                       and config.algo.old_logprobs == "recompute")
-
-
-def make_optimizer(policy, value_head: ValueHead | None, train: TrainConfig) -> torch.optim.AdamW:
-    """AdamW without weight decay: the policy's trainable weights at train.lr, then the value head's (a critic) at
-    train.value_lr; checkpoint.apply_training_state sets the lrs in this order."""
-    groups = [{"params": [p for p in policy.parameters() if p.requires_grad], "lr": train.lr}]
-    if value_head is not None:
-        groups.append({"params": list(value_head.parameters()), "lr": train.value_lr})
-    return torch.optim.AdamW(groups, weight_decay=0.0)

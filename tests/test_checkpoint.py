@@ -24,8 +24,8 @@ from agentrl_lib import rundir
 from agentrl_lib import trainer as trainer_mod
 from agentrl_lib.cli import main
 from agentrl_lib.config import RunConfig
+from agentrl_lib.diagnostics import DivergenceError
 from agentrl_lib.envs.pool import SerialPool
-from agentrl_lib.trainer import DivergenceError
 
 from helpers import ParityEnv, parity_config, parity_trainer, strict_loads
 
