@@ -46,11 +46,11 @@ FIXED_ON_RESUME = (("algo", "advantage"), ("model", "name"), ("model", "lora_ran
 """Config fields a resumed run cannot change (see the module docstring)."""
 
 
+# ------------------------------------------------------------------------------------------------------ lock
 class RunLockedError(CheckpointError):
     """Another live process holds the run directory's lock."""
 
 
-# ------------------------------------------------------------------------------------------------------ lock
 _HELD: dict[str, list] = {}  # realpath of a lock file -> [open file, holders in this process]
 
 
@@ -160,6 +160,7 @@ def read_metrics(path: str | Path, upto_step: int) -> list[dict]:
     if torn or len(kept) != len(rows):
         atomic_write_text(path, "".join(json_line(r) for r in kept))
     return kept
+
 
 def resume_metrics(path: str | Path, start_step: int) -> list[dict]:
     """The metrics rows a run resumed at `start_step` keeps (read_metrics: later rows, from an interrupted run, are
@@ -277,6 +278,7 @@ def check_resume_overrides(recorded: RunConfig, new: RunConfig, init: str | None
         raise CheckpointError(
             f"--resume cannot change {', '.join(changed)}: the checkpoint was trained with the recorded values. Drop "
             "those flags, or start a new run from this one: agentrl train --init RUN_DIR --out NEW_DIR ...")
+
 
 def start_or_resume(run_dir: Path, config: RunConfig, init: str | None, resume: bool) -> RunConfig:
     """The resume-or-fresh decision of a trainer about to write `run_dir`, taken before any model loads.
