@@ -332,7 +332,7 @@ def build_config(a, base: RunConfig | None = None) -> RunConfig:
 
 def _train(a) -> None:
     from . import run
-    from .checkpoint import resume_config
+    from .rundir import resume_config
 
     run_dir = Path(a.out)
     cfg = build_config(a, resume_config(run_dir) if a.resume else None)  # "no run in DIR" when there is none

@@ -1,4 +1,5 @@
-"""Echo-Trap diagnostics and a collapse detector over the stream of training metrics rows (pure Python, no torch).
+"""Echo-Trap diagnostics, a collapse detector and a divergence guard over the stream of training metrics rows (pure
+Python, no torch).
 
 RAGEN (Wang et al. 2025, arXiv 2504.20073, §4 "Echo Trap"; ../shared/REFERENCE.md §B) found that multi-turn agent RL
 collapses in a recognisable order: the within-group reward spread shrinks *before* the reward falls, gradient-norm
@@ -15,6 +16,8 @@ replies stop depending on the input. This module gives
 - `alerts_markdown(run_dir | rows | record)`: the alerts of a run as a Markdown table for a notebook;
 - `collapse_step(run_dir | metrics.jsonl | rows | record)`: the step of the run's first reward_std_collapse alert,
   or None: what "collapsed" means everywhere (the notebooks, results/findings.py).
+- `DivergenceGuard`: fed the same rows, it counts the steps in a row with a NaN/inf loss, gradient or metric and
+  stops the run after train.max_nonfinite_steps of them (DivergenceError: the last checkpoint, the resume command).
 
 Where alerts go: Trainer.train feeds every row to a CollapseDetector and stores the alerts it raises in that row's
 `alerts` key (a list of Alert.to_dict(); [] on a quiet step) before the row reaches metrics.jsonl, and logs each one
@@ -27,6 +30,7 @@ Introduced in notebooks/05_stability.md.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import statistics
@@ -43,6 +47,8 @@ KINDS = {
     "repetition_rising": "repetition rate rising over a window",
 }
 """Alert kinds and what each means."""
+
+log = logging.getLogger(__name__)
 
 
 class CollapseError(ValueError):
@@ -341,3 +347,47 @@ def alerts_markdown(source) -> str:
     for a in alerts:
         lines.append(f"| {a['step']} | `{a['kind']}` | {a['message'].replace('|', chr(92) + '|')} |")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------ divergence
+class DivergenceError(ValueError):
+    """Training produced non-finite losses or gradients for train.max_nonfinite_steps steps in a row."""
+
+
+def is_finite_row(row: dict) -> bool:
+    """True if every numeric metric is finite (NaN allowed only for metrics that are undefined this step)."""
+    allowed_nan = {"explained_variance", "entropy"}
+    return all(math.isfinite(v) or k in allowed_nan for k, v in row.items() if isinstance(v, float))
+
+
+class DivergenceGuard:
+    """Counts the steps in a row whose update skipped a non-finite minibatch (`nonfinite_updates` > 0) or whose
+    metrics are not finite (is_finite_row); `streak` holds their step numbers ([] after a finite step). Trainer.train
+    feeds it every row, and writes no periodic checkpoint while a streak lasts (the last one holds finite weights)."""
+
+    def __init__(self, max_steps: int):
+        self.max_steps = max_steps
+        """train.max_nonfinite_steps: the streak that stops the run."""
+        self.streak: list[int] = []
+
+    def update(self, row: dict, lr: float, last_checkpoint: str | None, run_dir) -> None:
+        """Take the next metrics row: a bad step is logged (one warning naming the non-finite metrics).
+
+        Raises:
+            DivergenceError: the streak reached max_steps; the message names the steps, `lr`, the last checkpoint
+                and the command that resumes it with lr / 10.
+        """
+        if not row.get("nonfinite_updates") and is_finite_row(row):  # None: no update ran
+            self.streak = []
+            return
+        self.streak.append(row["step"])
+        bad = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)
+               and k not in ("entropy", "explained_variance")]
+        log.warning("step %d: non-finite loss or gradient (%s); %s update(s) skipped, weights unchanged by them",
+                    row["step"], ", ".join(bad) or "nan", row.get("nonfinite_updates", "no"))
+        k = self.max_steps
+        if len(self.streak) >= k:
+            raise DivergenceError(
+                f"training diverged: {k} step(s) in a row ({self.streak[0]}-{self.streak[-1]}) had a NaN/inf loss or "
+                f"gradient at lr {lr:g}. The last checkpoint is {last_checkpoint or 'none (resume starts over)'}; "
+                f"resume it with a lower learning rate: agentrl train --out {run_dir} --resume --lr {lr / 10:g}")

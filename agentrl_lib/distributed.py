@@ -54,7 +54,7 @@ import random
 
 import torch
 
-from .config import ConfigError
+from .config import ConfigError, TrainConfig
 
 
 def world_size() -> int:
@@ -80,7 +80,7 @@ class SingleProcess:
 
     rank, world_size, is_main = 0, 1, True
 
-    def check_games_per_step(self, games_per_step: int) -> None:
+    def check_train(self, train: TrainConfig) -> None:
         pass
 
     def shard_episodes(self, episode_games: list[str], group_ids: list[int], group_size: int
@@ -148,14 +148,20 @@ class DataParallel:
         self.device = self.accelerator.device
 
     # ------------------------------------------------------------------------------------------------ rollout
-    def check_games_per_step(self, games_per_step: int) -> None:
-        """Raises ConfigError unless games_per_step is a multiple of the process count (each rank plays whole
-        groups of an equal share of the games)."""
+    def check_train(self, train: TrainConfig) -> None:
+        """Raises ConfigError unless train.games_per_step is a multiple of the process count (each rank plays whole
+        groups of an equal share of the games) and train.max_tokens_per_microbatch is 0 (ranks could cut different
+        numbers of micro-batches and wait on each other's gradient all-reduce forever)."""
+        games_per_step = train.games_per_step
         if games_per_step % self.world_size:
             up = -(-games_per_step // self.world_size) * self.world_size
             raise ConfigError(f"train.games_per_step ({games_per_step}) must be a multiple of the {self.world_size} "
                               f"processes (each plays whole groups of an equal share of the games): use "
                               f"--games-per-step {up}, or launch a number of processes that divides it")
+        if self.world_size > 1 and train.max_tokens_per_microbatch:
+            raise ConfigError("train.max_tokens_per_microbatch is single-process only: with data parallelism "
+                              "each rank already trains on 1/W of every minibatch; use --max-tokens-per-"
+                              "microbatch 0 (or --minibatch-size smaller) under accelerate launch")
 
     def shard_episodes(self, episode_games: list[str], group_ids: list[int], group_size: int
                        ) -> tuple[list[str], list[int]]:

@@ -89,11 +89,11 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
 
 
 def save_eval(result: dict, path: str | Path) -> None:
-    """Write an evaluation result as JSON, atomically (checkpoint.atomic_write_text: the old file or the new one,
+    """Write an evaluation result as JSON, atomically (fsio.atomic_write_text: the old file or the new one,
     never a mix or a stray temp file).
 
     Raises: OSError whose filename is `path` (a full disk's write error names no file otherwise)."""
-    from .checkpoint import atomic_write_text
+    from .fsio import atomic_write_text
 
     path = Path(path)
     try:

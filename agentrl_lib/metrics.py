@@ -1,6 +1,7 @@
 """The metrics schema: every key a training step logs to metrics.jsonl, declared once with its formula, unit, healthy
 range, what failure looks like and which estimators log it. `complete_row` gives every row every key (JSON null where
-a key does not apply or was not computed that step); `glossary_markdown` renders the table that the book's glossary
+a key does not apply or was not computed that step); `step_row` builds a training step's row, the one place that
+does; `glossary_markdown` renders the table that the book's glossary
 page and the notebooks' glossaries show.
 
 Ranges are rules of thumb for this workbook's small models and text games, not guarantees: read a value outside its
@@ -13,6 +14,16 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from .advantages import singleton_groups
+from .diagnostics import input_dependence, repetition_rate
+from .losses import explained_variance
+
+if TYPE_CHECKING:
+    from .rollout import RolloutStats, Trajectory
 
 ALL = "all"
 CRITIC = "critic"
@@ -179,6 +190,77 @@ def complete_row(row: dict, needs_critic: bool, strict: bool = False) -> dict:
         if name not in full:
             full[name] = None
     return full
+
+
+def step_row(step: int, trajs: list[Trajectory], rollout: RolloutStats | None = None,
+             rewards: list[list[float]] | None = None, batch: dict[str, torch.Tensor] | None = None,
+             passes: dict[str, float] | None = None, update: dict[str, float] | None = None,
+             seconds: dict[str, float] | None = None) -> dict:
+    """The metrics row of one training step, built here alone from what each stage of Trainer.step returned. Episode
+    statistics are over every episode that ran, kept by the StarPO-S filter or not (env errors aside).
+
+    Args:
+        step: the step's 0-based index (the row's "step" is 1-based).
+        trajs: every episode of the step (rollout.Trajectory), env errors included.
+        rollout: the rollout's RolloutStats (sampler_gap, generated tokens and their rate).
+        rewards: the turn rewards of each usable episode (Trajectory.usable), in order. When no episode is usable
+            (every one failed in the environment) the row says so (zeros, entropy NaN, skipped_update 1) and
+            holds nothing of the rollout, the batch, the passes or an update (all may be None).
+        batch: the step's batch dict (update.py): one row per kept episode; with a critic old_values and returns
+            (the value targets), from which explained_variance comes.
+        passes: the no-grad passes' metrics (Trainer._old_forward: logprob_mismatch[_mean], tis_weight_mean).
+        update: the update's minibatch means (update.minibatch_loss's metrics, grad_norm[, value_grad_norm]) and
+            nonfinite_updates (Trainer._update); None: no update ran (no learning signal), logged as
+            skipped_update 1 with zero losses and entropy NaN.
+        seconds: wall times: step_seconds [, rollout_seconds, update_seconds].
+    Returns: a dict of METRICS keys (complete_row adds the missing ones as null; Trainer.train adds `alerts`).
+    """
+    seconds = seconds or {}
+    ran = [t for t in trajs if t.usable]
+    env_errors = sum(t.termination.startswith("env_error") for t in trajs)
+    if not ran:  # every episode failed in the environment: no update
+        return {"step": step + 1, "episodes": len(trajs), "env_errors": env_errors, "success_rate": 0.0,
+                "return_mean": 0.0, "invalid_rate": 0.0, "mean_turns": 0.0, "entropy": float("nan"),
+                "skipped_update": 1.0, **seconds, "env_error_reasons": sorted({t.termination for t in trajs})}
+    row: dict = {"sampler_gap": rollout.sampler_gap, **(passes or {})}
+    if "returns" in batch:  # a critic: how well V_old explains its targets
+        row["explained_variance"] = explained_variance(batch["old_values"], batch["returns"], batch["mask"])
+    if update is None:
+        row.update(skipped_update=1.0, entropy=float("nan"), clip_frac=0.0, approx_kl=0.0, grad_norm=0.0,
+                   policy_loss=0.0, kl_ref=0.0, nonfinite_updates=0)
+    else:
+        row.update({k: v for k, v in update.items() if k != "nonfinite_updates"})
+        row.setdefault("kl_ref", 0.0)  # algo.kl_coef 0: no KL term
+        row.update(skipped_update=0.0, nonfinite_updates=update["nonfinite_updates"])
+    returns = torch.tensor([sum(r) for r in rewards], dtype=torch.float32)
+    gids = torch.tensor([t.group for t in ran])
+    grp_std = [returns[gids == g].std(unbiased=False).item() for g in gids.unique()]
+    n_turns = sum(t.n_turns for t in ran)
+    row.update({
+        "step": step + 1,
+        "episodes": len(trajs),
+        "success_rate": sum(t.won for t in ran) / len(ran),
+        "return_mean": returns.mean().item(),
+        "return_std": returns.std(unbiased=False).item(),
+        "reward_mean": (sum(sum(r) for r in rewards) / max(n_turns, 1)),
+        "group_return_std": sum(grp_std) / len(grp_std),
+        "zero_std_group_frac": sum(x <= 1e-6 for x in grp_std) / len(grp_std),
+        "singleton_groups": singleton_groups(gids),
+        "kept_fraction": batch["input_ids"].shape[0] / len(ran),
+        "mean_turns": n_turns / len(ran),
+        "invalid_rate": sum(not v for t in ran for v in t.valid) / max(n_turns, 1),
+        "repetition_rate": repetition_rate((t.actions, t.replies) for t in ran),
+        "response_length": sum(sum(t.mask) for t in ran) / max(n_turns, 1),
+        "input_dependence": input_dependence([t.replies for t in ran], [t.game for t in ran]),
+        "truncated_rate": sum(x for t in ran for x in t.truncated) / max(n_turns, 1),
+        "env_errors": env_errors,
+        "env_error_reasons": sorted({t.termination for t in trajs if t.termination.startswith("env_error")}),
+        "generated_tokens": rollout.generated_tokens,
+        "gen_tokens_per_s": rollout.tokens_per_second,
+        "policy_tokens": int(batch["mask"].sum().item()),
+        "seq_len_max": batch["input_ids"].shape[1],
+    })
+    return {**row, **seconds}
 
 
 def glossary_markdown(keys: list[str] | None = None) -> str:

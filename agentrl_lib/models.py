@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from .config import DEVICE_PATTERN, DTYPES
+from .config import DEVICE_PATTERN, DTYPES, ModelConfig
 from .paths import cache_root  # also re-exported: the notebook imports it from here
 
 EMBEDDED = "embedded"
@@ -464,6 +464,16 @@ def load_reference(name: str, device: str = "auto", dtype: str = "auto"):
     """`frozen_reference` of the model `name` loaded from disk (a resumed run's starting model).
     Raises: as load_policy."""
     return frozen_reference(load_policy(name, device, dtype)[0])
+
+
+def reference_policy(policy, model: ModelConfig, resumed: bool):
+    """The frozen reference policy π_ref of the KL term: the model the run started from (model.name; an SFT LoRA
+    adapter merged into its base), loaded anew (load_reference) when `policy` is a resumed one, else a frozen copy of
+    `policy` (frozen_reference). None when `policy` is a LoRA adapter the run created: with the adapter switched off
+    it is the reference (Trainer._ref_logprobs). Raises: as load_policy."""
+    if is_adapter(model.name) or not hasattr(policy, "disable_adapter"):
+        return load_reference(model.name, model.device, model.dtype) if resumed else frozen_reference(policy)
+    return None
 
 
 def enable_gradient_checkpointing(model) -> None:

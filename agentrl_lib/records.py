@@ -24,8 +24,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from .checkpoint import atomic_write_text, read_metrics
 from .config import ALGO_PRESETS, SECTIONS, RunConfig
+from .fsio import atomic_write_text
+from .rundir import read_metrics
 
 PRESET_AXIS = "algo"
 """A grid axis named `algo` takes preset names (config.ALGO_PRESETS: ppo, grpo, rloo, starpo_s, ...) and sets their
@@ -189,7 +190,7 @@ def _stderr(line: str) -> None:
 
 def drop_damaged_tail(path: str | Path) -> None:
     """Remove a last line that does not end in a newline (a write cut short), rewriting the file atomically
-    (checkpoint.atomic_write_text), so the next record starts on its own line. Nothing happens to a whole file."""
+    (fsio.atomic_write_text), so the next record starts on its own line. Nothing happens to a whole file."""
     path = Path(path)
     if not path.exists():
         return

@@ -66,6 +66,12 @@ class Trajectory:
     def n_turns(self) -> int:
         return len(self.turn_ends)
 
+    @property
+    def usable(self) -> bool:
+        """Whether the loss and the group statistics use this episode: it played a turn, and no environment fault cut
+        it (an env error is not the policy's doing)."""
+        return self.n_turns > 0 and not self.termination.startswith("env_error")
+
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("game", "group", "actions", "observations", "env_rewards", "valid",
                                               "won", "lost", "score", "max_score", "termination")}

@@ -38,7 +38,7 @@ def run_rl(config: RunConfig, run_dir: str | Path, init: str | None = None,
             Played once each with the run's EnvConfig (shown and run as in training), max_turns = env.max_turns,
             temperature = train.eval_temperature, max_new_tokens = train.max_new_tokens; written to run_dir/eval.json.
             In a data-parallel job (agentrl_lib/distributed.py) rank 0 alone evaluates; the others return eval None.
-        resume: continue run_dir's run from its newest checkpoint (the resume rules: agentrl_lib/checkpoint.py).
+        resume: continue run_dir's run from its newest checkpoint (the resume rules: agentrl_lib/rundir.py).
         progress: print one line per step (and the evaluation's progress bar).
     Returns:
         {"rows": the metrics rows of every step (metrics.METRICS keys), "eval": the evaluate() result or None,

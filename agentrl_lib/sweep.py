@@ -285,7 +285,7 @@ def check_run_dir(run_dir: Path, config: RunConfig) -> bool:
 
     Raises: ConfigError naming the fields that differ (the base config or the grid changed since it started).
     """
-    from .checkpoint import recorded_config, run_exists
+    from .rundir import recorded_config, run_exists
 
     if not run_exists(run_dir):
         return False

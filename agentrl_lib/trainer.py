@@ -13,8 +13,9 @@ a critic exists iff that estimator needs one (PPO's 'gae'). Trainer.step, stage 
                                                           # | ... every estimator of advantages.ESTIMATORS
         6. for epoch, minibatch: loss = clipped surrogate (× TIS weight) + c_v·value loss + β·KL(k3) − c_H·entropy;
            generator.sync(policy)
-        7. metrics row → collapse detector (alerts: warning + the row's `alerts`) → metrics.jsonl; checkpoint
-           atomically; with train.stop_on_collapse an alert of train.stop_kinds stops the run after its checkpoint
+        7. metrics row (metrics.step_row) → collapse detector (alerts: warning + the row's `alerts`) → metrics.jsonl
+           (rundir.py); checkpoint atomically (checkpoint.py); with train.stop_on_collapse an alert of
+           train.stop_kinds stops the run after its checkpoint
 
 Data parallelism (`accelerate launch -m agentrl_lib.cli train`): each process rolls out whole groups of its share of
 the games, all see the whole batch for stages 2-5, and each trains on its rows of every minibatch with DDP-averaged
@@ -29,7 +30,6 @@ Introduced in notebooks/00_quickstart.md §5.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import math
@@ -41,38 +41,32 @@ from pathlib import Path
 import torch
 
 from . import checkpoint as ckpt_lib
-from .advantages import ESTIMATORS, AdvantageInputs, singleton_groups, top_std_groups
+from . import rundir
+from .advantages import ESTIMATORS, AdvantageInputs, top_std_groups
 from .config import ConfigError, RunConfig, check_context_room
-from .diagnostics import CollapseDetector, CollapseError, input_dependence, repetition_rate
+from .diagnostics import CollapseDetector, CollapseError, DivergenceGuard
 from .distributed import data_parallel
 from .envs.base import GameSet, check_env_errors, load_game_set
 from .envs.pool import EnvPool, open_pool
 from .generation import GENERATORS
-from .losses import explained_variance, masked_mean, truncated_is_weights
-from .metrics import complete_row
+from .losses import masked_mean, truncated_is_weights
+from .metrics import complete_row, step_row
 from .models import (
     base_model,
     bf16_problem,
     disable_dropout,
     enable_gradient_checkpointing,
-    frozen_reference,
-    is_adapter,
-    load_policy,
-    load_reference,
     load_start_policy,
+    reference_policy,
 )
-from .policy import TokenModel, ValueHead, prompt_groups, token_forward
+from .policy import TokenModel, ValueHead, prompt_groups
 from .prompts import ChatFormat, system_prompt_for
 from .rewards import place_on_tokens, turn_rewards
-from .rollout import Trajectory, collate, rollout
+from .rollout import RolloutStats, Trajectory, collate, rollout
 from .tracking import open_tracker
-from .update import accumulate_microbatches, forward_in_chunks, select
+from .update import accumulate_microbatches, make_optimizer, no_grad_forward, select, tis_applies
 
 log = logging.getLogger(__name__)
-
-
-class DivergenceError(ValueError):
-    """Training produced non-finite losses or gradients for train.max_nonfinite_steps steps in a row."""
 
 
 class Trainer:
@@ -84,16 +78,17 @@ class Trainer:
         init: model to start from ('embedded', HF id, dir, SFT output or run dir); default config.model.name.
             It is recorded as model.name in run_dir/config.yaml: the KL reference of a resumed run is that model.
         resume: continue from run_dir's newest complete checkpoint (older ones when it is damaged; step 0 when
-            there is none yet) with `config` (the CLI passes checkpoint.resume_config(run_dir) with its flags
+            there is none yet) with `config` (the CLI passes rundir.resume_config(run_dir) with its flags
             applied); the starting model stays the recorded one, config.yaml is rewritten only once the state has
-            loaded, and the config's lr / value_lr replace the optimizer's saved ones. Rules: agentrl_lib/checkpoint.py.
+            loaded, and the config's lr / value_lr replace the optimizer's saved ones. Rules: agentrl_lib/rundir.py.
         pool: an EnvPool with >= games_per_step * group_size slots (default: `envs.pool.open_pool(config.env, ...)`,
             a ProcessPool unless env.process_pool is off, every game checked through it first).
     The run directory is locked (RUN/.lock) from construction until close(); `with Trainer(...) as trainer:` closes
     it (env pool and lock) on leaving the block.
     Raises:
         GameSetError / FileNotFoundError / ConfigError: bad games dir, model path or config (also max_new_tokens or
-            max_turns that the loaded model's context cannot hold: config.check_context_room).
+            max_turns that the loaded model's context cannot hold: config.check_context_room; a resume whose
+            train.steps is below the steps done: rundir.check_steps_left).
         FileExistsError: run_dir holds a run and resume is False.
         RunLockedError: another process is training in run_dir.
         CheckpointError: resume: no run in run_dir, a field that cannot change on resume changed (named), or no
@@ -106,60 +101,35 @@ class Trainer:
         run_dir = Path(run_dir)
         # plumbing: data parallelism (distributed.py; a SingleProcess stand-in without a launcher): rank 0 alone writes
         self.dp = data_parallel(config.model.device)
-        self.dp.check_games_per_step(config.train.games_per_step)
-        if self.dp.world_size > 1 and config.train.max_tokens_per_microbatch:  # ranks could cut different numbers
-            # of micro-batches and wait on each other's gradient all-reduce forever
-            raise ConfigError("train.max_tokens_per_microbatch is single-process only: with data parallelism "
-                              "each rank already trains on 1/W of every minibatch; use --max-tokens-per-"
-                              "microbatch 0 (or --minibatch-size smaller) under accelerate launch")
+        self.dp.check_train(config.train)  # whole groups per rank; no micro-batches
         self.is_main = self.dp.is_main
         # plumbing: one trainer per run dir (RUN/.lock; released by close(), garbage collection or process death)
-        lock = ckpt_lib.RunLock(run_dir) if self.is_main else None
+        lock = rundir.RunLock(run_dir) if self.is_main else None
         self._release_lock = weakref.finalize(self, lock.release) if lock else (lambda: None)
-        if init:
-            local = Path(init).expanduser()
-            init = str(local.resolve()) if local.exists() else init  # a resume may start from another directory
-        if resume:  # the resume rules: see agentrl_lib/checkpoint.py
-            if not ckpt_lib.run_exists(run_dir):
-                raise ckpt_lib.CheckpointError(f"no run in {run_dir} (no config.yaml, no checkpoints/); start one "
-                                               "without --resume")
-            recorded = ckpt_lib.recorded_config(run_dir) or config
-            ckpt_lib.check_resume_overrides(recorded, config, init)
-            init = recorded.model.name  # the model a run started from is a fact of the run (the KL reference)
-        elif ckpt_lib.list_checkpoints(run_dir / "checkpoints") or (run_dir / "checkpoints" / "latest").is_file():
-            raise FileExistsError(f"{run_dir} already holds a run; pass --resume to continue it or pick a new --out")
-        if init:  # the run's config names the model it starts from (the KL reference)
-            config = dataclasses.replace(config, model=dataclasses.replace(config.model, name=init))
+        config = rundir.start_or_resume(run_dir, config, init, resume)  # model.name: the model the run started from
         self.cfg, self.run_dir, self.progress = config, run_dir, progress and self.is_main
         self.games: GameSet = load_game_set(config.env.games)
         n_episodes = config.train.games_per_step * config.algo.group_size // self.dp.world_size  # this process's
         if pool is None:  # plumbing: the run's envs; every game is checked through them before the model loads
             pool = open_pool(config.env, n_episodes, self.games)
-        self.ckpt_root = self.run_dir / "checkpoints"
-        self.metrics_path = self.run_dir / "metrics.jsonl"
-        self.start_step, self.last_checkpoint, self.step_in_progress, self._nonfinite_streak = 0, None, None, []
+        self.ckpt_root, self.metrics_path = self.run_dir / "checkpoints", self.run_dir / "metrics.jsonl"
+        self.start_step, self.last_checkpoint, self.step_in_progress = 0, None, None
         self.detector = CollapseDetector()  # Echo-Trap alerts over the metrics rows (diagnostics.py)
+        self.divergence = DivergenceGuard(config.train.max_nonfinite_steps)  # NaN/inf steps in a row
         self.tracker = open_tracker(config.train.report_to, run_dir, self.is_main)  # plumbing: tracking.py
-        mc = config.model
-        self.estimator = ESTIMATORS[config.algo.advantage]
+        mc, self.estimator = config.model, ESTIMATORS[config.algo.advantage]
         need_vh = self.estimator.needs_critic  # a critic exists iff the estimator needs one
-        state = None
+        state = None  # a resumed run's optimizer and value-head state
         if resume and ckpt_lib.list_checkpoints(self.ckpt_root):  # newest complete checkpoint that loads, else older
-            def load(ckpt: Path):
-                return (*load_policy(str(ckpt / "policy"), mc.device, mc.dtype), ckpt_lib.read_training_state(ckpt))
-
-            self.start_step, ckpt, (self.policy, self.tok, state) = ckpt_lib.load_newest(self.ckpt_root, load, need_vh)
+            self.start_step, ckpt, self.policy, self.tok, state = ckpt_lib.load_checkpoint(self.ckpt_root, mc, need_vh)
             self.last_checkpoint = ckpt.name
-            if config.train.steps < self.start_step:  # before config.yaml is rewritten: nothing changes
-                raise ConfigError(f"--resume with train.steps (--steps) {config.train.steps}: {run_dir} has already "
-                                  f"trained {self.start_step} steps; pass --steps > {self.start_step} to train on, or "
-                                  f"evaluate it as it is: agentrl eval --model {run_dir}")
+            rundir.check_steps_left(config.train.steps, self.start_step, run_dir)
         else:
             if resume:
                 log.warning("%s has no checkpoint yet: starting at step 1 with its saved config", run_dir)
             torch.manual_seed(config.train.seed)  # plumbing: a new LoRA adapter's random init follows the run's seed
             # a LoRA adapter as init: merged for lora_rank 0, trained on at its own rank, else refused
-            self.policy, self.tok = load_start_policy(config.model.name, mc.device, mc.dtype, lora_rank=mc.lora_rank,
+            self.policy, self.tok = load_start_policy(mc.name, mc.device, mc.dtype, lora_rank=mc.lora_rank,
                                                       lora_alpha=mc.lora_alpha)
         self.last_step = self.start_step
         self.device = next(self.policy.parameters()).device
@@ -167,37 +137,23 @@ class Trainer:
         self.generator = GENERATORS[mc.generator](self.policy, self.tok)  # the backend (generation.py)
         if getattr(self.generator, "context_limit", None):  # before any rollout: a budget the context cannot hold
             check_context_room(config.train.max_new_tokens, config.env.max_turns, self.generator.context_limit)
-        hidden = base_model(self.policy).config.hidden_size
-        self.value_head = ValueHead(hidden).to(self.device) if need_vh else None
+        self.value_head = ValueHead(base_model(self.policy).config.hidden_size).to(self.device) if need_vh else None
         disable_dropout(self.policy)  # π_old is computed without dropout: the update must see the same function
-        # ALGO: the frozen reference policy of the KL term is the model the run started from (an SFT LoRA adapter
-        # merged into its base). A LoRA adapter created by this run is switched off instead (_ref_logprobs).
-        self.ref = None
-        if config.algo.kl_coef > 0:
-            init_is_adapter = is_adapter(config.model.name)
-            if init_is_adapter or not hasattr(self.policy, "disable_adapter"):  # a resumed policy is not the start
-                self.ref = (load_reference(config.model.name, mc.device, mc.dtype) if state is not None
-                            else frozen_reference(self.policy))
-        policy_dtype = next(self.policy.parameters()).dtype
-        # plumbing: train.mixed_precision bf16: every forward under autocast (weights and AdamW stay in policy_dtype)
+        # ALGO: the frozen reference policy of the KL term (None: this run's LoRA adapter is switched off instead)
+        self.ref = reference_policy(self.policy, mc, state is not None) if config.algo.kl_coef > 0 else None
+        # plumbing: train.mixed_precision bf16: every forward under autocast (weights and AdamW stay in their dtype)
         self.autocast = functools.partial(torch.autocast, self.device.type, dtype=torch.bfloat16,
                                           enabled=config.train.mixed_precision == "bf16")
         if config.train.mixed_precision == "bf16" and (why := bf16_problem(self.device)):
             raise ConfigError(f"train.mixed_precision bf16: {why}; use --mixed-precision no")
-        low_precision = policy_dtype != torch.float32 or config.train.mixed_precision == "bf16"
-        self.use_tis = config.algo.tis == "on" or (config.algo.tis == "auto" and low_precision
-                                                    and config.algo.old_logprobs == "recompute")
-        groups = [{"params": [p for p in self.policy.parameters() if p.requires_grad], "lr": config.train.lr}]
-        if self.value_head is not None:
-            groups.append({"params": list(self.value_head.parameters()), "lr": config.train.value_lr})
-        self.opt = torch.optim.AdamW(groups, weight_decay=0.0)
+        self.use_tis = tis_applies(config, next(self.policy.parameters()).dtype)
+        self.opt = make_optimizer(self.policy, self.value_head, config.train)
         if config.train.gradient_checkpointing:  # active in train() mode only: rollouts keep their KV cache
             enable_gradient_checkpointing(self.policy)
         if state is not None:  # optimizer + value head; then the config's lr / value_lr (a resume may change them)
-            ckpt_lib.apply_training_state(state, self.opt, self.value_head,
-                                          [config.train.lr, config.train.value_lr])
+            ckpt_lib.apply_training_state(state, self.opt, self.value_head, [config.train.lr, config.train.value_lr])
         if self.is_main:
-            ckpt_lib.write_config(self.run_dir / "config.yaml", config)  # only now: a failed resume changes nothing
+            rundir.write_config(self.run_dir / "config.yaml", config)  # only now: a failed resume changes nothing
         # plumbing: the update's forward; with data parallelism it goes through DDP, which averages the ranks' gradients
         self.forward = functools.partial(self.dp.prepare(TokenModel(self.policy, self.value_head)),
                                          temperature=config.train.temperature, share_prefix=config.train.share_prefix)
@@ -223,7 +179,8 @@ class Trainer:
                 train.max_new_tokens exceed the model's context).
         """
         cfg = self.cfg
-        rows = self.rows = self._read_metrics()  # self.rows: what run_rl draws, also after a CollapseError
+        rows = self.rows = rundir.resume_metrics(self.metrics_path, self.start_step)  # self.rows: what run_rl draws,
+        # also after a CollapseError; up to the resume step (rundir.py)
         self.detector.replay(rows)  # plumbing: a resumed run's detector is in the state the kept rows left it in
         self.last_step = self.start_step
         for step in range(self.start_step, cfg.train.steps):
@@ -233,7 +190,7 @@ class Trainer:
             row["alerts"] = [a.to_dict() for a in alerts]
             rows.append(row)
             if self.is_main:
-                ckpt_lib.append_metrics(self.metrics_path, row)  # strict JSON: NaN → null
+                rundir.append_metrics(self.metrics_path, row)  # strict JSON: NaN → null
                 self.tracker.write(row)  # train.report_to: the same row's scalars (tracking.py)
             self.step_in_progress, self.last_step = None, step + 1
             if self.progress:
@@ -245,109 +202,73 @@ class Trainer:
                              (row.get("env_error_reasons") or ["see the episodes' termination"])[0], f"step {step + 1}")
             for a in alerts:
                 log.warning("%s", a.message)
-            self._check_finite(row)
+            self.divergence.update(row, cfg.train.lr, self.last_checkpoint, self.run_dir)
             stopping = [a for a in alerts if cfg.train.stops_on(a.kind)]  # train.stop_on_collapse, train.stop_kinds
-            stop = bool(stopping)
-            if stop or step + 1 == cfg.train.steps or ((step + 1) % cfg.train.checkpoint_every == 0
-                                                       and not self._nonfinite_streak):  # keep the pre-divergence ones
+            if stopping or step + 1 == cfg.train.steps or ((step + 1) % cfg.train.checkpoint_every == 0
+                                                       and not self.divergence.streak):  # keep the pre-divergence ones
                 self.save_checkpoint(step + 1)
-            if stop:
+            if stopping:
                 raise CollapseError(
                     f"stopped at step {step + 1} (train.stop_on_collapse): {stopping[0].kind}: "
                     f"{stopping[0].message.split(': ', 1)[1]}. Checkpoint {self.last_checkpoint} holds the weights; "
                     f"continue with agentrl train --out {self.run_dir} --resume [--no-stop-on-collapse]")
         return rows
 
-    def _check_finite(self, row: dict) -> None:
-        """plumbing: count consecutive steps with non-finite updates or metrics; stop after max_nonfinite_steps."""
-        if not row.get("nonfinite_updates") and is_finite_row(row):  # None: no update ran
-            self._nonfinite_streak = []
-            return
-        self._nonfinite_streak.append(row["step"])
-        bad = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)
-               and k not in ("entropy", "explained_variance")]
-        log.warning("step %d: non-finite loss or gradient (%s); %s update(s) skipped, weights unchanged by them",
-                    row["step"], ", ".join(bad) or "nan", row.get("nonfinite_updates", "no"))
-        k = self.cfg.train.max_nonfinite_steps
-        if len(self._nonfinite_streak) >= k:
-            lr = self.cfg.train.lr
-            raise DivergenceError(
-                f"training diverged: {k} step(s) in a row ({self._nonfinite_streak[0]}-{self._nonfinite_streak[-1]}) "
-                f"had a NaN/inf loss or gradient at lr {lr:g}. The last checkpoint is "
-                f"{self.last_checkpoint or 'none (resume starts over)'}; resume it with a lower learning rate: "
-                f"agentrl train --out {self.run_dir} --resume --lr {lr / 10:g}")
 
     def step(self, step: int) -> dict:
-        """One iteration, stages 1-7 of the module docstring. Returns its metrics row."""
+        """One iteration, stages 1-7 of the module docstring. Returns its metrics row (metrics.step_row)."""
         cfg, t0 = self.cfg, time.perf_counter()
-        episode_games, group_ids = self._sample_games(step)  # plumbing: the same step, the same games and tokens
-        # plumbing: with data parallelism each rank plays whole groups of its share of the games, with its own seed
-        episode_games, group_ids = self.dp.shard_episodes(episode_games, group_ids, cfg.algo.group_size)
-        self.dp.seed_rollout(cfg.train.seed * 1_000_003 + step)
-
         # ALGO: 1. rollout — G episodes per game, all batched
-        self.policy.eval()
-        with self.autocast():
-            trajs, rstats = rollout(
-                self.generator, self.tok, self.pool, episode_games, groups=group_ids, max_turns=cfg.env.max_turns,
-                max_new_tokens=cfg.train.max_new_tokens, temperature=cfg.train.temperature,
-                show_admissible=cfg.env.show_admissible, show_inventory=cfg.env.show_inventory,
-                system_prompt=system_prompt_for(self.games.family, cfg.env.action_format, cfg.env.max_actions_per_turn),
-                chat=self.chat, action_format=cfg.env.action_format, max_actions_per_turn=cfg.env.max_actions_per_turn)
-        trajs, rstats = self.dp.gather_rollout(trajs, rstats)  # plumbing: every rank gets every episode
-        # an episode cut by an environment fault is not the policy's doing: it leaves the loss and the group statistics
-        trajs_ok = [t for t in trajs if t.n_turns > 0 and not t.termination.startswith("env_error")]
+        trajs, rstats = self._rollout(step)
+        ran = [t for t in trajs if t.usable]  # an episode cut by an env fault is not the policy's doing: dropped
         t_rollout = time.perf_counter() - t0
-        no_room = [t for t in trajs if t.n_turns == 0 and t.termination == "context_limit"]
-        if no_room and len(no_room) == len(trajs):  # plumbing: not one reply fits; every step would be the same
-            raise ConfigError(f"every episode's first prompt (>= {min(t.prompt_len for t in no_room)} tokens) plus "
-                              f"train.max_new_tokens ({cfg.train.max_new_tokens}) exceeds the model's context "
-                              f"({self.generator.context_limit} tokens): nothing can be generated; lower "
-                              "--max-new-tokens (16-32 suit one action)")
-        if not trajs_ok:  # plumbing: every episode failed in the environment: nothing to learn from; the run goes on
-            return self._all_failed_row(step, trajs, t0)
+        if not ran:  # plumbing: every episode failed in the environment: nothing to learn from; the run goes on
+            if self.progress:
+                print(f"step {step + 1}: every episode failed ({min(t.termination for t in trajs)}); no update",
+                      flush=True)
+            return step_row(step, trajs, seconds={"step_seconds": time.perf_counter() - t0})
 
         # ALGO: 2. turn rewards on turn-end tokens; trajectory returns
         rewards = [turn_rewards(cfg.reward.kind, t.env_rewards, t.max_score, t.won, t.valid, cfg.reward.format_penalty)
-                   for t in trajs_ok]
+                   for t in ran]
         returns = torch.tensor([sum(r) for r in rewards], dtype=torch.float32)
-        gids = torch.tensor([t.group for t in trajs_ok])
+        gids = torch.tensor([t.group for t in ran])
 
         # ALGO: 3. StarPO-S: keep the groups with the largest return spread (all at keep_top_std = 1), before anything
         # is forwarded, so filtered trajectories cost nothing and minibatches hold only kept ones
         kept = top_std_groups(returns, gids, cfg.algo.keep_top_std).nonzero(as_tuple=True)[0].tolist()
-        batch = self._collate(trajs_ok, rewards, kept)
+        batch = self._collate(ran, rewards, kept)
 
         # ALGO: 4. π_old, V_old, π_ref: forward passes without gradients (see _old_forward); added to the batch
         with self.autocast():
-            m = self._old_forward(batch, rstats)
+            passes = self._old_forward(batch)
 
         # ALGO: 5. advantages (and the critic's value targets) from the chosen estimator
         with torch.no_grad():
             batch["advantages"], value_targets = self.estimator(AdvantageInputs(
                 token_rewards=batch["token_rewards"], mask=batch["mask"], returns=returns[kept], group_ids=gids[kept],
                 turn_end=batch["turn_end"], values=batch.get("old_values"),
-                turn_obs=[trajs_ok[i].observations[:trajs_ok[i].n_turns] for i in kept],  # the state of each action
+                turn_obs=[ran[i].observations[:ran[i].n_turns] for i in kept],  # the state of each action
                 turn_rewards=[rewards[i] for i in kept]), cfg.algo)
         if self.estimator.needs_critic:
             batch["returns"] = value_targets
-            m["explained_variance"] = explained_variance(batch["old_values"], value_targets, batch["mask"])
 
         # ALGO: 6. epochs of minibatch updates on the clipped surrogate; the generator samples from the new weights
         t1 = time.perf_counter()
-        m.update(self._update(batch))
+        update = self._update(batch)  # None: no learning signal, no update
         self.policy.eval()
         self.generator.sync(self.policy)
         t_update = time.perf_counter() - t1
 
-        # plumbing: 7. metrics (over every episode that ran, kept by the filter or not)
-        m.update(self._metrics_row(step, trajs, trajs_ok, rewards, returns, gids, len(kept), batch, rstats))
-        m.update(rollout_seconds=t_rollout, update_seconds=t_update, step_seconds=time.perf_counter() - t0)
-        return m
+        # plumbing: 7. the metrics row (over every episode that ran, kept by the filter or not)
+        return step_row(step, trajs, rstats, rewards, batch, passes, update, seconds={
+            "rollout_seconds": t_rollout, "update_seconds": t_update, "step_seconds": time.perf_counter() - t0})
 
-    def _sample_games(self, step: int) -> tuple[list[str], list[int]]:
-        """plumbing: the step's games (games_per_step, without repeats while the set allows) × group_size episodes
-        and their group ids. Seeds Python's and torch's RNG from (seed, step): a resumed step samples the same."""
+    def _rollout(self, step: int) -> tuple[list[Trajectory], RolloutStats]:
+        """plumbing: stage 1: the step's episodes (every rank gets every episode) and the rollout's statistics. The
+        games: games_per_step, without repeats while the set allows, × group_size episodes each; Python's and torch's
+        RNG are seeded from (seed, step), so a resumed step samples the same games and tokens.
+        Raises ConfigError when not one reply fits the context (every step would be the same)."""
         cfg = self.cfg
         rng = random.Random(cfg.train.seed * 1_000_003 + step)
         torch.manual_seed(cfg.train.seed * 1_000_003 + step)
@@ -356,17 +277,25 @@ class Trainer:
             games += rng.choices(self.games.games, k=cfg.train.games_per_step - len(games))
         episode_games = [g.path for g in games for _ in range(cfg.algo.group_size)]
         group_ids = [k for k in range(len(games)) for _ in range(cfg.algo.group_size)]
-        return episode_games, group_ids
-
-    def _all_failed_row(self, step: int, trajs: list[Trajectory], t0: float) -> dict:
-        """plumbing: the metrics row of a step whose every episode failed in the environment (no update)."""
-        n_env_errors = sum(t.termination.startswith("env_error") for t in trajs)
-        reasons = sorted({t.termination for t in trajs})
-        if self.progress:
-            print(f"step {step + 1}: every episode failed ({reasons[0]}); no update", flush=True)
-        return {"step": step + 1, "episodes": len(trajs), "env_errors": n_env_errors, "success_rate": 0.0,
-                "return_mean": 0.0, "invalid_rate": 0.0, "mean_turns": 0.0, "entropy": float("nan"),
-                "skipped_update": 1.0, "step_seconds": time.perf_counter() - t0, "env_error_reasons": reasons}
+        # with data parallelism each rank plays whole groups of its share of the games, with its own seed
+        episode_games, group_ids = self.dp.shard_episodes(episode_games, group_ids, cfg.algo.group_size)
+        self.dp.seed_rollout(cfg.train.seed * 1_000_003 + step)
+        self.policy.eval()
+        with self.autocast():
+            trajs, rstats = rollout(
+                self.generator, self.tok, self.pool, episode_games, groups=group_ids, max_turns=cfg.env.max_turns,
+                max_new_tokens=cfg.train.max_new_tokens, temperature=cfg.train.temperature,
+                show_admissible=cfg.env.show_admissible, show_inventory=cfg.env.show_inventory,
+                system_prompt=system_prompt_for(self.games.family, cfg.env.action_format, cfg.env.max_actions_per_turn),
+                chat=self.chat, action_format=cfg.env.action_format, max_actions_per_turn=cfg.env.max_actions_per_turn)
+        trajs, rstats = self.dp.gather_rollout(trajs, rstats)
+        no_room = [t for t in trajs if t.n_turns == 0 and t.termination == "context_limit"]
+        if no_room and len(no_room) == len(trajs):
+            raise ConfigError(f"every episode's first prompt (>= {min(t.prompt_len for t in no_room)} tokens) plus "
+                              f"train.max_new_tokens ({cfg.train.max_new_tokens}) exceeds the model's context "
+                              f"({self.generator.context_limit} tokens): nothing can be generated; lower "
+                              "--max-new-tokens (16-32 suit one action)")
+        return trajs, rstats
 
     def _collate(self, trajs: list[Trajectory], rewards: list[list[float]], kept: list[int]) -> dict[str, torch.Tensor]:
         """plumbing: the kept trajectories as (B, T) tensors (rollout.collate) plus token_rewards (B, T) float32,
@@ -378,7 +307,7 @@ class Trainer:
         return batch
 
     @torch.no_grad()
-    def _old_forward(self, batch: dict[str, torch.Tensor], rstats) -> dict[str, float]:
+    def _old_forward(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """Adds old_logprobs (π_old), old_values (V_old, with a critic), ref_logprobs (kl_coef > 0) and is_weights
         (TIS on) to the batch; returns their metrics.
 
@@ -390,12 +319,11 @@ class Trainer:
         """
         cfg, mask, m = self.cfg, batch["mask"], {}
         self.policy.train()  # dropout is off (disable_dropout): train mode only switches on gradient checkpointing
-        m["sampler_gap"] = rstats.sampler_gap
         behaviour = cfg.algo.old_logprobs == "behaviour"
         if behaviour and not self.estimator.needs_critic:  # π_old is the behaviour policy: no forward at all
             batch["old_logprobs"] = batch["behaviour_logprobs"]
         else:
-            old = self._no_grad_forward(self.policy, batch, self.value_head)
+            old = no_grad_forward(self.policy, batch, cfg.train, self.dp, self.value_head)
             gap = (old["logprobs"] - batch["behaviour_logprobs"]).abs() * mask
             m["logprob_mismatch"] = gap.max().item()
             m["logprob_mismatch_mean"] = (gap.sum() / mask.sum().clamp(min=1)).item()
@@ -411,76 +339,25 @@ class Trainer:
             batch["ref_logprobs"] = self._ref_logprobs(batch)
         return m
 
-    def _metrics_row(self, step: int, trajs: list[Trajectory], trajs_ok: list[Trajectory], rewards, returns, gids,
-                     n_kept: int, batch, rstats) -> dict:
-        """plumbing: the step's episode statistics (every episode that ran, kept by the filter or not)."""
-        grp_std = [returns[gids == g].std(unbiased=False).item() for g in gids.unique()]
-        n_turns = sum(t.n_turns for t in trajs_ok)
-        return {
-            "step": step + 1,
-            "episodes": len(trajs),
-            "success_rate": sum(t.won for t in trajs_ok) / len(trajs_ok),
-            "return_mean": returns.mean().item(),
-            "return_std": returns.std(unbiased=False).item(),
-            "reward_mean": (sum(sum(r) for r in rewards) / max(n_turns, 1)),
-            "group_return_std": sum(grp_std) / len(grp_std),
-            "zero_std_group_frac": sum(x <= 1e-6 for x in grp_std) / len(grp_std),
-            "singleton_groups": singleton_groups(gids),
-            "kept_fraction": n_kept / len(trajs_ok),
-            "mean_turns": n_turns / len(trajs_ok),
-            "invalid_rate": sum(not v for t in trajs_ok for v in t.valid) / max(n_turns, 1),
-            "repetition_rate": repetition_rate((t.actions, t.replies) for t in trajs_ok),
-            "response_length": sum(sum(t.mask) for t in trajs_ok) / max(n_turns, 1),
-            "input_dependence": input_dependence([t.replies for t in trajs_ok], [t.game for t in trajs_ok]),
-            "truncated_rate": sum(x for t in trajs_ok for x in t.truncated) / max(n_turns, 1),
-            "env_errors": sum(t.termination.startswith("env_error") for t in trajs),
-            "env_error_reasons": sorted({t.termination for t in trajs if t.termination.startswith("env_error")}),
-            "generated_tokens": rstats.generated_tokens,
-            "gen_tokens_per_s": rstats.tokens_per_second,
-            "policy_tokens": int(batch["mask"].sum().item()),
-            "seq_len_max": batch["input_ids"].shape[1],
-        }
-
     def _ref_logprobs(self, batch) -> torch.Tensor:
+        """π_ref's log-probs (B, T) float32: the frozen reference's, or the policy's with its LoRA adapter off."""
         if self.ref is not None:
-            return self._no_grad_forward(self.ref, batch)["logprobs"]
+            return no_grad_forward(self.ref, batch, self.cfg.train, self.dp)["logprobs"]
         with self.policy.disable_adapter():  # LoRA: the reference is the base model
-            return self._no_grad_forward(self.policy, batch)["logprobs"]
+            return no_grad_forward(self.policy, batch, self.cfg.train, self.dp)["logprobs"]
 
-    def _no_grad_forward(self, model, batch, value_head: ValueHead | None = None) -> dict[str, torch.Tensor]:
-        """plumbing: token_forward over the whole batch (called under no_grad) in chunks of rows of similar length
-        (update.forward_in_chunks; budget max_tokens_per_microbatch, or minibatch_size × the longest row when that is
-        0: never more than a training minibatch holds). With data parallelism each rank forwards its rows
-        (DataParallel.rows) and the results are gathered: every rank gets the whole batch's."""
-        B = batch["input_ids"].shape[0]
-        rows = self.dp.rows(torch.arange(B, device=batch["input_ids"].device))
-        if not len(rows):  # more ranks than episodes: this one has none
-            keys = ("logprobs",) + (("values",) if value_head is not None else ())
-            return {k: self.dp.gather_rows(batch["mask"].new_zeros((0, batch["mask"].shape[1])), B) for k in keys}
-        mine = select(batch, rows, T=batch["input_ids"].shape[1])
-        budget = self.cfg.train.max_tokens_per_microbatch or \
-            self.cfg.train.minibatch_size * int(mine["attention_mask"].sum(1).max())
-        share = self.cfg.train.share_prefix
-        forward = functools.partial(token_forward, model, temperature=self.cfg.train.temperature, value_head=value_head,
-                                    share_prefix=share)
-        out = forward_in_chunks(forward, mine, budget,
-                                prompt_groups(mine["input_ids"], mine["mask"]) if share else None)
-        return {k: self.dp.gather_rows(v, B) for k, v in out.items()}
-
-    def _update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    def _update(self, batch: dict[str, torch.Tensor]) -> dict[str, float] | None:
         """`epochs` passes of minibatch updates over the batch (update.py's batch dict). Gradients of the policy and of
         the value head are clipped separately (each to max_grad_norm) and both norms are logged; a minibatch whose
-        loss or gradient is not finite is skipped (no optimizer step) and counted in `nonfinite_updates`."""
-        cfg = self.cfg
-        mask = batch["mask"]
-        B = batch["input_ids"].shape[0]
-        sums: dict[str, list[float]] = {}
+        loss or gradient is not finite is skipped (no optimizer step) and counted in `nonfinite_updates`.
+        Returns: the mean over minibatches of each metric (update.minibatch_loss's, grad_norm [, value_grad_norm])
+        and nonfinite_updates; None when there is no learning signal (no update; metrics.step_row logs it)."""
+        cfg, mask, B = self.cfg, batch["mask"], batch["input_ids"].shape[0]
         if mask.sum() == 0 or (self.value_head is None and (batch["advantages"].abs() * mask).sum() == 0):
-            # every group had equal returns (or one member): no learning signal (GRPO/RLOO); skip, log zeros
-            return {"skipped_update": 1.0, "entropy": float("nan"), "clip_frac": 0.0, "approx_kl": 0.0,
-                    "grad_norm": 0.0, "policy_loss": 0.0, "kl_ref": 0.0, "nonfinite_updates": 0}
+            return None  # every group had equal returns (or one member): no learning signal (GRPO/RLOO)
         policy_params = [p for p in self.policy.parameters() if p.requires_grad]
         value_params = [] if self.value_head is None else list(self.value_head.parameters())
+        sums: dict[str, list[float]] = {}
         nonfinite = 0
         groups = prompt_groups(batch["input_ids"], batch["mask"]) if cfg.train.group_minibatches else None
         for epoch in range(cfg.train.epochs):
@@ -509,11 +386,7 @@ class Trainer:
                     self.opt.step()
                 for k, v in pm.items():
                     sums.setdefault(k, []).append(v)
-        res = {k: sum(v) / len(v) for k, v in sums.items()}
-        res.setdefault("kl_ref", 0.0)
-        res["skipped_update"] = 0.0
-        res["nonfinite_updates"] = nonfinite
-        return res
+        return {**{k: sum(v) / len(v) for k, v in sums.items()}, "nonfinite_updates": nonfinite}
 
     def _loss_and_backward(self, batch: dict[str, torch.Tensor], idx: torch.Tensor
                            ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -555,19 +428,6 @@ class Trainer:
         self.last_checkpoint = path.name
         return path
 
-    def _read_metrics(self) -> list[dict]:
-        """Metrics rows up to the resume step (later rows, from an interrupted run, are dropped and rewritten). Steps
-        done but without a row (metrics.jsonl deleted or cut) are named in one logged warning: the learning curve
-        and the collapse detector go on without them."""
-        rows = ckpt_lib.read_metrics(self.metrics_path, self.start_step)
-        missing = sorted(set(range(1, self.start_step + 1)) - {r["step"] for r in rows})
-        if missing:
-            what = f"step {missing[0]}" if len(missing) == 1 else f"{len(missing)} steps ({missing[0]}-{missing[-1]})"
-            line = (f"{self.metrics_path} has no row for {what} of the {self.start_step} this run has done "
-                    "(deleted or damaged): its curve and the collapse detector go on without them")
-            log.warning(line)
-        return rows
-
     def close(self) -> None:
         """Close the env pool and the tracker, and release the run directory's lock."""
         self.pool.close()
@@ -579,9 +439,3 @@ class Trainer:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def is_finite_row(row: dict) -> bool:
-    """True if every numeric metric is finite (NaN allowed only for metrics that are undefined this step)."""
-    allowed_nan = {"explained_variance", "entropy"}
-    return all(math.isfinite(v) or k in allowed_nan for k, v in row.items() if isinstance(v, float))

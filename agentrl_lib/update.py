@@ -22,16 +22,24 @@ changes on the way down. Every entry is (B, T), right-padded, one row per kept e
 'logprobs' [, 'values'] [, 'entropy'], 0 off the policy tokens: `policy.token_forward` with the model, temperature
 and value head bound (functools.partial), or the data-parallel wrapper of `policy.TokenModel`.
 
+`no_grad_forward` runs the no-grad passes over the whole batch (π_old, V_old, π_ref), each rank its rows;
+`make_optimizer` is the optimizer the update steps, `tis_applies` whether the loss is weighted by truncated IS.
+
 Introduced in notebooks/03_policy.md §4 (minibatch_loss).
 """
 from __future__ import annotations
 
-from typing import Callable
+import functools
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from .config import AlgoConfig
+from .config import AlgoConfig, RunConfig, TrainConfig
 from .losses import kl_k3, masked_mean, policy_loss, value_loss
+from .policy import ValueHead, prompt_groups, token_forward
+
+if TYPE_CHECKING:
+    from .distributed import DataParallel, SingleProcess
 
 Forward = Callable[..., dict]
 
@@ -180,3 +188,44 @@ def forward_in_chunks(forward: Forward, batch: dict[str, torch.Tensor], budget: 
         for k, v in res.items():
             out.setdefault(k, torch.zeros_like(batch["mask"]))[rows, :T] = v
     return out
+
+
+def no_grad_forward(model, batch: dict[str, torch.Tensor], train: TrainConfig, dp: DataParallel | SingleProcess,
+                    value_head: ValueHead | None = None) -> dict[str, torch.Tensor]:
+    """A no-grad pass (π_old, V_old, π_ref; call it under torch.no_grad): policy.token_forward of `model` (with
+    `value_head`, at train.temperature) over the whole batch in chunks of rows of similar length (forward_in_chunks;
+    budget train.max_tokens_per_microbatch, or train.minibatch_size × the longest row when that is 0: never more than
+    a training minibatch holds; whole prompt groups with train.share_prefix). With data parallelism each rank forwards
+    its rows (dp.rows) and the results are gathered (dp.gather_rows): every rank gets the whole batch's.
+
+    Returns: {'logprobs' [, 'values' with a value head]}: (B, T) float32, 0 off the policy tokens.
+    """
+    B = batch["input_ids"].shape[0]
+    rows = dp.rows(torch.arange(B, device=batch["input_ids"].device))
+    if not len(rows):  # more ranks than episodes: this one has none
+        keys = ("logprobs",) + (("values",) if value_head is not None else ())
+        return {k: dp.gather_rows(batch["mask"].new_zeros((0, batch["mask"].shape[1])), B) for k in keys}
+    mine = select(batch, rows, T=batch["input_ids"].shape[1])
+    budget = train.max_tokens_per_microbatch or train.minibatch_size * int(mine["attention_mask"].sum(1).max())
+    share = train.share_prefix
+    forward = functools.partial(token_forward, model, temperature=train.temperature, value_head=value_head,
+                                share_prefix=share)
+    out = forward_in_chunks(forward, mine, budget, prompt_groups(mine["input_ids"], mine["mask"]) if share else None)
+    return {k: dp.gather_rows(v, B) for k, v in out.items()}
+
+
+def tis_applies(config: RunConfig, policy_dtype: torch.dtype) -> bool:
+    """Whether the loss is weighted by truncated importance sampling: algo.tis 'on', or 'auto' with low precision
+    (weights not float32, or train.mixed_precision bf16) and π_old recomputed (algo.old_logprobs 'recompute')."""
+    low_precision = policy_dtype != torch.float32 or config.train.mixed_precision == "bf16"
+    return config.algo.tis == "on" or (config.algo.tis == "auto" and low_precision
+                                       and config.algo.old_logprobs == "recompute")
+
+
+def make_optimizer(policy, value_head: ValueHead | None, train: TrainConfig) -> torch.optim.AdamW:
+    """AdamW without weight decay: the policy's trainable weights at train.lr, then the value head's (a critic) at
+    train.value_lr; checkpoint.apply_training_state sets the lrs in this order."""
+    groups = [{"params": [p for p in policy.parameters() if p.requires_grad], "lr": train.lr}]
+    if value_head is not None:
+        groups.append({"params": list(value_head.parameters()), "lr": train.value_lr})
+    return torch.optim.AdamW(groups, weight_decay=0.0)

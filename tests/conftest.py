@@ -1,8 +1,9 @@
-"""Shared fixtures: the embedded tokenizer, a tiny random-weight model built from a config (no download), and a
-few real TextWorld games generated once per session."""
+"""Shared fixtures: the embedded tokenizer, a tiny random-weight model built from a config (no download), a few real
+TextWorld games generated once per session, and a trained run directory (test_checkpoint.py, test_rundir.py)."""
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 import torch
@@ -68,3 +69,32 @@ def scripted(monkeypatch):
 
     monkeypatch.setattr(trainer_mod, "open_pool", pool)
     monkeypatch.setattr(evaluate_mod, "open_pool", pool)
+
+
+@pytest.fixture(scope="session")
+def parity_games(tmp_path_factory):
+    """Two placeholder games for ParityEnv (helpers.scripted_games)."""
+    from helpers import scripted_games
+
+    return scripted_games(tmp_path_factory.mktemp("ckpt") / "games")
+
+
+@pytest.fixture(scope="session")
+def base_run(tmp_path_factory, parity_games, tiny_model_dir):
+    """A PPO run of 3 steps, a checkpoint after each, train.keep_checkpoints = 2; tests copy it (`run`) before
+    damaging it."""
+    from helpers import parity_config, parity_trainer
+
+    run = tmp_path_factory.mktemp("base") / "run"
+    t = parity_trainer(parity_config(parity_games), run, init=tiny_model_dir)
+    t.train()
+    t.close()
+    return run
+
+
+@pytest.fixture
+def run(base_run, tmp_path):
+    """A copy of base_run that a test may damage."""
+    dst = tmp_path / "run"
+    shutil.copytree(base_run, dst)
+    return dst

@@ -1,8 +1,10 @@
 """Helpers that several test files share: scripted games (ParityEnv, CoinEnv, BrokenEnv and the game sets they play),
-the sweep's base config, and the CLI probes' error-line check and console-script runner. Fixtures live in
+the run-directory tests' config and trainer, the sweep's base config, and the CLI probes' error-line check and
+console-script runner. Fixtures live in
 conftest.py; this module holds plain classes and functions, imported as `from helpers import ...`."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -78,6 +80,31 @@ def coin_games(root, n=2):
         recs.append(GameRecord(path=str(root / f"g{i}.txt"), name=f"g{i}", seed=i, max_score=1, walkthrough=["look"]))
     write_manifest(root, "textworld", recs, {"scripted": True})
     return str(root)
+
+
+# ------------------------------------------------------------------------------- run directories and checkpoints
+def parity_config(games, algo="ppo", steps=3, **train) -> RunConfig:
+    """test_checkpoint.py's and test_rundir.py's runs: one game per step, groups of 2, a checkpoint every step."""
+    train = {"games_per_step": 1, "minibatch_size": 2, "max_new_tokens": 4, "checkpoint_every": 1, "lr": 1e-3,
+             "temperature": 1.0, **train}
+    return RunConfig(env=EnvConfig(games=str(games), max_turns=2), algo=AlgoConfig.from_preset(algo, group_size=2),
+                     model=ModelConfig(device="cpu"), train=TrainConfig(steps=steps, **train))
+
+
+def parity_trainer(cfg, run, init=None, resume=False):
+    """A Trainer of `cfg` in `run` that plays ParityEnv (no progress lines)."""
+    from agentrl_lib.envs.pool import SerialPool
+    from agentrl_lib.trainer import Trainer
+
+    return Trainer(cfg, run, init=init, resume=resume, pool=SerialPool(2, factory=ParityEnv), progress=False)
+
+
+def strict_loads(line: str):
+    """json.loads that refuses NaN / Infinity (not JSON: RFC 8259)."""
+    def refuse(name):
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    return json.loads(line, parse_constant=refuse)
 
 
 # ------------------------------------------------------------------------------------------------ the sweep

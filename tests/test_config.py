@@ -6,7 +6,8 @@ import json
 import pytest
 import yaml
 
-from agentrl_lib import checkpoint as ckpt_lib
+from agentrl_lib import rundir
+from agentrl_lib.checkpoint import CheckpointError
 from agentrl_lib.config import AlgoConfig, ConfigError, EnvConfig, RunConfig, TrainConfig
 from agentrl_lib.envs.base import GameSetError, load_game_set
 from agentrl_lib.models import resolve_model_path
@@ -93,12 +94,12 @@ def test_legacy_algo_name_loads_as_its_preset(tmp_path):
     old = RunConfig(env=EnvConfig(games="g")).to_dict()
     old["algo"] = {"name": "ppo", **{k: v for k, v in old["algo"].items() if k != "advantage"}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
-    cfg = ckpt_lib.resume_config(tmp_path)
+    cfg = rundir.resume_config(tmp_path)
     assert cfg.algo.advantage == "gae" and cfg.algo.label == "ppo"
     # the completeness check against a checkpoint's copy (every key present) reads the upgraded keys
-    assert ckpt_lib._load_complete(tmp_path / "config.yaml", cfg.to_dict()) == cfg
+    assert rundir._load_complete(tmp_path / "config.yaml", cfg.to_dict()) == cfg
     # negative control: a new-format file that lost algo.advantage is still incomplete
     del old["algo"]["name"]
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
-    with pytest.raises(ckpt_lib.CheckpointError, match="algo.advantage"):
-        ckpt_lib._load_complete(tmp_path / "config.yaml", cfg.to_dict())
+    with pytest.raises(CheckpointError, match="algo.advantage"):
+        rundir._load_complete(tmp_path / "config.yaml", cfg.to_dict())

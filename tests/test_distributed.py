@@ -159,7 +159,7 @@ def test_two_processes_train_the_weights_of_one(tiny_model_dir, frozenlake, tmp_
 
 def test_a_single_process_builds_no_process_group_and_uneven_shares_are_refused(monkeypatch):
     from agentrl_lib import distributed
-    from agentrl_lib.config import ConfigError
+    from agentrl_lib.config import ConfigError, TrainConfig
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     assert isinstance(distributed.data_parallel("cpu"), distributed.SingleProcess)  # no launcher: no process group
@@ -168,8 +168,10 @@ def test_a_single_process_builds_no_process_group_and_uneven_shares_are_refused(
     dp = distributed.DataParallel.__new__(distributed.DataParallel)  # a rank's view, without a process group
     dp.rank, dp.world_size = 1, 2
     with pytest.raises(ConfigError, match="games-per-step 4"):
-        dp.check_games_per_step(3)
-    dp.check_games_per_step(4)
+        dp.check_train(TrainConfig(games_per_step=3))
+    with pytest.raises(ConfigError, match="max_tokens_per_microbatch is single-process only"):
+        dp.check_train(TrainConfig(games_per_step=4, max_tokens_per_microbatch=512))
+    dp.check_train(TrainConfig(games_per_step=4))
     games, groups = dp.shard_episodes(list("aabbccdd"), [0, 0, 1, 1, 2, 2, 3, 3], group_size=2)
     assert games == list("ccdd") and groups == [2, 2, 3, 3]  # whole groups, the second half, global group ids
     assert dp.rows(torch.arange(5)).tolist() == [1, 3]

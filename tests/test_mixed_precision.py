@@ -7,6 +7,7 @@ import torch
 import agentrl_lib.models as models_mod
 import agentrl_lib.policy as policy_mod
 import agentrl_lib.trainer as trainer_mod
+import agentrl_lib.update as update_mod
 from agentrl_lib.config import AlgoConfig, ConfigError, EnvConfig, ModelConfig, RewardConfig, RunConfig, TrainConfig
 from agentrl_lib.envs.pool import SerialPool
 from agentrl_lib.trainer import Trainer
@@ -55,7 +56,7 @@ def test_bf16_autocast_trains_with_fp32_weights_and_tis(tiny_model_dir, tmp_path
         return real(*a, **k)
 
     monkeypatch.setattr(policy_mod, "token_forward", spy)
-    monkeypatch.setattr(trainer_mod, "token_forward", spy)
+    monkeypatch.setattr(update_mod, "token_forward", spy)  # the no-grad passes (update.no_grad_forward)
     trainer = _trainer(tiny_model_dir, tmp_path, mixed, mixed)
     before = [p.detach().clone() for p in trainer.policy.parameters()]
     try:

@@ -144,11 +144,11 @@ def _disk_full_at_the_end(ws, mp):
     Simulated with a monkeypatch: the real full disk is test_eval_out_on_a_full_tmpfs (slow, needs mount)."""
     import tempfile
 
-    from agentrl_lib import checkpoint
+    from agentrl_lib import fsio
 
     def full(path, text):
         raise OSError(errno.ENOSPC, "No space left on device")
-    mp.setattr(checkpoint, "atomic_write_text", full)
+    mp.setattr(fsio, "atomic_write_text", full)
     (ws.tmp / "fallback").mkdir()
     mp.setattr(tempfile, "gettempdir", lambda: str(ws.tmp / "fallback"))
 

@@ -471,7 +471,7 @@ def test_every_estimator_trains_on_every_family(family, tiny_model_dir, tmp_path
 
     from agentrl_lib.advantages import ESTIMATORS
     from agentrl_lib.cli import main
-    from agentrl_lib.trainer import is_finite_row
+    from agentrl_lib.diagnostics import is_finite_row
 
     get_family(family).make_games(tmp_path / "games", 2, seed=0)
     for estimator in ESTIMATORS:

@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RewardConfig, RunConfig, TrainConfig
+from agentrl_lib.diagnostics import is_finite_row
 from agentrl_lib.envs.pool import EnvFailure, SerialPool
 from agentrl_lib.generation import HFGenerator
 from agentrl_lib.models import load_policy
-from agentrl_lib.trainer import Trainer, is_finite_row
+from agentrl_lib.trainer import Trainer
 
 from helpers import BrokenEnv, CoinEnv, ParityEnv, coin_games, scripted_games
 
@@ -141,16 +142,16 @@ def test_dropout_is_off_during_updates(tokenizer, tmp_path):
 @pytest.mark.trains
 def test_starpo_s_filter_selects_before_anything_is_forwarded(tiny_model_dir, tmp_path, monkeypatch):
     import agentrl_lib.policy as policy_mod
-    import agentrl_lib.trainer as trainer_mod
+    import agentrl_lib.update as update_mod
 
     rows_forwarded = []
-    real = trainer_mod.token_forward
+    real = update_mod.token_forward
 
     def spy(model, input_ids, *a, **k):
         rows_forwarded.append((torch.is_grad_enabled(), input_ids.shape[0]))
         return real(model, input_ids, *a, **k)
 
-    monkeypatch.setattr(trainer_mod, "token_forward", spy)  # the no-grad passes
+    monkeypatch.setattr(update_mod, "token_forward", spy)  # the no-grad passes (update.no_grad_forward)
     monkeypatch.setattr(policy_mod, "token_forward", spy)  # the update's forward (policy.TokenModel)
     cfg = make_cfg(coin_games(tmp_path / "g", n=4), algo="grpo", group_size=2, games_per_step=4,
                    keep_top_std=0.5, minibatch_size=2)

@@ -153,13 +153,13 @@ def test_old_logprobs_from_the_behaviour_policy_skip_the_forward_and_give_the_sa
     needs it; a critic still does, for its values), and in fp32 on a CPU the update is the recomputed one's. Negative
     control: behaviour log-probs shifted by one token are not π_old, and the gradient shows it."""
     calls: list[bool] = []
-    real_forward = trainer_mod.token_forward
+    real_forward = update_mod.token_forward
 
     def spy(*a, **k):
         calls.append(torch.is_grad_enabled())
         return real_forward(*a, **k)
 
-    monkeypatch.setattr(trainer_mod, "token_forward", spy)  # the no-grad passes
+    monkeypatch.setattr(update_mod, "token_forward", spy)  # the no-grad passes (update.no_grad_forward)
     monkeypatch.setattr(policy_mod, "token_forward", spy)  # the update's (policy.TokenModel)
     recomputed, row_r, _ = _gradients("grpo", 0, tiny_model_dir, tmp_path, "recompute", kl_coef=0.0)
     assert calls.count(False) >= 1 and "logprob_mismatch" in row_r

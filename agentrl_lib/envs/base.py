@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Protocol
 
-from ..checkpoint import atomic_write_text
+from ..fsio import atomic_write_text
 from . import UnknownFamilyError, family_names, get_family
 
 
@@ -229,7 +229,7 @@ MANIFEST = "manifest.json"
 
 
 def write_manifest(root: Path, family: str, games: list[GameRecord], params: dict[str, Any]) -> Path:
-    """Write root/manifest.json atomically (`checkpoint.atomic_write_text`: temp file, fsync, rename).
+    """Write root/manifest.json atomically (`fsio.atomic_write_text`: temp file, fsync, rename).
 
     Game paths of a "file" family are stored relative to `root` when they lie under it (absolute otherwise, e.g.
     the official ALFWorld data indexed in place); game ids of a "seed" family are stored as given.

@@ -1,0 +1,69 @@
+"""Durable writes (fsio.py): a file replaced atomically survives a failed write unchanged and leaves no temp file,
+a tree is fsync'd file by file and directory by directory, and a full disk is recognised however it is reported.
+Each check has a negative control (a plain write, a missing fsync, an error that is not a full disk)."""
+import errno
+import os
+
+import pytest
+
+from agentrl_lib import fsio
+
+
+def test_atomic_write_replaces_the_file_or_leaves_it_as_it_was(tmp_path, monkeypatch):
+    path = tmp_path / "config.yaml"
+    fsio.atomic_write_text(path, "old\n")
+    fsio.atomic_write_text(path, "new\n")
+    assert path.read_text() == "new\n" and sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
+
+    def full(fd):  # the disk fills while the new content is flushed
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        fsio.atomic_write_text(path, "half of a new config")
+    assert path.read_text() == "new\n" and sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
+    # negative control: a plain write in place loses the old content to the failed write
+    with pytest.raises(OSError), open(path, "w") as f:
+        f.write("half of a new config")
+        f.flush()
+        os.fsync(f.fileno())
+    assert path.read_text() != "new\n"
+
+
+def test_fsync_tree_syncs_every_file_and_directory(tmp_path, monkeypatch):
+    (tmp_path / "ckpt" / "policy").mkdir(parents=True)
+    for rel in ("state.json", "optimizer.pt", "policy/model.safetensors"):
+        (tmp_path / "ckpt" / rel).write_text(rel)
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd))[1])
+    fsio.fsync_tree(tmp_path / "ckpt")
+    want = {str(p) for p in (tmp_path / "ckpt").rglob("*")} | {str(tmp_path / "ckpt")}
+    assert want <= set(synced)
+    # negative control: directories are entries too; syncing the files alone leaves them out
+    synced.clear()
+    for p in (tmp_path / "ckpt").rglob("*"):
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+    assert not want <= set(synced)
+
+
+def test_a_full_disk_is_recognised_however_it_is_reported():
+    def raised_from(cause: BaseException) -> RuntimeError:
+        try:
+            try:
+                raise cause
+            except BaseException as e:
+                raise RuntimeError("could not save the model") from e
+        except RuntimeError as e:
+            return e
+
+    assert fsio.is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
+    assert fsio.is_disk_full(OSError(errno.EDQUOT, "Disk quota exceeded"))
+    assert fsio.is_disk_full(raised_from(OSError(errno.ENOSPC, "full")))  # wrapped by a library
+    assert fsio.is_disk_full(Exception("I/O error: No space left on device (os error 28)"))  # safetensors' text
+    assert fsio.is_disk_full(RuntimeError("[enforce fail at inline_container.cc:783] . unexpected pos 64 vs 0"))
+    # negative controls: other write errors are not a full disk
+    assert not fsio.is_disk_full(OSError(errno.EACCES, "Permission denied"))
+    assert not fsio.is_disk_full(raised_from(ValueError("bad value")))
