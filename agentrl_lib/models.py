@@ -13,12 +13,28 @@ from pathlib import Path
 
 import torch
 
-from .config import DEVICE_PATTERN, DTYPES
+from .config_values import DEVICE_PATTERN, DTYPES, ConfigError
 from .paths import cache_root  # also re-exported: the notebook imports it from here
 
 EMBEDDED = "embedded"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def __getattr__(name: str):
+    """`CACHE_ARG`, the KV-cache keyword of `generate` and of a model's forward in this transformers: 'cache' from
+    5.24 on (the old name warns and goes in 6.0), 'past_key_values' before (the optional vLLM environment runs 5.19).
+    Read from transformers' generate output on first use (PEP 562), so that `import agentrl_lib.models` stays as quick
+    as torch for pick_device and the CLI's early checks: that import takes seconds."""
+    if name == "CACHE_ARG":
+        from dataclasses import fields
+
+        from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+        new = "cache" in {f.name for f in fields(GenerateDecoderOnlyOutput)}
+        globals()[name] = "cache" if new else "past_key_values"
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ModelLoadError(ValueError):
@@ -401,8 +417,6 @@ def check_init_lora(name: str, lora_rank: int) -> int | None:
     """
     r = adapter_rank(name)
     if r is not None and lora_rank not in (0, r):
-        from .config import ConfigError
-
         raise ConfigError(f"--init {name} is a LoRA adapter of rank {r} but model.lora_rank (--lora-rank) is "
                           f"{lora_rank}: pass --lora-rank {r} to keep training that adapter, or --lora-rank 0 to "
                           "merge it into its base and fine-tune every weight")
