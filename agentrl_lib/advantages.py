@@ -98,11 +98,8 @@ def register_estimator(estimator: Estimator, replace: bool = False) -> Estimator
 
 
 def estimator(name: str, needs_critic: bool = False, min_group_size: int = 1):
-    """Decorator: register the function below as ESTIMATORS[name] (a FunctionEstimator) and return it unchanged.
-
-        @estimator("mine", min_group_size=2)
-        def mine(inputs, algo): ...
-    """
+    """Decorator: register the function below, `fn(inputs, algo)` (see Estimator), as ESTIMATORS[name] (a
+    FunctionEstimator); the function itself is returned unchanged."""
     def register(fn):
         register_estimator(FunctionEstimator(name, needs_critic, min_group_size, fn))
         return fn
@@ -431,6 +428,10 @@ def gigpo_estimator(inputs: AdvantageInputs, algo: AlgoFields) -> tuple[torch.Te
 
 
 # ------------------------------------------------------------------------------------- the StarPO-S group filter
+def _group_index(group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.unique(group_ids, return_inverse=True)
+
+
 def top_std_groups(returns: torch.Tensor, group_ids: torch.Tensor, keep_frac: float) -> torch.Tensor:
     """StarPO-S filter: keep the groups whose within-group return std is among the top `keep_frac` (RAGEN §4.2).
 
@@ -439,7 +440,7 @@ def top_std_groups(returns: torch.Tensor, group_ids: torch.Tensor, keep_frac: fl
     """
     if keep_frac >= 1.0:
         return torch.ones_like(returns, dtype=torch.bool)
-    uniq, inv = torch.unique(group_ids, return_inverse=True)
+    uniq, inv = _group_index(group_ids)
     stds = torch.stack([returns[inv == g].float().std(unbiased=False) for g in range(len(uniq))])
     n_keep = max(1, math.floor(keep_frac * len(uniq) + 0.5))  # round half up (Python's round() rounds 0.5 to even)
     kept = torch.argsort(stds, descending=True, stable=True)[:n_keep]
