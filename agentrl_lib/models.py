@@ -13,12 +13,28 @@ from pathlib import Path
 
 import torch
 
-from .config import DEVICE_PATTERN, DTYPES, ModelConfig
+from .config_values import DEVICE_PATTERN, DTYPES, ConfigError
 from .paths import cache_root  # also re-exported: the notebook imports it from here
 
 EMBEDDED = "embedded"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def __getattr__(name: str):
+    """`CACHE_ARG`, the KV-cache keyword of `generate` and of a model's forward in this transformers: 'cache' from
+    5.24 on (the old name warns and goes in 6.0), 'past_key_values' before (the optional vLLM environment runs 5.19).
+    Read from transformers' generate output on first use (PEP 562), so that `import agentrl_lib.models` stays as quick
+    as torch for pick_device and the CLI's early checks: that import takes seconds."""
+    if name == "CACHE_ARG":
+        from dataclasses import fields
+
+        from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+        new = "cache" in {f.name for f in fields(GenerateDecoderOnlyOutput)}
+        globals()[name] = "cache" if new else "past_key_values"
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ModelLoadError(ValueError):
@@ -401,8 +417,6 @@ def check_init_lora(name: str, lora_rank: int) -> int | None:
     """
     r = adapter_rank(name)
     if r is not None and lora_rank not in (0, r):
-        from .config import ConfigError
-
         raise ConfigError(f"--init {name} is a LoRA adapter of rank {r} but model.lora_rank (--lora-rank) is "
                           f"{lora_rank}: pass --lora-rank {r} to keep training that adapter, or --lora-rank 0 to "
                           "merge it into its base and fine-tune every weight")
@@ -466,8 +480,9 @@ def load_reference(name: str, device: str = "auto", dtype: str = "auto"):
     return frozen_reference(load_policy(name, device, dtype)[0])
 
 
-def reference_policy(policy, model: ModelConfig, resumed: bool):
-    """The frozen reference policy π_ref of the KL term: the model the run started from (model.name; an SFT LoRA
+def reference_policy(policy, model, resumed: bool):
+    """The frozen reference policy π_ref of the KL term (`model`: the run's config.ModelConfig, read for its name,
+    device and dtype): the model the run started from (model.name; an SFT LoRA
     adapter merged into its base), loaded anew (load_reference) when `policy` is a resumed one, else a frozen copy of
     `policy` (frozen_reference). None when `policy` is a LoRA adapter the run created: with the adapter switched off
     it is the reference (Trainer._ref_logprobs). Raises: as load_policy."""

@@ -8,9 +8,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .generation import CACHE_ARG
 from .losses import entropy_from_logits
-from .models import base_model
+from .models import CACHE_ARG, base_model
 
 
 class ValueHead(nn.Module):

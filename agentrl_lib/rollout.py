@@ -31,16 +31,19 @@ from .prompts import SYSTEM_PROMPT, ChatFormat, feedback_message, first_user_mes
 class Trajectory:
     """One episode as one token sequence.
 
-    ids / mask / logprobs have the same length T. mask[t] = 1 exactly on tokens the policy sampled (incl. each turn's
-    end token); logprobs[t] is log pi_old(ids[t] | ids[:t]) at the sampling temperature for those tokens, 0 elsewhere.
-    turn_ends[k] is the index of turn k's last policy token (where turn k's reward is placed).
+    ids / mask / behaviour_logprobs have the same length T. mask[t] = 1 exactly on tokens the policy sampled (incl.
+    each turn's end token). turn_ends[k] is the index of turn k's last policy token (where turn k's reward is placed).
     """
 
     game: str
     group: int
     ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
+    behaviour_logprobs: list[float] = field(default_factory=list)
+    """log π_behaviour(ids[t] | ids[:t]) of each generated token: the log-prob under the distribution the rollout's
+    sampler drew it from (the vLLM engine or the HF `generate` of the generation backend, at the sampling
+    temperature; TurnSample.logprobs), 0 on tokens it did not generate. Not π_old: the update recomputes π_old with
+    the trainer's forward unless algo.old_logprobs = 'behaviour' (collate's `behaviour_logprobs`)."""
     turn_ends: list[int] = field(default_factory=list)
     replies: list[str] = field(default_factory=list)
     """Decoded text of each turn's sampled tokens (without the end token)."""
@@ -109,7 +112,7 @@ def collate(trajs: list[Trajectory], pad_id: int, device) -> dict[str, torch.Ten
         ids[i, :n] = torch.tensor(t.ids)
         attn[i, :n] = 1
         mask[i, :n] = torch.tensor(t.mask, dtype=torch.float32)
-        behaviour[i, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
+        behaviour[i, :n] = torch.tensor(t.behaviour_logprobs, dtype=torch.float32)
         turn_end[i, t.turn_ends] = 1.0
     return {k: v.to(device) for k, v in dict(input_ids=ids, attention_mask=attn, mask=mask,
                                              behaviour_logprobs=behaviour, turn_end=turn_end).items()}
@@ -168,7 +171,7 @@ def rollout(generator: Generator, tokenizer, pool: EnvPool, games: list[str], *,
         user = first_user_message(res.info.objective, res.obs, res.info.admissible if show_admissible else None,
                                   res.info.inventory if show_inventory else "")
         tr.ids = chat.prompt_ids(system_prompt, user)
-        tr.mask, tr.logprobs = [0] * len(tr.ids), [0.0] * len(tr.ids)
+        tr.mask, tr.behaviour_logprobs = [0] * len(tr.ids), [0.0] * len(tr.ids)
         tr.prompt_len = len(tr.ids)
         tr.observations.append(res.obs)
         live.append(i)
@@ -199,12 +202,12 @@ def rollout(generator: Generator, tokenizer, pool: EnvPool, games: list[str], *,
             tr = trajs[i]
             tr.ids += seq
             tr.mask += [1] * len(seq)
-            tr.logprobs += lp
+            tr.behaviour_logprobs += lp
             tr.turn_ends.append(len(tr.ids) - 1)
             if trunc:  # close the turn so the chat stays well-formed; this token was not sampled: mask 0
                 tr.ids.append(chat.eos_id)
                 tr.mask.append(0)
-                tr.logprobs.append(0.0)
+                tr.behaviour_logprobs.append(0.0)
             reply = tokenizer.decode([x for x in seq if x != chat.eos_id], skip_special_tokens=False)
             tr.replies.append(reply)
             tr.truncated.append(trunc)
@@ -238,7 +241,7 @@ def rollout(generator: Generator, tokenizer, pool: EnvPool, games: list[str], *,
             nxt = chat.user_turn_ids(user)
             tr.ids += nxt
             tr.mask += [0] * len(nxt)
-            tr.logprobs += [0.0] * len(nxt)
+            tr.behaviour_logprobs += [0.0] * len(nxt)
             still.append(i)
             keep.append(r)
             # the unsampled eos that closes a truncated reply is not in the batch yet: it goes in with the feedback

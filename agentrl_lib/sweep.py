@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .checkpoint import prune_training_state
-from .config import ALGO_PRESETS, SECTIONS, SEED_MAX, ConfigError, RunConfig, _parse_value, choices_for
+from .config import ALGO_PRESETS, SECTIONS, SEED_MAX, ConfigError, RunConfig, choices_for, parse_field
 from .paths import git_commit
 from .records import (
     EXECUTION_FIELDS,
@@ -70,7 +70,7 @@ def _field_default(key: str) -> Any:
 
 
 def parse_value(key: str, text: str) -> Any:
-    """One grid value `text` for the field `key`, parsed with the field's type (config._parse_value: numbers from
+    """One grid value `text` for the field `key`, parsed with the field's type (config.parse_field: numbers from
     strings, integers refused for 2.5), booleans from true/false/yes/no/on/off/1/0, closed sets checked.
 
     Raises: ConfigError naming the axis and the value.
@@ -88,7 +88,7 @@ def parse_value(key: str, text: str) -> Any:
             return False
         raise ConfigError(f"grid axis {key}: {text!r} is not true/false")
     try:
-        value = _parse_value(key, default, text)
+        value = parse_field(key, default, text)
     except ConfigError as e:
         raise ConfigError(f"grid axis {key}: {e}") from None
     choices = choices_for(key)

@@ -113,7 +113,7 @@ def side_trl(a) -> dict:
             completion = t.ids[p:] or [chat.eos_id]  # an episode cut before its first turn (env fault): one token
             out["prompt_ids"].append(t.ids[:p])
             out["completion_ids"].append(completion)
-            out["logprobs"].append(t.logprobs[p:] or [0.0])
+            out["logprobs"].append(t.behaviour_logprobs[p:] or [0.0])
             out["env_mask"].append(t.mask[p:] or [0])
             out["episode_return"].append(sum(turn_rewards(cfg.reward.kind, t.env_rewards, t.max_score, t.won, t.valid,
                                                           cfg.reward.format_penalty)))

@@ -1,5 +1,5 @@
-"""The command line (agentrl_lib/cli.py). First the probe suite of issue 9: bad inputs run through the real command
-line, one row each.
+"""The command line (agentrl_lib/cli.py, commands.py, flags.py). First the probe suite of issue 9: bad inputs run
+through the real command line, one row each.
 
 Every row asserts: exit code != 0, exactly one `agentrl CMD: error: ...` line on stderr that names what to fix, no
 traceback, and — for rows marked `early` — that the bad input was refused before any work started (the model, the
@@ -26,9 +26,10 @@ from pathlib import Path
 import pytest
 
 import agentrl_lib
-from agentrl_lib import cli
+from agentrl_lib import cli, commands
 from agentrl_lib.cli import main
-from agentrl_lib.config import ALGO_PRESETS, SECTIONS, EnvConfig
+from agentrl_lib.config import ALGO_PRESETS, SECTIONS, EnvConfig, RunConfig, SFTConfig
+from agentrl_lib.flags import SFT_SECTIONS, build_config, config_flags, join_negative_numbers, section_args
 
 from helpers import assert_one_clear_error, console
 
@@ -311,7 +312,7 @@ def test_control_validation_removed_lets_training_start(probe, capsys, monkeypat
 
 def test_control_late_out_check_loads_the_model_first(probe, capsys, monkeypatch):
     """Without the early --out check, eval loads the model (and would evaluate) before finding --out unusable."""
-    monkeypatch.setattr(cli, "check_out_path", lambda *a, **k: None)
+    monkeypatch.setattr(commands, "check_out_path", lambda *a, **k: None)
     with pytest.raises(WorkStarted):
         probe(*_row("eval-out-is-directory")[1:3], early=True, capsys=capsys)
 
@@ -321,7 +322,7 @@ def test_control_late_eval_games_check_trains_first(probe, capsys, monkeypatch):
     games are found missing."""
     from agentrl_lib import run
 
-    monkeypatch.setattr(cli, "_check_train_inputs", lambda a, cfg: None)
+    monkeypatch.setattr(commands, "_check_train_inputs", lambda a, cfg: None)
     monkeypatch.setattr(run, "load_game_set", lambda path: path)
     with pytest.raises(WorkStarted):
         probe(*_row("train-eval-games-missing")[1:3], early=True, capsys=capsys)
@@ -338,10 +339,10 @@ def test_control_typo_without_path_hint_goes_to_the_hub(probe, capsys, monkeypat
 
 def test_control_bugs_still_show_a_traceback(monkeypatch, capsys):
     """main() turns bad inputs into one line but not genuine bugs: an internal error still raises."""
-    monkeypatch.setattr(cli, "_eval", lambda a: [][1])
+    monkeypatch.setattr(commands, "cmd_eval", lambda a: [][1])
     with pytest.raises(IndexError):
         main(["eval", "--games", "x"])
-    monkeypatch.setattr(cli, "_eval", lambda a: (_ for _ in ()).throw(OSError("internal: bad file descriptor")))
+    monkeypatch.setattr(commands, "cmd_eval", lambda a: (_ for _ in ()).throw(OSError("internal: bad file descriptor")))
     with pytest.raises(OSError):
         main(["eval", "--games", "x"])
 
@@ -351,7 +352,7 @@ def test_multiline_messages_become_one_line(monkeypatch, capsys):
 
     def fail(a):
         raise ConfigError("first\n  second\n\nthird")
-    monkeypatch.setattr(cli, "_eval", fail)
+    monkeypatch.setattr(commands, "cmd_eval", fail)
     assert main(["eval", "--games", "x"]) == 2
     assert capsys.readouterr().err == "agentrl eval: error: first second third\n"
 
@@ -361,7 +362,7 @@ def test_disk_errors_with_a_path_are_one_line(monkeypatch, capsys):
 
     def full(a):
         raise OSError(errno.ENOSPC, "No space left on device", "/runs/x/checkpoints/step_000002")
-    monkeypatch.setattr(cli, "_eval", full)
+    monkeypatch.setattr(commands, "cmd_eval", full)
     assert main(["eval", "--games", "x"]) == 2
     assert capsys.readouterr().err == \
         "agentrl eval: error: No space left on device: /runs/x/checkpoints/step_000002\n"
@@ -371,8 +372,6 @@ def test_disk_errors_with_a_path_are_one_line(monkeypatch, capsys):
 def test_numeric_strings_from_yaml_are_numbers(tmp_path):
     """PyYAML reads `1e-5` as a string (YAML 1.1 floats need a dot); the README writes `lr: 1e-5`."""
     import yaml
-
-    from agentrl_lib.config import RunConfig
 
     text = "train:\n  lr: 1e-5\n  steps: 1e1\n  seed: '7'\nalgo:\n  kl_coef: 1E-3\n"
     assert isinstance(yaml.safe_load(text)["train"]["lr"], str)  # the trap this guards against
@@ -453,7 +452,7 @@ def _help_problems(flags) -> list[str]:
 
 
 def test_every_config_field_is_a_train_flag_with_help():
-    flags = cli.config_flags()
+    flags = config_flags()
     assert {f.key for f in flags} == {f"{s}.{g.name}" for s, cls in SECTIONS.items() for g in dataclasses.fields(cls)}
     assert _help_problems(flags) == []
     spellings = [x for f in flags for x in f.flags]
@@ -470,9 +469,37 @@ def test_control_a_field_without_docstring_fails(monkeypatch):
         """A number of things (1-5)."""
         bare: int = 0
 
-    monkeypatch.setitem(cli.SECTIONS, "extra", Undocumented)
-    problems = _help_problems(cli.config_flags(("extra",)))
+    monkeypatch.setitem(SECTIONS, "extra", Undocumented)
+    problems = _help_problems(config_flags(("extra",)))
     assert len(problems) == 1 and problems[0].startswith("extra.bare: no help")
+
+
+def test_every_sft_config_field_is_an_sft_flag_with_help():
+    """`agentrl sft`'s settings are generated from SFTConfig as train's are from RunConfig: one documented flag per
+    field, its value read into the dataclass; a field left out keeps the dataclass default (None: not given)."""
+    flags = config_flags(of=SFT_SECTIONS)
+    assert {f.key for f in flags} == {f"sft.{g.name}" for g in dataclasses.fields(SFTConfig)}
+    assert _help_problems(flags) == []
+    text = cli.build_parser()._subparsers._group_actions[0].choices["sft"].format_help()
+    assert all(f.flags[0] in text for f in flags)
+    a = cli.build_parser().parse_args(["sft", "--games", "g", "--out", "o", "--epochs", "2", "--max-turns", "3"])
+    cfg = SFTConfig(**section_args(a, "sft"))
+    assert (cfg.epochs, cfg.max_turns, cfg.demos, cfg.lr, cfg.batch_size) == (2.0, 3, None, 5e-5, 4)
+
+
+@pytest.mark.parametrize("text", ["1000", "1e3", "1000.0"])
+def test_flags_and_config_files_read_values_alike(text, tmp_path):
+    """One parser (config.parse_field) reads a value given as a flag and the same text in a config file."""
+    p = tmp_path / "c.yaml"
+    p.write_text(f"train: {{steps: '{text}'}}\n")
+    a = cli.build_parser().parse_args(["train", "--out", "o", "--steps", text])
+    assert getattr(a, "train.steps") == build_config(a).train.steps == RunConfig.load(p).train.steps == 1000
+
+
+def test_flag_of_the_wrong_type_names_the_field(capsys):
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["train", "--out", "o", "--steps", "2.5"])
+    assert "argument --steps: train.steps must be an integer, got '2.5'" in capsys.readouterr().err
 
 
 def test_golden_spellings_and_aliases_parse():
@@ -481,7 +508,7 @@ def test_golden_spellings_and_aliases_parse():
             "--games-per-step", "1", "--group-size", "4", "--max-turns", "4", "--epochs", "2", "--minibatch-size",
             "2", "--kl-coef", "0.05", "--keep-top-std", "0.5", "--lora-rank", "4", "--seed", "3", "--lr", "1e-5",
             "--step-timeout", "9", "--no-process-pool", "--gradient-checkpointing"]
-    cfg = cli.build_config(cli.build_parser().parse_args(argv))
+    cfg = build_config(cli.build_parser().parse_args(argv))
     assert (cfg.env.games, cfg.model.name, cfg.reward.kind, cfg.train.steps, cfg.algo.kl_coef, cfg.model.lora_rank,
             cfg.env.step_timeout_s, cfg.env.process_pool, cfg.train.gradient_checkpointing) == \
         ("g", "m", "dense", 2, 0.05, 4, 9.0, False, True)
@@ -495,10 +522,10 @@ def test_golden_spellings_and_aliases_parse():
 
 @pytest.mark.parametrize("value", ["-1e-5", "-1E-05", "-0.5", "-3", "-.5e2", "-inf"])
 def test_negative_numbers_are_values(value):
-    argv = cli.join_negative_numbers(["train", "--out", "o", "--lr", value, "--kl-coef", value])
+    argv = join_negative_numbers(["train", "--out", "o", "--lr", value, "--kl-coef", value])
     a = cli.build_parser().parse_args(argv)
     assert getattr(a, "train.lr") == getattr(a, "algo.kl_coef") == float(value)
-    assert cli.join_negative_numbers(["--lr", "-x"]) == ["--lr", "-x"]  # not a number: left to argparse
+    assert join_negative_numbers(["--lr", "-x"]) == ["--lr", "-x"]  # not a number: left to argparse
 
 
 def test_control_argparse_alone_misreads_scientific_negatives():
@@ -511,15 +538,15 @@ def test_flags_override_config_file_and_presets_come_first(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("train: {steps: 7, lr: 2.0e-5}\nalgo: {advantage: rloo, group_size: 3}\nenv: {process_pool: false}\n")
     parse = cli.build_parser().parse_args
-    cfg = cli.build_config(parse(["train", "--out", "o", "--config", str(p), "--lr", "3e-5"]))
+    cfg = build_config(parse(["train", "--out", "o", "--config", str(p), "--lr", "3e-5"]))
     assert (cfg.train.steps, cfg.train.lr, cfg.algo.advantage, cfg.algo.group_size, cfg.env.process_pool) == \
         (7, 3e-5, "rloo", 3, False), "a flag not given keeps the file's value"
-    cfg = cli.build_config(parse(["train", "--out", "o", "--config", str(p), "--algo", "ppo"]))
+    cfg = build_config(parse(["train", "--out", "o", "--config", str(p), "--algo", "ppo"]))
     assert dataclasses.asdict(cfg.algo).items() >= ALGO_PRESETS["ppo"].items() and cfg.algo.group_size == 3
     field, value = next(iter(ALGO_PRESETS["grpo"].items()))
-    flag = next(f for f in cli.config_flags(("algo",)) if f.key == f"algo.{field}").flags[0]
+    flag = next(f for f in config_flags(("algo",)) if f.key == f"algo.{field}").flags[0]
     other = next(v for v in ALGO_PRESETS.values() if v != ALGO_PRESETS["grpo"])[field]
-    cfg = cli.build_config(parse(["train", "--out", "o", "--algo", "grpo", flag, other]))
+    cfg = build_config(parse(["train", "--out", "o", "--algo", "grpo", flag, other]))
     assert getattr(cfg.algo, field) == other, "an explicit algo flag overrides the preset"
 
 
@@ -539,7 +566,7 @@ def test_eval_and_sft_share_the_env_flags():
         text = sub[cmd].format_help()
         assert all(f in text for f in flags), cmd
     a = cli.build_parser().parse_args(["eval", "--games", "g", "--no-process-pool", "--step-timeout", "5"])
-    env = EnvConfig(**cli.section_args(a, "env"))
+    env = EnvConfig(**section_args(a, "env"))
     assert (env.games, env.process_pool, env.step_timeout_s, env.max_turns, env.check_games) == \
         ("g", False, 5.0, 8, True)
     assert isinstance(cli.build_parser(), argparse.ArgumentParser)

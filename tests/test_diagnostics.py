@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 
 import pytest
 
-from agentrl_lib import cli
+from agentrl_lib import cli, flags
 from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RunConfig, TrainConfig
 from agentrl_lib.diagnostics import (
     KINDS,
@@ -404,12 +404,12 @@ def test_stop_kinds_select_the_alerts_that_stop_and_bad_ones_are_refused():
 
 def test_stop_on_collapse_is_a_train_flag():
     a = cli.build_parser().parse_args(["train", "--out", "o", "--stop-on-collapse"])
-    assert cli.build_config(a).train.stop_on_collapse is True
+    assert flags.build_config(a).train.stop_on_collapse is True
     a = cli.build_parser().parse_args(["train", "--out", "o"])
-    assert cli.build_config(a).train.stop_on_collapse is False
-    assert cli.build_config(a).train.stop_kinds == "reward_std_collapse"
+    assert flags.build_config(a).train.stop_on_collapse is False
+    assert flags.build_config(a).train.stop_kinds == "reward_std_collapse"
     a = cli.build_parser().parse_args(["train", "--out", "o", "--stop-kinds", "grad_norm_spike,invalid_rising"])
-    assert cli.build_config(a).train.stops_on("invalid_rising") is False  # the kinds alone do not turn stopping on
+    assert flags.build_config(a).train.stops_on("invalid_rising") is False  # the kinds alone do not turn stopping on
     a = cli.build_parser().parse_args(["train", "--out", "o", "--stop-on-collapse", "--stop-kinds", "invalid_rising"])
-    assert cli.build_config(a).train.stops_on("invalid_rising") and not cli.build_config(a).train.stops_on(
+    assert flags.build_config(a).train.stops_on("invalid_rising") and not flags.build_config(a).train.stops_on(
         "reward_std_collapse")

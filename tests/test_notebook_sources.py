@@ -77,11 +77,11 @@ def test_show_source_is_the_file_itself():
 
 
 def test_show_source_start_keeps_signature_and_the_lines_from_the_mark():
-    src = show_source(advantages.rloo_advantages, start="adv[idx] = r - ")
+    src = show_source(advantages.top_std_groups, start="n_keep = max(1, ")
     lines = src.code.splitlines()
-    assert lines[0].startswith("def rloo_advantages(") and lines[1].strip().startswith("adv[idx] = r - ")
+    assert lines[0].startswith("def top_std_groups(") and lines[1].strip().startswith("n_keep = max(1, ")
     with pytest.raises(ValueError, match="does not occur"):
         show_source(rewards.turn_rewards, start="no such line")
     with pytest.raises(TypeError):
         show_source(len)
-    assert inspect.getsource(advantages.rloo_advantages).count("\n") > len(lines)
+    assert inspect.getsource(advantages.top_std_groups).count("\n") > len(lines)

@@ -33,7 +33,7 @@ def test_rollout_token_layout_on_real_games(tiny, cooking_games):
     assert stats.generated_tokens > 0 and [t.group for t in trajs] == [0, 0, 1, 1]
     for tr in trajs:
         assert tr.n_turns == 3 and tr.termination == "max_turns"
-        assert len(tr.ids) == len(tr.mask) == len(tr.logprobs)
+        assert len(tr.ids) == len(tr.mask) == len(tr.behaviour_logprobs)
         # rebuild the sequence from its parts: prompt, then per turn the sampled tokens and the env's tokens
         user = first_user_message(_objective(tr.game), tr.observations[0])
         rebuilt = chat.prompt_ids(SYSTEM_PROMPT, user)
@@ -47,7 +47,7 @@ def test_rollout_token_layout_on_real_games(tiny, cooking_games):
             assert text == tr.replies[k] and parse_action(text) == tr.actions[k]
             pos = end + 1
             if tr.truncated[k]:  # the closing eos was not sampled: it is in the sequence with mask 0
-                assert tr.ids[pos] == chat.eos_id and tr.mask[pos] == 0 and tr.logprobs[pos] == 0
+                assert tr.ids[pos] == chat.eos_id and tr.mask[pos] == 0 and tr.behaviour_logprobs[pos] == 0
                 pos += 1
             else:
                 assert span[-1] == chat.eos_id
@@ -178,5 +178,6 @@ def test_a_non_hf_generator_drives_rollout(tokenizer):
     for t, row in zip([trajs[0], trajs[2]], gen.rows):
         assert t.ids == row[:len(t.ids)], "the trajectory holds the generator's tokens"
         sampled = [i for i, m in zip(t.ids, t.mask) if m]
-        assert sampled == reply * 3 and [lp for lp, m in zip(t.logprobs, t.mask) if m] == [-1.0] * len(sampled)
+        assert sampled == reply * 3
+        assert [lp for lp, m in zip(t.behaviour_logprobs, t.mask) if m] == [-1.0] * len(sampled)
     assert stats.generated_tokens == len(reply) * (3 + 2 + 2)

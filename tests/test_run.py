@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from agentrl_lib import cli, demo, run
+from agentrl_lib import cli, demo, flags, run
 from agentrl_lib import evaluate as evaluate_mod
 from agentrl_lib import trainer as trainer_mod
 from agentrl_lib.config import ALGO_PRESETS, AlgoConfig, EnvConfig, ModelConfig, RunConfig, TrainConfig
@@ -128,7 +128,7 @@ def test_cli_train_calls_run_rl_with_the_built_config(monkeypatch, tmp_path, coo
     argv[-1] = "2e-5"
     assert cli.main(argv + ["--init", "some/hf-id", "--max-new-tokens", "16", "--no-check-games"]) == 0
     (config, run_dir, init, eval_games, resume), = calls
-    expected = cli.build_config(cli.build_parser().parse_args(argv + ["--max-new-tokens", "16", "--no-check-games"]))
+    expected = flags.build_config(cli.build_parser().parse_args(argv + ["--max-new-tokens", "16", "--no-check-games"]))
     assert config.algo == expected.algo and config.train == expected.train
     assert (config.algo.advantage, config.train.lr, config.train.max_new_tokens, config.env.check_games) == \
         ("rloo", 2e-5, 16, False)

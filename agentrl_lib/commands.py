@@ -1,0 +1,277 @@
+"""What each `agentrl` subcommand does with its parsed flags (cli.build_parser routes each to one): check every input
+before any work starts — a bad one raises ConfigError (or another error cli.is_user_error reports as one line) —,
+then call the library functions the notebooks call.
+"""
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+from .config import SEED_MAX, ConfigError, EnvConfig, RunConfig, SFTConfig
+from .flags import build_config, section_args
+
+MAKE_GAMES_N_MAX = 100_000
+"""`agentrl make-games --n` upper bound: more games take hours to generate (Sokoban's BFS, TextWorld's compiler) and
+give a manifest of hundreds of MB; split a bigger set over several --seed ranges."""
+FAMILY_FLAGS = ("challenge", "challenge_args", "world_size", "nb_objects", "quest_length", "split", "task_types",
+                "official", "level", "swe_reward", "packages", "force")
+"""`agentrl make-games` flags passed to the family's game maker when it takes a keyword parameter of that name."""
+_TEXTWORLD_CUSTOM = ("world_size", "nb_objects", "quest_length")
+
+
+def cmd_make_games(a) -> None:
+    """Refuses, in one line and before any game is made: --n outside [1, MAKE_GAMES_N_MAX], a --seed range outside
+    [0, SEED_MAX], an --out that is a file or not writable, and a flag the family's game maker does not take (e.g.
+    --world-size for frozenlake) or that its other flags make moot (--world-size with --challenge)."""
+    import inspect
+
+    from .envs import get_family
+
+    make_games = get_family(a.family).make_games
+    _require(make_games is not None, f"the {a.family} family has no game maker; write its manifest.json yourself")
+    _require(1 <= a.n <= MAKE_GAMES_N_MAX, f"--n must be in [1, {MAKE_GAMES_N_MAX}] (got {a.n}); for more games, "
+                                          "make several sets over disjoint --seed ranges")
+    _require(0 <= a.seed and a.seed + a.n - 1 <= SEED_MAX,
+             f"--seed must be in [0, {SEED_MAX - a.n + 1}] for --n {a.n} (got {a.seed}): game i uses seed + i")
+    check_out_path("--out", a.out, is_dir=True)
+    # the family's game maker gets the flags named as its keyword parameters (textworld: --challenge ... --force,
+    # alfworld: --split --task-types --official --force); a flag given that it does not take is refused
+    accepted = inspect.signature(make_games).parameters
+    given = [k for k in FAMILY_FLAGS if getattr(a, k) is not None and getattr(a, k) is not False]  # 0 is given
+    flag = lambda k: "--" + k.replace("_", "-")  # noqa: E731
+    wrong = [flag(k) for k in given if k not in accepted]
+    takes = [flag(k) for k in FAMILY_FLAGS if k in accepted]
+    _require(not wrong, f"{', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not apply to {a.family} games "
+                        f"(its flags: --n, --seed, --out{''.join(', ' + f for f in takes)}); drop "
+                        f"{'it' if len(wrong) == 1 else 'them'}")
+    if a.family == "textworld":
+        custom = [flag(k) for k in _TEXTWORLD_CUSTOM if getattr(a, k) is not None]
+        _require(not (a.challenge and custom),
+                 f"{', '.join(custom)} {'applies' if len(custom) == 1 else 'apply'} only to custom games, not to "
+                 f"--challenge {a.challenge}; pass the challenge's own options in --challenge-args")
+        _require(a.challenge or a.challenge_args is None,
+                 "--challenge-args needs --challenge (custom games take --world-size, --nb-objects, --quest-length)")
+    params = {k: getattr(a, k) for k in given if k in accepted}
+    gs = make_games(str(Path(a.out).expanduser().absolute()), a.n, a.seed, **params)
+    lens = [len(g.walkthrough) for g in gs.games]
+    print(f"{len(gs)} {gs.family} games in {gs.root} (manifest.json); walkthrough length "
+          f"{min(lens)}-{max(lens)}, max score {gs.games[0].max_score:g}")
+
+
+def _require(ok: bool, message: str) -> None:
+    """Raise ConfigError(message) unless `ok`: a bad flag value, found before any work starts."""
+    if not ok:
+        raise ConfigError(message)
+
+
+def check_out_path(flag: str, out: str, is_dir: bool = False) -> None:
+    """Check, before any work, that `out` (a file, or a directory when `is_dir`) can be written later: it is not a
+    directory (file) / a file (directory), no ancestor is a file, and the nearest existing ancestor accepts a new
+    file (probed with a temporary file, as permission bits do not tell for root or read-only mounts); leaves nothing
+    behind.
+
+    Raises:
+        ConfigError: naming `flag` and `out`, saying what is in the way (also a name that is not valid UTF-8, which
+            the tokenizer's and TextWorld's writers refuse at the end of the work).
+    """
+    from .paths import undecodable_name
+
+    path = Path(out).expanduser()
+    if (bad := undecodable_name(path.absolute())) is not None:
+        raise ConfigError(f"{flag} {out}: {bad!r} is not valid UTF-8, which the model and game writers refuse; pick a "
+                          "path with UTF-8 characters")
+    if not is_dir and path.is_dir():
+        raise ConfigError(f"{flag} {out} is a directory; pass a file path, e.g. {Path(out) / 'eval.json'}")
+    if is_dir and path.exists() and not path.is_dir():
+        raise ConfigError(f"{flag} {out} is a file, not a directory; pick another path")
+    ancestor = path if is_dir and path.is_dir() else path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"{flag} {out}: {ancestor} is a file, not a directory; pick another path")
+    try:
+        with tempfile.NamedTemporaryFile(dir=ancestor, prefix=".agentrl-write-check-"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"{flag} {out}: cannot write in {ancestor} ({e.strerror or e}); pick a writable path") from e
+
+
+def _check_model_flags(a) -> None:
+    """--device and --dtype, checked against this machine before games or models load (models.pick_device)."""
+    from .models import ModelLoadError, pick_device, pick_dtype
+
+    try:
+        device = pick_device(a.device)
+    except ModelLoadError as e:
+        raise ConfigError(f"--device {a.device}: {e}") from e
+    try:
+        pick_dtype(a.dtype, device)
+    except ModelLoadError as e:
+        raise ConfigError(f"--dtype {a.dtype}: {e}") from e
+
+
+def cmd_eval(a) -> None:
+    from .envs.base import check_env_errors, load_game_set
+    from .envs.pool import open_pool
+    from .evaluate import evaluate, format_eval, keep_unsaved, save_eval
+    from .generation import check_generator
+    from .models import load_policy
+
+    env_cfg = EnvConfig(**section_args(a, "env"))
+    _require(env_cfg.max_turns >= 1, f"--max-turns must be >= 1 (got {env_cfg.max_turns}); 8-12 suits small "
+                                     "TextWorld games")
+    _require(a.batch_size >= 1, f"--batch-size must be >= 1 (got {a.batch_size})")
+    _require(math.isfinite(a.temperature) and a.temperature >= 0,
+             f"--temperature must be >= 0 (got {a.temperature}); 0 is greedy, 0.7 samples as in training")
+    if a.out:
+        check_out_path("--out", a.out)
+    _check_model_flags(a)
+    check_generator(getattr(a, "model.generator"))
+    games = load_game_set(env_cfg.games)
+    env_cfg.validate()
+    pool = open_pool(env_cfg, min(a.batch_size, len(games)), games)  # every game checked before the model loads
+    try:
+        model, tok = load_policy(a.model, a.device, a.dtype)
+        res = evaluate(model, tok, games, max_turns=env_cfg.max_turns, temperature=a.temperature,
+                       batch_size=a.batch_size, env=env_cfg, pool=pool, generator=getattr(a, "model.generator"))
+    finally:
+        pool.close()
+    res["model"], res["games"] = a.model, str(games.root)
+    print(format_eval(res, a.model))
+    if a.out:
+        try:
+            save_eval(res, a.out)
+        except OSError as e:  # e.g. the disk filled during the evaluation: the results are kept, not lost
+            import json
+
+            kept = keep_unsaved(json.dumps(res, indent=1), "eval")
+            raise ConfigError(f"could not write --out {a.out} ({e.strerror or e}); the results are kept in {kept}: "
+                              "copy them where you need them") from e
+        print(f"wrote {a.out}")
+    reasons = res["env_error_reasons"] or [""]
+    check_env_errors(res["env_errors"], res["n_games"], env_cfg.max_env_error_frac, reasons[0], "evaluation")
+
+
+def cmd_sft(a) -> None:
+    from .envs.base import load_game_set
+    from .sft import sft
+
+    cfg = SFTConfig(**section_args(a, "sft"))
+    cfg.validate()  # --epochs, --lr, --batch-size, --max-turns, --seed
+    lora_rank = getattr(a, "model.lora_rank")
+    _require(lora_rank >= 0, f"--lora-rank must be >= 0 (got {lora_rank}); 0 is full fine-tuning")
+    check_out_path("--out", a.out, is_dir=True)
+    _check_model_flags(a)
+    env = section_args(a, "env")
+    EnvConfig(**env).validate()  # --action-format, --max-actions-per-turn
+    games = load_game_set(env["games"])
+    demos = cfg.demos
+    _require(demos is None or 1 <= demos <= len(games),
+             f"--demos must be in [1, {len(games)}] ({env['games']} holds {len(games)} games; got {demos})")
+    games = games.first(demos) if demos else games
+    more = [load_game_set(d) for d in a.more_games or ()]
+    for d, g in zip(a.more_games or (), more):
+        _require(demos is None or demos <= len(g),
+                 f"--demos {demos} is more than the {len(g)} games of --more-games {d}; pass --demos <= {len(g)}")
+    more = [g.first(demos) if demos else g for g in more]
+    s = sft(a.model, [games, *more] if more else games, a.out, epochs=cfg.epochs, lr=cfg.lr,
+            batch_size=cfg.batch_size, max_turns=cfg.max_turns, seed=cfg.seed, device=a.device, dtype=a.dtype,
+            lora_rank=lora_rank, show_admissible=env["show_admissible"], show_inventory=env["show_inventory"],
+            action_format=env["action_format"], max_actions_per_turn=env["max_actions_per_turn"])
+    print(f"SFT on {s['examples']} walkthroughs ({s['assistant_tokens']} action tokens): loss "
+          f"{s['train_loss'][0]:.3f} → {s['train_loss'][-1]:.3f} in {s['seconds']:.0f}s; model in {a.out}/policy")
+
+
+def cmd_train(a) -> None:
+    from . import run
+    from .rundir import resume_config
+
+    run_dir = Path(a.out)
+    cfg = build_config(a, resume_config(run_dir) if a.resume else None)  # "no run in DIR" when there is none
+    if not cfg.env.games:
+        raise ConfigError("no games: pass --games DIR (made by `agentrl make-games`) or set env.games in --config")
+    eval_games = _check_train_inputs(a, cfg)
+    try:
+        summary = run.run_rl(cfg, run_dir, init=getattr(a, "model.name"), eval_games=eval_games, resume=a.resume)
+    except run.RunInterrupted as e:  # Ctrl-C: one line, exit 130, the last checkpoint intact (no traceback)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not break the exit
+        print(f"agentrl train: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
+    rows = summary["rows"]
+    from .distributed import is_main_process
+
+    if rows and is_main_process():  # a data-parallel job: rank 0 reports
+        last = rows[-1]
+        print(f"done: {len(rows)} steps; last step success {last['success_rate']:.2f}, "
+              f"return {last['return_mean']:+.3f}; "
+              f"metrics in {run_dir}/metrics.jsonl, curves in {run_dir}/learning_curve.png")
+    if summary["eval"] is not None:
+        from .evaluate import format_eval
+
+        print(format_eval(summary["eval"], "held-out"))
+
+
+def _check_train_inputs(a, cfg: RunConfig):
+    """What `train` would otherwise find out only after training: the held-out games (train.eval_games), --out, the
+    device / dtype and a model path that does not exist. Returns the loaded eval GameSet, or None."""
+    from .envs.base import load_game_set
+    from .generation import check_generator
+    from .models import check_init_lora, pick_device, pick_dtype, resolve_model_path
+
+    check_out_path("--out", a.out, is_dir=True)
+    pick_dtype(cfg.model.dtype, pick_device(cfg.model.device))
+    check_generator(cfg.model.generator)
+    if not a.resume:
+        name = getattr(a, "model.name") or cfg.model.name
+        if name != "embedded":  # the embedded model resolves by converting it (~20 s): leave that to the trainer
+            resolve_model_path(name)
+            check_init_lora(name, cfg.model.lora_rank)  # a LoRA --init and --lora-rank that do not fit
+    return load_game_set(cfg.train.eval_games) if cfg.train.eval_games else None
+
+
+def cmd_demo(a) -> None:
+    from .demo import DemoBudget, run_demo
+
+    fast = a.fast or os.environ.get("AGENTRL_FAST") == "1"
+    budget = DemoBudget.fast() if fast else DemoBudget.full()
+    if a.rl_steps is not None:
+        budget.rl_steps = a.rl_steps
+    run_demo(a.out, budget, algo=a.algo, reward=a.reward, model=a.model, seed=a.seed)
+
+
+def cmd_sweep(a) -> None:
+    import shlex
+
+    from . import sweep
+
+    check_out_path("--out", a.out)
+    if a.runs_dir:
+        check_out_path("--runs-dir", a.runs_dir, is_dir=True)
+    try:
+        records = sweep.run_sweep(a.base, a.grid, a.seeds, a.out, runs_dir=a.runs_dir, init=a.init,
+                                  eval_games=a.eval_games, progress=True, run_progress=a.verbose,
+                                  dry_run=a.dry_run, tags=sweep.parse_tags(a.tag),
+                                  extra_evals=sweep.parse_extra_evals(a.also_eval),
+                                  keep_training_state=a.keep_training_state)
+    except sweep.SweepInterrupted as e:  # Ctrl-C: one line with the command that resumes, exit 130
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        again = shlex.join(["agentrl", *getattr(a, "argv", ["sweep", "..."])])
+        print(f"agentrl sweep: {e}: {again}", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
+    if not a.dry_run:
+        print(f"{len(records)} runs recorded in {a.out}; summarise them with: agentrl report {a.out}")
+
+
+def cmd_report(a) -> None:
+    from .records import load_records
+    from .report import report
+
+    records = load_records(a.results)
+    if not records:
+        raise ConfigError(f"no records in {a.results}" if Path(a.results).exists() else
+                          f"results file {a.results} does not exist")
+    print(report(records, a.metric, compare=a.compare, by=a.by, n_resamples=a.resamples, seed=a.seed).markdown())

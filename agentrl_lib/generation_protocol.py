@@ -1,0 +1,42 @@
+"""The generation protocol: `Generator`, what a backend implements (start / generate / keep / append / sync; see
+generation.py's docstring), and `TurnSample`, what its `generate` returns. Its own module so that both backends import
+it without importing each other: generation.py (HFGenerator, the GENERATORS registry) builds the vLLM backend of
+generation_vllm.py on demand, which imports only this.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass
+class TurnSample:
+    """What one batched `generate` call returns per live row."""
+
+    ids: list[list[int]]
+    """Sampled ids of each row, up to and including the first end token."""
+    logprobs: list[list[float]]
+    """log π_behaviour of each sampled id: log-softmax of the scores the token was actually drawn from."""
+    truncated: list[bool]
+    """True for rows that hit max_new_tokens without an end token."""
+    sampler_gap: float
+    """max |log-softmax(processed scores) − log-softmax(raw logits / T)| over the sampled ids: 0 (to float error) when
+    the sampler is plain softmax(logits / T); large when a hidden logits warper (top-k, top-p, penalties) is active."""
+
+
+class Generator(Protocol):
+    """A generation backend (see the module docstring)."""
+
+    eos_id: int
+    pad_id: int
+    context_limit: int
+
+    def start(self, contexts: list[list[int]]) -> None: ...
+
+    def generate(self, max_new_tokens: int, temperature: float) -> TurnSample: ...
+
+    def keep(self, rows: list[int]) -> None: ...
+
+    def append(self, blocks: list[list[int]]) -> None: ...
+
+    def sync(self, policy) -> None: ...
