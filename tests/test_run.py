@@ -78,8 +78,7 @@ def test_run_rl_draws_the_learning_curves_after_training(monkeypatch, tmp_path, 
     """The trainer does not plot: run_rl draws run_dir/learning_curve.png from the trainer's rows once training
     returned, or stopped on a collapse (train.stop_on_collapse), before closing the trainer; a run that failed
     otherwise (negative control: divergence) or trained no step gets no figure, as before."""
-    from agentrl_lib.diagnostics import CollapseError
-    from agentrl_lib.trainer import DivergenceError
+    from agentrl_lib.diagnostics import CollapseError, DivergenceError
 
     events = []
 
