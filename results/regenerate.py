@@ -79,6 +79,10 @@ and 6.5e-6, and a fourth round tries 6.375e-6."""
 SFT_BAND = (0.35, 0.55)
 """A candidate is usable only inside this band of validation success; with none inside, the choice stops and names
 the two candidates that bracket it (add learning rates between them)."""
+SFT_LAST_ROUND = True
+"""Set (before round 4's result was known) once the band has been searched four times: the learning rate is then a
+near-discrete knob on this model (a cliff between two candidates 1.25e-7 apart), so with no candidate inside the band
+the one nearest TARGET_SFT_SUCCESS is taken, and sft_choice.json says it lies outside the band."""
 TARGET_SFT_SUCCESS = 0.45
 """Validation success aimed at (0.35-0.55): wins and losses inside most groups of 4 from the first rollouts on
 (P(a group of 4 all lost) = 0.55^4 = 9% at 45%), and room to improve."""
@@ -348,6 +352,9 @@ def choose_sft(jobs: int) -> str:
         res = json.loads((ROOT / "runs" / "evals" / f"sft-candidate-{name}-on-cooking-valid.json").read_text())
         cands[(d, lr)] = res["success_rate"]
     inside = [c for c in SFT_CANDIDATES if SFT_BAND[0] <= cands[c] <= SFT_BAND[1]]
+    if not inside and SFT_LAST_ROUND:
+        inside = list(SFT_CANDIDATES)
+        log(f"no SFT candidate inside {SFT_BAND} after the last round: taking the one nearest {TARGET_SFT_SUCCESS}")
     if not inside:
         below = max((c for c in SFT_CANDIDATES if cands[c] < SFT_BAND[0]), key=lambda c: cands[c], default=None)
         above = min((c for c in SFT_CANDIDATES if cands[c] > SFT_BAND[1]), key=lambda c: cands[c], default=None)
@@ -358,7 +365,8 @@ def choose_sft(jobs: int) -> str:
     best = min(inside, key=lambda c: (abs(cands[c] - TARGET_SFT_SUCCESS), c[1], c[0]))
     chosen = sft_dir("cooking-train", best[0], 1.0, 0, best[1])
     choice.write_text(json.dumps({"rule": f"validation success nearest {TARGET_SFT_SUCCESS} within {SFT_BAND} "
-                                          "(ties: smaller lr)",
+                                          "(ties: smaller lr); after the last round the nearest overall",
+                                  "inside_band": SFT_BAND[0] <= cands[best] <= SFT_BAND[1],
                                   "validation_games": "games/cooking-valid",
                                   "validation_success": {candidate_name(*c): v for c, v in cands.items()},
                                   "chosen_demos": best[0], "chosen_lr": best[1], "chosen": chosen}, indent=1) + "\n")
