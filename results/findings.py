@@ -2,7 +2,7 @@
 typed by hand).
 
     python results/findings.py            # print the table
-    python results/findings.py --write    # replace the table between book/findings.md's findings markers
+    python results/findings.py --write    # replace the tables between book/findings.md's markers (findings, design)
 
 tests/test_findings.py fails when the page's table differs from what this prints (re-run with --write after new
 results land); book/build.py also refreshes it in the book it builds. Each row: the finding, the paper's number, ours
@@ -26,6 +26,7 @@ from agentrl_lib.report import cell, difference  # noqa: E402
 
 PAGE = ROOT / "book" / "findings.md"
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
+DESIGN_START, DESIGN_END = "<!-- design:start -->", "<!-- design:end -->"
 REGENERATE = "python results/regenerate.py"
 
 
@@ -127,6 +128,44 @@ def findings_table() -> str:
     return "\n".join(lines)
 
 
+def design_table() -> str:
+    """The findings design's search for the RL start, from the SFT rounds' files (results/incoming/sft_round*.json,
+    then results/ once the sweep moves up): learning rate -> validation success and invalid-command rate, in the
+    order tried; then the choice (sft_choice.json with chosen_lr) and the pilot's number of seeds
+    (seeds_choice.json) when they exist."""
+    import json
+
+    folders = [ROOT / "results" / "incoming", ROOT / "results"]
+    rounds = sorted({p.name: p for d in reversed(folders) for p in d.glob("sft_round*.json")}.items())
+    success, invalid, tried = {}, {}, {}
+    for name, path in rounds:
+        r = json.loads(path.read_text())
+        for cand, v in r["validation_success"].items():
+            success[cand], tried[cand] = v, name.removeprefix("sft_round").removesuffix(".json")
+        invalid.update(r.get("invalid_rate", {}))
+    if not success:
+        return "No SFT round is recorded yet (`python results/regenerate.py pilot`)."
+    lines = ["| round | walkthroughs @ learning rate | validation success | invalid commands |", "|:-:|:--|--:|--:|"]
+    for cand in sorted(success, key=lambda c: float(c.split("@")[1])):
+        inv = f"{100 * invalid[cand]:.0f}%" if cand in invalid else "—"
+        lines.append(f"| {tried[cand]} | {cand} | {_pct(success[cand])} | {inv} |")
+    for d in folders:
+        choice = d / "sft_choice.json"
+        if choice.exists() and "chosen_lr" in (c := json.loads(choice.read_text())):
+            where = "inside" if c.get("inside_band", True) else "outside"
+            lines.append(f"\nChosen: {c['chosen_demos']}@{c['chosen_lr']:g} ({where} the band; rule: {c['rule']}).")
+            break
+    for d in folders:
+        seeds = d / "seeds_choice.json"
+        if seeds.exists():
+            c = json.loads(seeds.read_text())
+            half = c["half_width_by_n"][str(c["n_seeds"])]
+            lines.append(f"\nPilot: pooled seed-to-seed sd {100 * c['pooled_sd']:.1f} points -> {c['n_seeds']} seeds "
+                         f"(95% half-width of a two-cell difference {100 * half:.0f} points; rule: {c['rule']}).")
+            break
+    return "\n".join(lines)
+
+
 def page_block(text: str) -> str:
     """The text between the findings markers of a page's text (stripped), or raise ValueError when they are
     missing."""
@@ -139,19 +178,33 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--write", action="store_true", help="replace the table of book/findings.md")
     a = p.parse_args()
-    table = findings_table()
+    table, design = findings_table(), design_table()
     if not a.write:
-        print(table)
+        print(table + "\n\n" + design)
         return
-    PAGE.write_text(with_table(PAGE.read_text(), table))
-    print(f"{PAGE.relative_to(ROOT)}: findings table updated")
+    PAGE.write_text(with_block(with_table(PAGE.read_text(), table), design, DESIGN_START, DESIGN_END))
+    print(f"{PAGE.relative_to(ROOT)}: findings and design tables updated")
 
 
 def with_table(text: str, table: str) -> str:
     """`text` with `table` between its findings markers."""
     page_block(text)  # the markers exist
-    head, rest = text.split(START, 1)
-    return head + START + "\n" + table + "\n" + END + rest.split(END, 1)[1]
+    return with_block(text, table, START, END)
+
+
+def with_block(text: str, block: str, start: str, end: str) -> str:
+    """`text` with `block` between the markers `start` and `end`; ValueError when they are missing."""
+    if start not in text or end not in text:
+        raise ValueError(f"{PAGE.relative_to(ROOT)} lacks the markers {start} / {end}")
+    head, rest = text.split(start, 1)
+    return head + start + "\n" + block + "\n" + end + rest.split(end, 1)[1]
+
+
+def design_block(text: str) -> str:
+    """The text between the design markers of a page's text (stripped)."""
+    if DESIGN_START not in text or DESIGN_END not in text:
+        raise ValueError(f"{PAGE.relative_to(ROOT)} lacks the markers {DESIGN_START} / {DESIGN_END}")
+    return text.split(DESIGN_START, 1)[1].split(DESIGN_END, 1)[0].strip()
 
 
 if __name__ == "__main__":

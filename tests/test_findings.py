@@ -18,6 +18,31 @@ def test_book_table_is_the_one_the_results_give():
                                                 "`python results/findings.py --write` after new results")
 
 
+def test_book_design_table_is_the_one_the_sft_rounds_give():
+    block = findings.design_block((ROOT / "book" / "findings.md").read_text())
+    assert block == findings.design_table(), ("book/findings.md's design table is stale: run "
+                                              "`python results/findings.py --write` after a new SFT round or choice")
+
+
+def test_design_table_lists_every_candidate_once_in_learning_rate_order(tmp_path, monkeypatch):
+    """Two rounds' files → one row per candidate, sorted by learning rate, the round that tried it; a planted stale
+    block is told apart from the fresh one (negative control)."""
+    import json
+
+    inc = tmp_path / "results" / "incoming"
+    inc.mkdir(parents=True)
+    (inc / "sft_round1.json").write_text(json.dumps({"validation_success": {"64@9e-06": 0.8, "64@6e-06": 0.05}}))
+    (inc / "sft_round2.json").write_text(json.dumps({"validation_success": {"64@7e-06": 0.4},
+                                                     "invalid_rate": {"64@7e-06": 0.3}}))
+    monkeypatch.setattr(findings, "ROOT", tmp_path)
+    rows = [x for x in findings.design_table().splitlines() if x.startswith("| ") and "@" in x][1:]  # no header
+    assert rows == ["| 1 | 64@6e-06 | 5% | — |", "| 2 | 64@7e-06 | 40% | 30% |", "| 1 | 64@9e-06 | 80% | — |"]
+    page = f"x\n{findings.DESIGN_START}\nold\n{findings.DESIGN_END}\ny"
+    assert findings.design_block(page) != findings.design_table()
+    fresh = findings.with_block(page, findings.design_table(), findings.DESIGN_START, findings.DESIGN_END)
+    assert findings.design_block(fresh) == findings.design_table() and fresh.endswith("y")
+
+
 def _recs(values: dict):
     out = []
     for (algo, reward), vals in values.items():
