@@ -211,10 +211,27 @@ def judge(answer: Any, expected: Any = MISSING, accept: Callable[[Any], Any] | N
         return "wrong", f"your code raised {type(e).__name__}: {e}"
 
 
+class Verdict:
+    """What a check returns: true when the answer is right ("right", "wrong" or "unanswered" in `status`). It shows
+    nothing as a notebook cell's value: the check has printed its line."""
+
+    def __init__(self, name: str, status: str):
+        self.name, self.status = name, status
+
+    def __bool__(self) -> bool:
+        return self.status == "right"
+
+    def __repr__(self) -> str:
+        return f"<{self.name}: {self.status}>"
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
 def check(name: str, answer: Any, expected: Any = MISSING, *, hint: str, accept: Callable[[Any], Any] | None = None,
           solution: Any = MISSING, why: str = "", feedback: Mapping[str, str] | None = None, rtol: float = 1e-3,
-          atol: float = 1e-3, synonyms: Iterable[str] = (), any_order: bool = False) -> bool:
-    """Check one exercise and print one line; returns True when the answer is right.
+          atol: float = 1e-3, synonyms: Iterable[str] = (), any_order: bool = False) -> Verdict:
+    """Check one exercise and print one line; returns a Verdict, true when the answer is right.
 
     Learner's mode: an unanswered exercise (None, `...`, a function raising NotImplementedError) prints "not answered
     yet" with the hint; a wrong one what is wrong and the hint; nothing raises. Solutions mode (`solutions_on()`):
@@ -240,7 +257,7 @@ def check(name: str, answer: Any, expected: Any = MISSING, *, hint: str, accept:
             raise AssertionError(f"{name}: the reference solution fails its own check: "
                                  f"{msg or 'it is unanswered'}")
         print(f"{name}: correct (the folded solution).{after}")
-        return True
+        return Verdict(name, "right")
     status, msg = judge(answer, expected, accept, feedback, **opts)
     if status == "unanswered":
         print(f"{name}: not answered yet — hint: {hint}")
@@ -248,7 +265,7 @@ def check(name: str, answer: Any, expected: Any = MISSING, *, hint: str, accept:
         print(f"{name}: not yet: {msg}. Hint: {hint}")
     else:
         print(f"{name}: correct.{after}")
-    return status == "right"
+    return Verdict(name, status)
 
 
 def one_of(options: Mapping[str, str], right: str, wrong_because: Mapping[str, str] | None = None
@@ -321,12 +338,16 @@ class Exercises:
     Args:
         chapter: the notebook's name, e.g. "00_quickstart" (its source notebooks/00_quickstart.md holds the
             solutions).
-        source: the MyST file to read the solutions from (default: notebooks/<chapter>.md beside the package).
+        source: the MyST file to read the solutions from (default: notebooks/<chapter>.md beside the package, else
+            <chapter>.md in the working directory, where a notebook runs).
     """
 
     def __init__(self, chapter: str, source: str | Path | None = None):
         self.chapter = chapter
-        self.source = Path(source) if source is not None else NOTEBOOKS / f"{chapter}.md"
+        if source is None:
+            beside = NOTEBOOKS / f"{chapter}.md"
+            source = beside if beside.exists() else Path.cwd() / f"{chapter}.md"
+        self.source = Path(source)
 
     def __repr__(self) -> str:
         mode = f"solutions mode ({SOLUTIONS_ENV}=1)" if solutions_on() else "learner's mode"
@@ -350,7 +371,7 @@ class Exercises:
         return ns[name]
 
     def check(self, n: int, answer: Any, expected: Any = MISSING, *, name: str | None = None,
-              namespace: Mapping[str, Any] | None = None, **kwargs) -> bool:
+              namespace: Mapping[str, Any] | None = None, **kwargs) -> Verdict:
         """`check(f"Exercise {n}", answer, expected, ...)`; in solutions mode with this chapter's "Solution n" (run in
         the caller's namespace, or `namespace`) as the reference. Other arguments: see `check`."""
         solution = MISSING

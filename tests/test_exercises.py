@@ -73,7 +73,8 @@ def test_wrong_answers_are_rejected_with_what_is_wrong(answer, expected, opts, s
 
 
 def test_a_wrong_answer_prints_what_is_wrong_and_the_hint_and_does_not_raise(learner, capsys):
-    assert check("Exercise 2", [1, 0, 0, 0], [1, -1 / 3, -1 / 3, -1 / 3], hint=HINT) is False
+    verdict = check("Exercise 2", [1, 0, 0, 0], [1, -1 / 3, -1 / 3, -1 / 3], hint=HINT)
+    assert not verdict and verdict.status == "wrong"
     out = capsys.readouterr().out.strip()
     assert out.startswith("Exercise 2: not yet: entry 2 of 4 is off") and out.endswith(f"Hint: {HINT}")
     assert "-0.333" not in out, "the message must not give the answer away"
@@ -87,15 +88,21 @@ def test_feedback_names_the_likely_wrong_answer(learner, capsys):
     assert "step 15" in capsys.readouterr().out
 
 
+def test_a_verdict_shows_nothing_as_a_cells_value(learner, capsys):
+    verdict = check("Exercise 1", 2, 2, hint="h")
+    assert verdict and verdict.status == "right" and repr(verdict) == "<Exercise 1: right>"
+    assert verdict._ipython_display_() is None   # IPython calls this instead of printing the value
+
+
 def test_an_unanswered_exercise_says_so_in_the_learners_mode(learner, capsys):
     for blank in (None, ..., {"A": None, "E": None}, [None, None]):
-        assert check("Exercise 1", blank, [1.0], hint=HINT) is False
+        assert check("Exercise 1", blank, [1.0], hint=HINT).status == "unanswered"
         assert capsys.readouterr().out.strip() == f"Exercise 1: not answered yet — hint: {HINT}"
 
     def my_gae(rewards):  # a function still to write
         raise NotImplementedError
 
-    assert check("Exercise 3", my_gae, accept=lambda f: f([1.0]) == [1.0], hint="write it") is False
+    assert check("Exercise 3", my_gae, accept=lambda f: f([1.0]) == [1.0], hint="write it").status == "unanswered"
     assert "not answered yet" in capsys.readouterr().out
 
 
