@@ -98,3 +98,12 @@ def test_show_source_stop_keeps_the_lines_up_to_the_mark_and_steps_table_reads_r
                         ["success_rate", "entropy"], steps_shown=[1])
     assert repr(table).splitlines() == ["  step  success_rate  entropy", "     1             —    0.412"]
     assert table._repr_markdown_().splitlines()[2] == "| 1 | — | 0.412 |"
+
+
+def test_every_stored_output_has_an_execution_count():
+    """nbval fails a cell that has outputs but no execution count ("Unrun reference cell has outputs"): a cell whose
+    outputs were filled in by hand, not by running it."""
+    for _, ipynb in pairs():
+        nb = nbformat.read(ipynb, as_version=4)
+        unrun = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.outputs and c.execution_count is None]
+        assert not unrun, f"{ipynb.name}: cells {unrun} have outputs and no execution count; {FIX}"
