@@ -353,15 +353,18 @@ class Exercises:
         mode = f"solutions mode ({SOLUTIONS_ENV}=1)" if solutions_on() else "learner's mode"
         return f"Exercises({self.chapter!r}): {mode}"
 
-    def solution(self, n: int, namespace: Mapping[str, Any], name: str | None = None) -> Any:
-        """Run the folded "Solution n" in a copy of `namespace` and return the value it binds to `name` (default:
-        the one name it binds, or the one of its names that `namespace` also has)."""
+    def solution(self, n: int, namespace: Mapping[str, Any], name: str | None = None, answer: Any = MISSING) -> Any:
+        """Run the folded "Solution n" in a copy of `namespace` and return the value it binds to `name`. Default: the
+        one name it binds; else the one whose value in `namespace` is `answer` (the learner's variable); else the
+        one whose name starts with "my_"."""
         code = solution_code(self.source.read_text(), n)
         names = assigned_names(code)
         if name is None:
-            shared = [x for x in names if x in namespace]
-            pick = names if len(names) == 1 else shared
-            if len(pick) != 1:
+            rules = [names,
+                     [x for x in names if x in namespace and answer is not MISSING and namespace[x] is answer],
+                     [x for x in names if x.startswith("my_")]]
+            pick = next((r for r in rules if len(r) == 1), None)
+            if pick is None:
                 raise LookupError(f"{self.chapter} Solution {n} binds {names}: say which is the answer (name=...)")
             name = pick[0]
         ns = dict(namespace)
@@ -377,7 +380,7 @@ class Exercises:
         solution = MISSING
         if solutions_on():
             ns = namespace if namespace is not None else sys._getframe(1).f_globals
-            solution = self.solution(n, ns, name)
+            solution = self.solution(n, ns, name, answer)
         return check(f"Exercise {n}", answer, expected, solution=solution, **kwargs)
 
     def predict(self, n: int, answer: Any) -> None:

@@ -178,7 +178,9 @@ def test_exercises_run_the_folded_solution_in_a_copy_of_the_namespace(tmp_path, 
     ns = {"R": torch.tensor([1.0, 0.0]), "my_answer": None}
     assert ex.check(1, None, expected=-0.5, namespace=ns, hint="h")
     assert ns["my_answer"] is None, "the solution must not change the notebook's namespace"
-    assert ex.solution(2, ns) == 42                      # two names bound; the answer is the one the notebook has
+    assert ex.solution(2, ns) == 42                      # two names bound; the answer is the one named my_...
+    ns_busy = {**ns, "helper": len}                          # a notebook that has both names: the learner's variable
+    assert ex.solution(2, ns_busy, answer=ns_busy["my_answer"]) == 42
     with pytest.raises(AssertionError, match="fails its own check"):   # negative control: a wrong folded solution
         ex.check(2, None, expected=-0.5, namespace=ns, hint="h")
     with pytest.raises(LookupError, match="0 folded 'Solution 3'"):
