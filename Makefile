@@ -42,9 +42,12 @@ demo-fast: $(STAMP)
 ## the lint (ruff check, configured in pyproject.toml), then unit + integration tests, the notebooks under nbval in fast
 ## mode, the book in headless Chromium; then the vLLM backend's tests in .venv-vllm (built here if missing, ~2-4 min;
 ## skipped with one line if it cannot be built)
+# AGENTRL_SOLUTIONS=1: the chapters' exercises start unsolved; with it every check runs the solution folded in its
+# chapter instead of the blank answer and fails if that solution is wrong (agentrl_lib/exercises.py), so nbval also
+# proves the solutions right. The exercise cells are tagged nbval-ignore-output: their line differs per mode.
 test: $(STAMP) browser sandbox vllm-or-skip
 	$(VENV)/bin/ruff check .
-	AGENTRL_FAST=1 $(PY) -m pytest -q -p no:cacheprovider $(NBVAL) tests notebooks
+	AGENTRL_FAST=1 AGENTRL_SOLUTIONS=1 $(PY) -m pytest -q -p no:cacheprovider $(NBVAL) tests notebooks
 	if [ -f $(VLLM_STAMP) ]; then $(VLLM_PY) -m pytest -q -p no:cacheprovider tests/test_vllm.py; \
 	else echo "make: no $(VLLM_VENV) (make vllm failed above): tests/test_vllm.py skipped"; fi
 

@@ -1,7 +1,8 @@
 """Helpers for the notebooks: show the library's own code next to the equation it implements.
 
 Chapters include the ≤ 15 library lines that implement an equation from the source file itself (never pasted), so
-the page cannot drift from the code: `show_source(advantages.gae, docstring=False)`.
+the page cannot drift from the code: `show_source(advantages.gae, docstring=False)`. `steps_table` shows chosen
+metrics of a run's rows, step by step, for the chapters' diagnosis exercises.
 
 Introduced in notebooks/00_quickstart.md §3 (show_source).
 """
@@ -31,7 +32,7 @@ class Source:
         return f"`{self.where}`\n\n```python\n{self.code}\n```"
 
 
-def show_source(obj, docstring: bool = True, start: str | None = None) -> Source:
+def show_source(obj, docstring: bool = True, start: str | None = None, stop: str | None = None) -> Source:
     """The source of a library function, class or method, for display in a notebook.
 
     Args:
@@ -39,10 +40,11 @@ def show_source(obj, docstring: bool = True, start: str | None = None) -> Source
         docstring: False drops the docstring of `obj` (the signature and the body remain).
         start: keep only the lines from the first one containing this text (e.g. a `# ALGO:` mark), after the
             signature; the signature line(s) stay.
+        stop: keep only the lines up to and including the first one containing this text (after `start`).
     Returns: Source (text/plain: `# path:first-last` then the code; text/markdown: a highlighted block).
     Raises:
         TypeError: `obj` has no Python source (a builtin, a C extension).
-        ValueError: `start` does not occur in the source (says which text to look for).
+        ValueError: `start` or `stop` does not occur in the source (says which text to look for).
     """
     lines, first = inspect.getsourcelines(obj)
     src = textwrap.dedent("".join(lines))
@@ -59,6 +61,12 @@ def show_source(obj, docstring: bool = True, start: str | None = None) -> Source
         if not hits:
             raise ValueError(f"{start!r} does not occur in the body of {getattr(obj, '__qualname__', obj)}")
         keep = head + [i for i in keep if i >= hits[0]]
+    if stop is not None:
+        text = src.splitlines()
+        hits = [i for i in keep if i >= body_start and stop in text[i]]
+        if not hits:
+            raise ValueError(f"{stop!r} does not occur in the body of {getattr(obj, '__qualname__', obj)}")
+        keep = [i for i in keep if i <= hits[0]]
     code = "\n".join(src.splitlines()[i] for i in keep)
     path = Path(inspect.getsourcefile(obj))
     pkg_parent = Path(__file__).resolve().parent.parent
@@ -67,3 +75,39 @@ def show_source(obj, docstring: bool = True, start: str | None = None) -> Source
     except ValueError:
         shown = path.name
     return Source(code, f"{Path(shown).as_posix()}:{first + keep[0]}-{first + keep[-1]}")
+
+
+@dataclass
+class StepsTable:
+    """Chosen keys of a run's metrics rows (`metrics.jsonl`, or a sweep record's `steps`), one line per step. Displays
+    as a Markdown table in Jupyter and as aligned text in a terminal or under nbval."""
+
+    keys: list[str]
+    rows: list[dict]
+
+    def _cell(self, row: dict, key: str) -> str:
+        v = row.get(key)
+        return "—" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
+
+    def __repr__(self) -> str:
+        width = [max(len(k), 6) for k in self.keys]
+        lines = ["  ".join(k.rjust(w) for k, w in zip(self.keys, width))]
+        lines += ["  ".join(self._cell(r, k).rjust(w) for k, w in zip(self.keys, width)) for r in self.rows]
+        return "\n".join(lines)
+
+    def _repr_markdown_(self) -> str:
+        head = "| " + " | ".join(f"`{k}`" for k in self.keys) + " |\n|" + "---:|" * len(self.keys)
+        return head + "\n" + "\n".join("| " + " | ".join(self._cell(r, k) for k in self.keys) + " |"
+                                        for r in self.rows)
+
+
+def steps_table(steps: list[dict], keys: list[str], steps_shown: list[int] | None = None) -> StepsTable:
+    """A run's metrics rows as a table of `keys` (the `step` column first), for reading a run in a chapter.
+
+    Args:
+        steps: metrics rows (dicts with a "step" key), e.g. `record["steps"]` of a sweep record.
+        keys: the metrics to show (missing ones show as —).
+        steps_shown: only these step numbers (default: every row).
+    """
+    rows = [r for r in steps if steps_shown is None or r.get("step") in steps_shown]
+    return StepsTable(["step", *[k for k in keys if k != "step"]], rows)

@@ -11,7 +11,7 @@ import nbformat
 import pytest
 
 from agentrl_lib import advantages, rewards
-from agentrl_lib.notebook import show_source
+from agentrl_lib.notebook import show_source, steps_table
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 FIX = "edit the .md and run `make sync-notebooks` (then re-execute the notebook and commit both)"
@@ -85,3 +85,25 @@ def test_show_source_start_keeps_signature_and_the_lines_from_the_mark():
     with pytest.raises(TypeError):
         show_source(len)
     assert inspect.getsource(advantages.top_std_groups).count("\n") > len(lines)
+
+
+def test_show_source_stop_keeps_the_lines_up_to_the_mark_and_steps_table_reads_rows():
+    src = show_source(advantages.gae, docstring=False, start="for t in reversed(range(T))", stop="adv[:, t] = a * m")
+    lines = src.code.splitlines()
+    assert lines[0].startswith("def gae(") and lines[-1].strip() == "adv[:, t] = a * m"
+    assert "returns = " not in src.code and "for t in reversed(range(T)):" in [x.strip() for x in lines]
+    with pytest.raises(ValueError, match="does not occur"):
+        show_source(advantages.gae, stop="no such line")
+    table = steps_table([{"step": 1, "entropy": 0.41234, "success_rate": None}, {"step": 2, "entropy": 0.1}],
+                        ["success_rate", "entropy"], steps_shown=[1])
+    assert repr(table).splitlines() == ["  step  success_rate  entropy", "     1             —    0.412"]
+    assert table._repr_markdown_().splitlines()[2] == "| 1 | — | 0.412 |"
+
+
+def test_every_stored_output_has_an_execution_count():
+    """nbval fails a cell that has outputs but no execution count ("Unrun reference cell has outputs"): a cell whose
+    outputs were filled in by hand, not by running it."""
+    for _, ipynb in pairs():
+        nb = nbformat.read(ipynb, as_version=4)
+        unrun = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.outputs and c.execution_count is None]
+        assert not unrun, f"{ipynb.name}: cells {unrun} have outputs and no execution count; {FIX}"
