@@ -11,8 +11,7 @@ Parts (each a results file; the commands it runs are printed, and are ordinary `
               (results/sft_choice.json: the candidate whose validation success is nearest TARGET_SFT_SUCCESS, so RL
               has headroom).
 - explore     results/exploration.jsonl: the exploration budget, PPO dense from the main sweep's SFT start with
-              max turns 5, 10 and 15 (1x, 2x and 3x the 5-command walkthrough), the main sweep's seeds; its 8-turn
-              cell (1.6x) is the main sweep's PPO-dense cell, read from results/algo_reward.jsonl.
+              max turns 5, 8, 10 and 15 (1x-3x the 5-command walkthrough), 15 steps, seeds 0-1.
 - split       results/sft_rl_split.jsonl: SFT:RL split of one budget (a demonstration costs 10 units, an episode 1;
               the paper's accounting), PPO dense, seeds 0-1, evaluated in-domain and on harder games (2 ingredients).
 - complexity  results/complexity.jsonl: SFT + PPO on TextWorld custom games of growing size (the paper's w/o/q
@@ -90,10 +89,14 @@ PILOT = {"cells": [["algo=ppo", "reward.kind=dense"], ["algo=rloo", "reward.kind
 """Two cells of the main sweep x 2 seeds, run first: their seed-to-seed spread of held-out success sets the number
 of seeds (a 95% interval of a difference between two cells of at most about +-15 points). They are ordinary records
 of the main sweep: `main` skips them."""
-EXPLORE_TURNS = (5, 10, 15)
-"""Max turns of the exploration-budget cells: 1x, 2x and 3x the walkthrough (5 commands in every cooking game); the
-paper (Practitioner's Guide, exploration budget): 6 turns -> 55%, 8 (2x optimal) -> 73%, more adds little. The main
-sweep's 8 turns (1.6x) is the fourth point."""
+EXPLORE_TURNS = (5, 8, 10, 15)
+"""Max turns of the exploration-budget cells: 1x, 1.6x, 2x and 3x the walkthrough (5 commands in every cooking game);
+the paper (Practitioner's Guide, exploration budget): 6 turns -> 55%, 8 (2x optimal) -> 73%, more adds little."""
+EXPLORE_STEPS = 15
+"""RL steps of an exploration cell (240 episodes instead of the main sweep's 400; the pilot's PPO run reached 94%
+training success by step 8), so its 8-turn cell is its own, not the main sweep's."""
+EXPLORE_SEEDS = (0, 1)
+"""Seeds of the exploration sweep: what the CPU budget leaves (about 20 CPU hours for every sweep)."""
 MAX_DIFF_HALF_WIDTH = 0.15
 """The pilot sets the number of seeds: the fewest (at least 3, at most MAX_SEEDS) for which the 95% interval of the
 difference of two cells' means is at most +-15 points, given the seed-to-seed spread measured in the pilot."""
@@ -124,13 +127,16 @@ def seeds_for(spreads: list[list[float]]) -> dict:
             "met": bool(ok)}
 
 
-SPLIT_BUDGET = 600
-"""Units of the SFT:RL split: demonstrations x 10 + RL episodes (the paper: 60 demos + 400 episodes = 1000)."""
-SPLIT_DEMOS = (8, 12, 24, 36, 48)
+SPLIT_BUDGET = 400
+"""Units of the SFT:RL split: demonstrations x 10 + RL episodes (the paper: 60 demos + 400 episodes = 1000; here 400,
+what the CPU budget pays for at 2 seeds)."""
+SPLIT_DEMOS = (4, 12, 20, 28, 36)
 SPLIT_SEEDS = (0, 1)
 SPLIT_EPISODES_PER_STEP = 8  # train.games_per_step 2 x algo.group_size 4
 COMPLEXITY_SFT = {"demos": 16, "epochs": 2.0}
 COMPLEXITY_SEEDS = (0, 1)
+COMPLEXITY_STEPS = 15
+"""RL steps of a complexity run (240 episodes): the CPU budget."""
 HARD_TURNS = 12  # cooking2 walkthroughs are longer than the 8 turns of training
 STABILITY_SFT = {"demos": 4, "seed": 0}
 """Chapter 05's format-only warm-up: the first 4 walkthroughs of bandit (Dragon) and of bandit-reversed (Phoenix),
@@ -197,10 +203,11 @@ def parallel(jobs: list[tuple[str, list[str]]], n: int) -> list[str]:
     return failed
 
 
-# The cost model of --dry-run, in minutes on the project's 2-core CPU, fp32, quiet machine (measured: a cooking step of
-# 16 episodes from a weak SFT model took 92-140 s; an SFT of 16 walkthroughs 86 s; an evaluation of 16 cooking games
-# 18-21 s, README's demo section). Recorded runs of a results file replace the guess with their median wall time.
-SECONDS_PER_EPISODE = {"cooking.yaml": 7.3, "custom.yaml": 7.3, "bandit.yaml": 9.0}
+# The cost model of --dry-run, in minutes on the project's 2-core CPU, fp32 (measured: the findings pilot's PPO run from
+# the chosen SFT start, 2-core Xeon shared with tests (load 3-8): 14 steps of 16 episodes in 1361 s, 6.1 s an episode;
+# the first design's weak SFT start took 92-140 s a step quiet; an SFT of 16 walkthroughs 86 s; an evaluation of 16
+# cooking games 18-21 s). Recorded runs of a results file replace the guess with their median wall time.
+SECONDS_PER_EPISODE = {"cooking.yaml": 6.1, "custom.yaml": 7.3, "bandit.yaml": 9.0}
 SECONDS_PER_DEMO, SECONDS_PER_EVAL_GAME = 5.5, 1.3
 PLAN: list[tuple[str, float]] = []
 
@@ -437,14 +444,14 @@ def main() -> None:
     if "pilot" in parts:
         jobs += [sweep("configs/cooking.yaml", str(RESULTS / "algo_reward.jsonl"), cell, s, main_init)
                  for s in PILOT["seeds"] for cell in PILOT["cells"]]
-    seeds = choose_seeds(main_init) if {"main", "explore"} & set(parts) else SEEDS
+    seeds = choose_seeds(main_init) if "main" in parts else SEEDS
     if "main" in parts:
         jobs += [sweep("configs/cooking.yaml", str(RESULTS / "algo_reward.jsonl"), [f"algo={algo}", f"reward.kind={r}"],
                        s, main_init) for s in seeds for algo in ("ppo", "grpo", "rloo") for r in ("sparse", "dense")]
     if "explore" in parts:
         jobs += [sweep("configs/cooking.yaml", str(RESULTS / "exploration.jsonl"),
-                       [f"env.max_turns={','.join(map(str, EXPLORE_TURNS))}", "algo=ppo", "reward.kind=dense"], s,
-                       main_init) for s in seeds]
+                       [f"env.max_turns={','.join(map(str, EXPLORE_TURNS))}", "algo=ppo", "reward.kind=dense",
+                        f"train.steps={EXPLORE_STEPS}"], s, main_init) for s in EXPLORE_SEEDS]
     if "split" in parts:
         for s in SPLIT_SEEDS:
             for d in SPLIT_DEMOS:
@@ -460,7 +467,7 @@ def main() -> None:
             for lvl in LEVELS:
                 sfts += sft(f"{lvl}-train", COMPLEXITY_SFT["demos"], COMPLEXITY_SFT["epochs"], s)
                 jobs.append(sweep("configs/custom.yaml", str(RESULTS / "complexity.jsonl"),
-                                  [f"env.games=games/{lvl}-train"],
+                                  [f"env.games=games/{lvl}-train", f"train.steps={COMPLEXITY_STEPS}"],
                                   s, sft_dir(f"{lvl}-train", COMPLEXITY_SFT["demos"], COMPLEXITY_SFT["epochs"], s),
                                   "--eval-games", f"games/{lvl}-heldout", "--tag", f"level={lvl}"))
     if "evals" in parts:
@@ -483,10 +490,12 @@ def main() -> None:
         sft_args = ("bandit-train", STABILITY_SFT["demos"], 1.0, STABILITY_SFT["seed"], "bandit-reversed-train")
         sfts += sft(*sft_args)
         init = sft_dir("+".join((sft_args[0], sft_args[4])), *sft_args[1:4])
-        jobs += [sweep("configs/bandit.yaml", str(RESULTS / "stability.jsonl"), grid, s, init)
+        # chapter 05's sweep is committed already (results/): its missing runs complete it there, whatever --results
+        jobs += [sweep("configs/bandit.yaml", str(ROOT / "results" / "stability.jsonl"), grid, s, init)
                  for grids in (STABILITY_SWEEPS, [STABILITY_LAST], [STABILITY_MORE]) for s in STABILITY_SEEDS
                  for grid in grids]
-        jobs.append(sweep("configs/bandit.yaml", str(RESULTS / "stability_long.jsonl"), STABILITY_LONG, 0, init))
+        jobs.append(sweep("configs/bandit.yaml", str(ROOT / "results" / "stability_long.jsonl"), STABILITY_LONG, 0,
+                          init))
     failed = parallel(list(dict(sfts).items()), a.jobs)
     failed += parallel(jobs + evals, a.jobs)
     if parts == ["pilot"] and not failed and not DRY_RUN:
