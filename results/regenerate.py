@@ -530,7 +530,7 @@ def collect_swe_evals() -> int:
             } if path.exists() else set()
     sys.path.insert(0, str(ROOT))
     from agentrl_lib.paths import git_commit
-    from agentrl_lib.sweep import append_record, compact_eval, machine_info
+    from agentrl_lib.records import append_record, compact_eval, machine_info
 
     machine, n = None, 0
     for meta_path in sorted((ROOT / "runs" / "evals-swe").glob("*.meta.json")):
