@@ -554,6 +554,7 @@ def collect_swe_evals() -> int:
 def swe_part(n_jobs: int) -> list[str]:
     """The swe part: games, the SFT model, the base and SFT evaluations per level, then the sweep (seed-major: each
     seed's two reward kinds before the next seed). Returns the names of the commands that failed."""
+    first = len(PLAN)
     made = [(f"games-{g}", [*AGENTRL, "make-games", "swe", "--out", f"games/{g}", *flags, "--packages", SWE_PACKAGES,
                             "--swe-reward", "pass_ratio"])
             for g, flags in SWE_GAMES.items() if not (ROOT / "games" / g / "manifest.json").exists()]
@@ -568,7 +569,7 @@ def swe_part(n_jobs: int) -> list[str]:
             for s in SWE_SEEDS for kind in SWE_REWARDS]
     failed += swe_run(evals + runs, n_jobs)
     if DRY_RUN:
-        total = sum(m for name, m in PLAN if name.startswith(("games-swe", "sft-swe", "eval-", "swe-")))
+        total = sum(m for _, m in PLAN[first:])
         print(f"swe part: about {total / 60:.1f} hours at --jobs 1 on the project's 2-core CPU (SWE_COST: an upper "
               "bound measured at 1 thread on a loaded machine)")
     else:
