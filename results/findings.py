@@ -114,14 +114,19 @@ def findings_table() -> str:
     rows.append(("Success falls as the world grows", "PPO 88% at w2-o3-q4 vs 51% at w8-o12-q4",
                  f"{len(complexity)} runs" if complexity else "not run yet",
                  "see chapter" if complexity else f"cannot tell yet (`{REGENERATE} complexity`)", "01_environment"))
+    swe = load_results("swe")
+    ours, verdict = (_difference(swe, "env.swe_reward", "pass_ratio", "resolved", {}, 1) if swe else
+                     ("not run yet", f"cannot tell yet (`{REGENERATE} swe`)"))
+    rows.append(("SWE: the test-pass-ratio reward beats the binary one", "GRPO, Qwen3-8B: 22% resolved (pass ratio) vs "
+                 "4.2% (binary)", ours, verdict, "06_swe"))
     lines = ["| finding | paper | ours (held-out success, mean over seeds) | verdict | chapter |",
              "|:--|:--|:--|:--|:--|"]
     lines += [f"| {f} | {p} | {o} | {v} | [{c}](../notebooks/{c}.ipynb) |" for f, p, o, v, c in rows]
     devices = sorted({(r.get("machine") or {}).get("gpu") or r.get("device")
-                      for r in main + split + complexity + stability if r.get("device")})
-    secs = sum(r.get("train_seconds") or 0 for r in main + split + complexity + stability)
-    lines += ["", f"From {len(main)} + {len(split)} + {len(complexity)} + {len(stability)} runs (algo × reward, "
-              "SFT:RL split, complexity, bandit stability) "
+                      for r in main + split + complexity + stability + swe if r.get("device")})
+    secs = sum(r.get("train_seconds") or 0 for r in main + split + complexity + stability + swe)
+    lines += ["", f"From {len(main)} + {len(split)} + {len(complexity)} + {len(stability)} + {len(swe)} runs (algo × "
+              "reward, SFT:RL split, complexity, bandit stability, SWE reward) "
               f"on {', '.join(devices) or 'no device yet'}; {secs / 60:.0f} min of training in total "
               "(Σ train_seconds). "
               "Intervals: 95% percentile bootstrap over seeds (agentrl_lib.report)."]

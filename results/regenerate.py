@@ -17,6 +17,10 @@ Parts (each a results file; the commands it runs are printed, and are ordinary `
 - complexity  results/complexity.jsonl: SFT + PPO on TextWorld custom games of growing size (the paper's w/o/q
               knobs), seeds 0-1.
 - evals       results/stage_evals.jsonl: the base and SFT models (no RL) on every held-out set.
+- swe         results/swe.jsonl (chapter 06): swe tasks (toolz + boltons, one planted bug each; 32 training tasks,
+              8 held-out tasks of other functions at statement levels 1-3), SFT on the 32 walkthroughs, then GRPO
+              (configs/swe.yaml) with the paper's pass-ratio reward vs the binary resolved reward, seeds 0-2; the
+              base and SFT models on each level into results/stage_evals.jsonl (SWE_* below: sizes and costs).
 - stability   results/stability.jsonl (chapter 05): RAGEN's bandit (configs/bandit.yaml) from a format-only SFT warm-up,
               the estimators {PPO (GAE), GRPO, RLOO} without filtering, GRPO with StarPO-S filtering (keep 75 / 50 /
               25% of groups), StarPO-S itself (GAE + keep 25%), then Dr. GRPO, REINFORCE++ and GiGPO without
@@ -409,9 +413,174 @@ def choose_seeds(main_init: str) -> tuple[int, ...]:
     return tuple(range(out["n_seeds"]))
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# the swe part (chapter 06): tasks, SFT on walkthroughs, GRPO with the pass-ratio vs the resolved reward, and the
+# base / SFT / RL models on the held-out tasks at each statement level
+
+SWE_CONFIG = "configs/swe.yaml"
+SWE_PACKAGES = "toolz,boltons"
+"""Source packages of the tasks: toolz's own tests run in ~1 s; mpmath's tasks take 4x longer to make and test."""
+SWE_LEVELS = (1, 2, 3)
+SWE_GAMES = {  # name: make-games swe flags; the held-out sets are the same 8 tasks at each statement level
+    "swe-train": ["--n", "32", "--seed", "0", "--level", "1"],
+    **{f"swe-heldout-l{lvl}": ["--n", "8", "--seed", "100000", "--split", "valid_unseen", "--level", str(lvl)]
+       for lvl in SWE_LEVELS},
+}
+SWE_SFT = {"demos": 32, "epochs": 1.0, "seed": 0}
+"""SFT on every training walkthrough, once (the paper: one epoch of expert trajectories): 8 optimizer steps."""
+SWE_SEEDS = (0, 1, 2)
+SWE_REWARDS = ("pass_ratio", "resolved")
+"""The grid: env.swe_reward. The paper (Qwen3-8B, GRPO on SWE-Gym): the test-pass ratio 22% resolved vs binary 4.2%."""
+SWE_LEVEL_SEEDS = (0,)
+"""Seeds whose RL runs are also evaluated at levels 2 and 3 (--also-eval): every seed is evaluated at level 1 (the
+verdict's metric); levels 2-3 for all three seeds would add ~1 hour to the part."""
+SWE_COST = {"task": 2.0, "set": 10.0, "demo": 15.0, "start": 60.0, "eval_turn": 11.0, "rl_turn": 12.0}
+"""The swe cost model of --dry-run, seconds, measured in a pilot on the project's 2-core CPU (2026-11-26; CPU
+seconds at 1 thread while another training job held both cores, so an upper bound for a quiet machine): a task made
+(toolz / boltons: 8 in 15 s), a walkthrough in SFT (8 in 145 CPU-s with the model load), the start of a process
+(model load, game check), an episode-turn of greedy evaluation at 160 new tokens (base 281 CPU-s, weak SFT 228 CPU-s
+for 4 tasks x 6 turns: both repeat themselves up to the token limit) and of GRPO with its update (430 CPU-s for one
+step of 4 episodes x 8 turns). Turn costs scale with train.max_new_tokens / 160. Recorded runs of results/swe.jsonl
+replace the guess with their median wall time."""
+SWE_EVAL = """\
+import sys
+from agentrl_lib.config import EnvConfig
+from agentrl_lib.envs.base import load_game_set
+from agentrl_lib.evaluate import evaluate, format_eval, save_eval
+from agentrl_lib.models import load_policy
+model, games, out, turns, tokens = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+policy, tok = load_policy(model, "auto", "float32")
+res = evaluate(policy, tok, load_game_set(games), max_turns=turns, max_new_tokens=tokens,
+               env=EnvConfig(games=games, max_turns=turns), progress=False)
+res["model"], res["games"] = model, games
+print(format_eval(res, model))
+save_eval(res, out)
+"""
+"""A greedy evaluation with the swe config's tokens per turn (`agentrl eval` has no --max-new-tokens; its 24 tokens
+cannot hold a command with a patch): argv model, games dir, out, max turns, max new tokens."""
+
+
+def swe_settings() -> dict:
+    """max_turns, max_new_tokens and the RL episodes per run of configs/swe.yaml."""
+    import yaml
+
+    conf = yaml.safe_load((ROOT / SWE_CONFIG).read_text())
+    return {"max_turns": conf["env"]["max_turns"], "max_new_tokens": conf["train"]["max_new_tokens"],
+            "episodes": conf["train"]["steps"] * conf["train"]["games_per_step"] * conf["algo"]["group_size"]}
+
+
+def swe_minutes(name: str, cmd: list[str]) -> tuple[float, str]:
+    """(minutes, how) of one command of the swe part (SWE_COST; 0 for a run recorded in results/swe.jsonl)."""
+    st = swe_settings()
+    scale = st["max_new_tokens"] / 160
+    turn_eval, turn_rl = SWE_COST["eval_turn"] * scale, SWE_COST["rl_turn"] * scale
+    n_heldout = int(SWE_GAMES["swe-heldout-l1"][1])
+    if name.startswith("games-"):
+        n = int(_flag(cmd, "--n"))
+        return (SWE_COST["set"] + n * SWE_COST["task"]) / 60, "swe cost model"
+    if name.startswith("sft-"):
+        return (SWE_COST["start"] + float(_flag(cmd, "--demos")) * SWE_COST["demo"]) / 60, "swe cost model"
+    if name.startswith("eval-"):
+        return (SWE_COST["start"] + n_heldout * st["max_turns"] * turn_eval) / 60, "swe cost model"
+    out, seed = Path(_flag(cmd, "--out")), int(_flag(cmd, "--seeds"))
+    kind = _flag(cmd, "--grid").split("=", 1)[1]
+    records = [json.loads(x) for x in out.read_text().splitlines() if x.strip()] if out.exists() else []
+    if any(r.get("seed") == seed and (r.get("cell") or {}).get("env.swe_reward") == kind for r in records):
+        return 0.0, "recorded"
+    cpu = sorted(r["wall_seconds"] for r in records if r.get("device") == "cpu" and r.get("wall_seconds"))
+    if cpu:
+        return cpu[len(cpu) // 2] / 60, f"the median of {len(cpu)} recorded CPU runs"
+    levels = 1 + (len(cmd) - cmd.index("--also-eval") - 1 if "--also-eval" in cmd else 0)
+    return (SWE_COST["start"] + st["episodes"] * st["max_turns"] * turn_rl
+            + levels * n_heldout * st["max_turns"] * turn_eval) / 60, "swe cost model"
+
+
+def swe_run(jobs: list[tuple[str, list[str]]], n: int) -> list[str]:
+    """parallel() with the swe cost model in --dry-run."""
+    if not DRY_RUN:
+        return parallel(jobs, n)
+    for name, cmd in jobs:
+        minutes, how = swe_minutes(name, cmd)
+        PLAN.append((name, minutes))
+        shown = cmd[2:] if cmd[1] == "-m" else ["python", "-c", "SWE_EVAL", *cmd[3:]]
+        print(f"{name} [{minutes:.0f} min, {how}]: {shlex.join(shown)}")
+    return []
+
+
+def swe_stage_eval(model: str, games_name: str, stage: str, level: int) -> list[tuple[str, list[str]]]:
+    """A greedy evaluation (SWE_EVAL) of a model without RL on a held-out swe set, into runs/evals-swe/ (collected
+    by collect_swe_evals); none when done."""
+    st = swe_settings()
+    name = f"{stage}-{Path(model).name}-on-{games_name}"
+    out = ROOT / "runs" / "evals-swe" / f"{name}.json"
+    if out.exists():
+        return []
+    if not DRY_RUN:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".meta.json").write_text(json.dumps({"stage": stage, "model": model, "games": games_name,
+                                                             "level": level, **st}))
+    return [(f"eval-{name}", [sys.executable, "-c", SWE_EVAL, model, f"games/{games_name}", str(out),
+                              str(st["max_turns"]), str(st["max_new_tokens"])])]
+
+
+def collect_swe_evals() -> int:
+    """Append every finished runs/evals-swe/*.json (with its meta) to results/stage_evals.jsonl once."""
+    path = RESULTS / "stage_evals.jsonl"
+    have = {json.dumps([r["stage"], r["model"], r["games"]]) for r in map(json.loads, path.read_text().splitlines())
+            } if path.exists() else set()
+    sys.path.insert(0, str(ROOT))
+    from agentrl_lib.paths import git_commit
+    from agentrl_lib.records import append_record, compact_eval, machine_info
+
+    machine, n = None, 0
+    for meta_path in sorted((ROOT / "runs" / "evals-swe").glob("*.meta.json")):
+        res_path = Path(str(meta_path).replace(".meta.json", ".json"))
+        meta = json.loads(meta_path.read_text())
+        if not res_path.exists() or json.dumps([meta["stage"], meta["model"], meta["games"]]) in have:
+            continue
+        machine = machine or machine_info()
+        res = json.loads(res_path.read_text())
+        config = {"command": "results/regenerate.py SWE_EVAL", "model": meta["model"],
+                  "games": f"games/{meta['games']}", "max_turns": meta["max_turns"], "dtype": "float32",
+                  "temperature": 0.0, "max_new_tokens": meta["max_new_tokens"]}
+        append_record(path, {"stage": meta["stage"], "model": meta["model"], "games": meta["games"],
+                             "level": meta["level"], "max_turns": meta["max_turns"], "config": config,
+                             "commit": git_commit(), "device": machine["torch_device"], "machine": machine,
+                             "eval": {**compact_eval(res), "mean_score_frac": res.get("mean_score_frac")}})
+        n += 1
+    return n
+
+
+def swe_part(n_jobs: int) -> list[str]:
+    """The swe part: games, the SFT model, the base and SFT evaluations per level, then the sweep (seed-major: each
+    seed's two reward kinds before the next seed). Returns the names of the commands that failed."""
+    first = len(PLAN)
+    made = [(f"games-{g}", [*AGENTRL, "make-games", "swe", "--out", f"games/{g}", *flags, "--packages", SWE_PACKAGES,
+                            "--swe-reward", "pass_ratio"])
+            for g, flags in SWE_GAMES.items() if not (ROOT / "games" / g / "manifest.json").exists()]
+    failed = swe_run(made, n_jobs)
+    init = sft_dir("swe-train", SWE_SFT["demos"], SWE_SFT["epochs"], SWE_SFT["seed"])
+    failed += swe_run(sft("swe-train", SWE_SFT["demos"], SWE_SFT["epochs"], SWE_SFT["seed"]), n_jobs)
+    evals = [j for stage, model in (("base", "embedded"), ("sft", init)) for lvl in SWE_LEVELS
+             for j in swe_stage_eval(model, f"swe-heldout-l{lvl}", stage, lvl)]
+    runs = [sweep(SWE_CONFIG, str(RESULTS / "swe.jsonl"), [f"env.swe_reward={kind}"], s, init,
+                  *(["--also-eval", *(f"l{lvl}=games/swe-heldout-l{lvl}" for lvl in SWE_LEVELS[1:])]
+                    if s in SWE_LEVEL_SEEDS else []))
+            for s in SWE_SEEDS for kind in SWE_REWARDS]
+    failed += swe_run(evals + runs, n_jobs)
+    if DRY_RUN:
+        total = sum(m for _, m in PLAN[first:])
+        print(f"swe part: about {total / 60:.1f} hours at --jobs 1 on the project's 2-core CPU (SWE_COST: an upper "
+              "bound measured at 1 thread on a loaded machine)")
+    else:
+        log(f"collected {collect_swe_evals()} new swe stage evaluations into results/stage_evals.jsonl")
+    return failed
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("part", choices=["all", "pilot", "main", "explore", "split", "complexity", "evals", "stability"])
+    p.add_argument("part", choices=["all", "pilot", "main", "explore", "split", "complexity", "evals", "stability",
+                                      "swe"])
     p.add_argument("--jobs", type=int, default=1,
                    help="commands at once (1 on a laptop; 7 on a 16-core machine with an 80 GB GPU: one RL run of "
                         "configs/cooking.yaml holds ~9.5 GB of GPU memory, 8 at once ran out)")
@@ -431,10 +600,10 @@ def main() -> None:
            # pilot's validation evaluation took 133 s a game against ~1.3 s on a quiet machine; spinning OpenMP
            # threads of oversubscribed processes are one cause of such slowdowns, and PASSIVE costs a quiet run nothing
            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
-    parts = ["main", "explore", "split", "complexity", "evals", "stability"] if a.part == "all" else [a.part]
+    parts = ["main", "explore", "split", "complexity", "evals", "stability", "swe"] if a.part == "all" else [a.part]
     t0 = time.perf_counter()
-    need = [] if parts == ["stability"] else [g for g in GAMES if g.startswith("cooking")] if parts == ["pilot"] \
-        else list(GAMES)
+    need = [] if set(parts) <= {"stability", "swe"} else [g for g in GAMES if g.startswith("cooking")] \
+        if parts == ["pilot"] else list(GAMES)
     parallel(games([*need, *(OTHER_GAMES if "stability" in parts else ())]), a.jobs)
     if not DRY_RUN:
         subprocess.run([*AGENTRL[:1], "-c", "from agentrl_lib.models import embedded_model_dir as e; e()"], cwd=ROOT,
@@ -500,6 +669,8 @@ def main() -> None:
     failed += parallel(jobs + evals, a.jobs)
     if parts == ["pilot"] and not failed and not DRY_RUN:
         choose_seeds(main_init)
+    if "swe" in parts:
+        failed += swe_part(a.jobs)
     if DRY_RUN:
         total = sum(m for _, m in PLAN)
         n = sum(m > 0 for _, m in PLAN)

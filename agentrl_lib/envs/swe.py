@@ -17,7 +17,9 @@ Reward kinds (swe_tasks.reward_kinds): "pass_ratio" (the Practitioner's Guide), 
 The kind is the task set's (`make-games swe --swe-reward KIND`), unless the run names one (EnvConfig.swe_reward,
 `agentrl train/eval --swe-reward KIND`, passed to the env as `reward=`). All three
 are written for every submission to <games dir>/episodes.jsonl. With reward.kind = sparse a run trains on
-`resolved` whatever the set's kind; with dense, on the set's kind.
+`resolved` whatever the set's kind; with env, on the set's kind as given (configs/swe.yaml). Not with dense: its win
+cap (rewards.dense_turn_rewards) rescales a non-won episode's total to 1 - m/2, m its smallest positive step, and a
+submission is the episode's one step, so a pass ratio p > 2/3 becomes 1 - p/2, which falls as p rises.
 
 A reply without a fenced block is an invalid turn (info.valid False: reward.format_penalty applies) and costs a turn.
 Env faults (the sandbox or a copy fails) raise, so the pool ends that episode as an env error, never rewarded.
