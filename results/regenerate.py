@@ -305,8 +305,10 @@ def stage_eval(model: str, games_name: str, max_turns: int, stage: str, **meta) 
                               str(max_turns), "--dtype", "float32", "--out", str(out)])]
 
 
-def collect_evals() -> int:
-    """Append every finished runs/evals/*.json (with its meta) to results/stage_evals.jsonl once."""
+def collect_evals(folder: str = "evals") -> int:
+    """Append every finished runs/FOLDER/*.json (with its meta) to results/stage_evals.jsonl once. FOLDER "evals":
+    `agentrl eval` outputs (stage_eval); "evals-swe": the swe part's SWE_EVAL outputs (swe_stage_eval: their meta
+    name the level and the reply length)."""
     path = RESULTS / "stage_evals.jsonl"
     have = {json.dumps([r["stage"], r["model"], r["games"]]) for r in map(json.loads, path.read_text().splitlines())
             } if path.exists() else set()
@@ -314,18 +316,21 @@ def collect_evals() -> int:
     from agentrl_lib.paths import git_commit
     from agentrl_lib.records import append_record, compact_eval, machine_info
 
-    machine, n = None, 0
-    for meta_path in sorted((ROOT / "runs" / "evals").glob("*.meta.json")):
+    swe, machine, n = folder == "evals-swe", None, 0
+    for meta_path in sorted((ROOT / "runs" / folder).glob("*.meta.json")):
         res_path = Path(str(meta_path).replace(".meta.json", ".json"))
         meta = json.loads(meta_path.read_text())
         if not res_path.exists() or json.dumps([meta["stage"], meta["model"], meta["games"]]) in have:
             continue
         machine = machine or machine_info()
-        config = {"command": "agentrl eval", "model": meta["model"], "games": f"games/{meta['games']}",
-                  "max_turns": meta["max_turns"], "dtype": "float32", "temperature": 0.0, "max_new_tokens": 24}
-        append_record(path, {**meta, "config": config, "commit": git_commit(), "device": machine["torch_device"],
-                             "machine": machine,
-                             "eval": compact_eval(json.loads(res_path.read_text()))})
+        res = json.loads(res_path.read_text())
+        config = {"command": "results/regenerate.py SWE_EVAL" if swe else "agentrl eval", "model": meta["model"],
+                  "games": f"games/{meta['games']}", "max_turns": meta["max_turns"], "dtype": "float32",
+                  "temperature": 0.0, "max_new_tokens": meta["max_new_tokens"] if swe else 24}
+        fields = {k: meta[k] for k in ("stage", "model", "games", "level", "max_turns")} if swe else meta
+        ev = {**compact_eval(res), "mean_score_frac": res.get("mean_score_frac")} if swe else compact_eval(res)
+        append_record(path, {**fields, "config": config, "commit": git_commit(), "device": machine["torch_device"],
+                             "machine": machine, "eval": ev})
         n += 1
     return n
 
@@ -509,7 +514,7 @@ def swe_run(jobs: list[tuple[str, list[str]]], n: int) -> list[str]:
 
 def swe_stage_eval(model: str, games_name: str, stage: str, level: int) -> list[tuple[str, list[str]]]:
     """A greedy evaluation (SWE_EVAL) of a model without RL on a held-out swe set, into runs/evals-swe/ (collected
-    by collect_swe_evals); none when done."""
+    by collect_evals("evals-swe")); none when done."""
     st = swe_settings()
     name = f"{stage}-{Path(model).name}-on-{games_name}"
     out = ROOT / "runs" / "evals-swe" / f"{name}.json"
@@ -521,34 +526,6 @@ def swe_stage_eval(model: str, games_name: str, stage: str, level: int) -> list[
                                                              "level": level, **st}))
     return [(f"eval-{name}", [sys.executable, "-c", SWE_EVAL, model, f"games/{games_name}", str(out),
                               str(st["max_turns"]), str(st["max_new_tokens"])])]
-
-
-def collect_swe_evals() -> int:
-    """Append every finished runs/evals-swe/*.json (with its meta) to results/stage_evals.jsonl once."""
-    path = RESULTS / "stage_evals.jsonl"
-    have = {json.dumps([r["stage"], r["model"], r["games"]]) for r in map(json.loads, path.read_text().splitlines())
-            } if path.exists() else set()
-    sys.path.insert(0, str(ROOT))
-    from agentrl_lib.paths import git_commit
-    from agentrl_lib.records import append_record, compact_eval, machine_info
-
-    machine, n = None, 0
-    for meta_path in sorted((ROOT / "runs" / "evals-swe").glob("*.meta.json")):
-        res_path = Path(str(meta_path).replace(".meta.json", ".json"))
-        meta = json.loads(meta_path.read_text())
-        if not res_path.exists() or json.dumps([meta["stage"], meta["model"], meta["games"]]) in have:
-            continue
-        machine = machine or machine_info()
-        res = json.loads(res_path.read_text())
-        config = {"command": "results/regenerate.py SWE_EVAL", "model": meta["model"],
-                  "games": f"games/{meta['games']}", "max_turns": meta["max_turns"], "dtype": "float32",
-                  "temperature": 0.0, "max_new_tokens": meta["max_new_tokens"]}
-        append_record(path, {"stage": meta["stage"], "model": meta["model"], "games": meta["games"],
-                             "level": meta["level"], "max_turns": meta["max_turns"], "config": config,
-                             "commit": git_commit(), "device": machine["torch_device"], "machine": machine,
-                             "eval": {**compact_eval(res), "mean_score_frac": res.get("mean_score_frac")}})
-        n += 1
-    return n
 
 
 def swe_part(n_jobs: int) -> list[str]:
@@ -573,7 +550,7 @@ def swe_part(n_jobs: int) -> list[str]:
         print(f"swe part: about {total / 60:.1f} hours at --jobs 1 on the project's 2-core CPU (SWE_COST: an upper "
               "bound measured at 1 thread on a loaded machine)")
     else:
-        log(f"collected {collect_swe_evals()} new swe stage evaluations into results/stage_evals.jsonl")
+        log(f"collected {collect_evals('evals-swe')} new swe stage evaluations into results/stage_evals.jsonl")
     return failed
 
 

@@ -134,3 +134,15 @@ def console(tmp_path, *args):
     path = [str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     return subprocess.run(cmd + list(args), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+def fake_record(cell, seed, value, base_hash="b0"):
+    """A minimal sweep record: held-out success `value`, one step whose return_mean is value / 2."""
+    return {"cell": cell, "seed": seed, "base_hash": base_hash, "eval": {"success_rate": value},
+            "steps": [{"step": 1, "return_mean": value / 2}]}
+
+
+def fake_records(samples: dict[tuple, list[float]]):
+    """fake_record per (algo.advantage, reward.kind) → its values over seeds 0, 1, ..."""
+    return [fake_record({"algo.advantage": algo, "reward.kind": kind}, s, v)
+            for (algo, kind), values in samples.items() for s, v in enumerate(values)]

@@ -9,25 +9,17 @@ import pytest
 from agentrl_lib import cli, records
 from agentrl_lib.config import RunConfig
 
-
-def _rec(cell, seed, value, base_hash="b0"):
-    return {"cell": cell, "seed": seed, "base_hash": base_hash, "eval": {"success_rate": value},
-            "steps": [{"step": 1, "return_mean": value / 2}]}
-
-
-def _records(samples: dict[tuple, list[float]]):
-    return [_rec({"algo.advantage": algo, "reward.kind": kind}, s, v)
-            for (algo, kind), values in samples.items() for s, v in enumerate(values)]
+from helpers import fake_record, fake_records
 
 
 # ------------------------------------------------------------------------------------------------ the file
 def test_a_cut_last_line_is_reported_once_and_ignored(tmp_path, capsys):
     out = tmp_path / "r.jsonl"
-    recs = _records({("gae", "dense"): [0.2, 0.4]})
+    recs = fake_records({("gae", "dense"): [0.2, 0.4]})
     for r in recs:
         records.append_record(out, r)
     with out.open("a") as f:
-        f.write(json.dumps(_rec({"algo.advantage": "gae"}, 2, 0.6))[:25])  # a write cut short
+        f.write(json.dumps(fake_record({"algo.advantage": "gae"}, 2, 0.6))[:25])  # a write cut short
     warnings = []
     assert records.load_records(out, warnings.append) == recs
     assert len(warnings) == 1 and "line 3 is damaged" in warnings[0] and "\n" not in warnings[0]
@@ -61,7 +53,7 @@ def test_parallel_sweeps_wait_for_the_results_lock(tmp_path, monkeypatch, locked
         monkeypatch.setattr(records, "_results_lock", lambda path: contextlib.nullcontext())
     lock = records._results_lock(out)
     lock.__enter__()  # another writer holds the file
-    t = threading.Thread(target=records.append_record, args=(out, _rec({"a": 1}, 0, 0.5)))
+    t = threading.Thread(target=records.append_record, args=(out, fake_record({"a": 1}, 0, 0.5)))
     t.start()
     time.sleep(0.5)
     written_while_held = out.exists() and out.read_text() != ""
@@ -79,7 +71,7 @@ def test_load_results_finds_a_results_file_by_name(tmp_path, monkeypatch):
     assert records.results_path("elsewhere/r.jsonl") == Path("elsewhere/r.jsonl")
     assert records.results_path(tmp_path / "x.jsonl") == tmp_path / "x.jsonl"
     assert records.load_results("algo_reward") == [], "not committed yet: no records, no error"
-    recs = _records({("gae", "dense"): [0.2, 0.4]})
+    recs = fake_records({("gae", "dense"): [0.2, 0.4]})
     for r in recs:
         records.append_record(tmp_path / "algo_reward.jsonl", r)
     assert records.load_results("algo_reward") == records.load_results(tmp_path / "algo_reward.jsonl") == recs
@@ -101,7 +93,7 @@ def test_load_results_reads_plain_evaluation_files_and_refuses_damage(tmp_path, 
     with pytest.raises(records.ResultsFileError, match="line 3 is not a JSON object"):
         records.load_results("stage_evals")
     sweep_file = tmp_path / "s.jsonl"
-    records.append_record(sweep_file, _rec({"a": 1}, 0, 0.5))
+    records.append_record(sweep_file, fake_record({"a": 1}, 0, 0.5))
     records.append_record(sweep_file, evals[0])
     with pytest.raises(records.ResultsFileError, match="line 2 is not a sweep record"):
         records.load_results("s")

@@ -57,3 +57,33 @@ def test_seed_count_rule():
     assert n == 3 or mid["half_width_by_n"][n - 1] > regen.MAX_DIFF_HALF_WIDTH    # the fewest that meets it
     with pytest.raises(ValueError):
         regen.seeds_for([[0.5], [0.4]])
+
+
+def test_collect_evals_appends_each_finished_evaluation_once(tmp_path, monkeypatch):
+    """runs/evals (agentrl eval) and runs/evals-swe (the swe part's evaluation) land in stage_evals.jsonl once each,
+    with their config; an evaluation whose result file is missing (still running) is not collected."""
+    import json
+
+    regen = load_regenerate()
+    monkeypatch.setattr(regen, "ROOT", tmp_path)
+    monkeypatch.setattr(regen, "RESULTS", tmp_path / "results")
+    (tmp_path / "results").mkdir()
+    result = {"success_rate": 0.5, "mean_turns": 3.0, "invalid_rate": 0.1, "mean_score_frac": 0.6, "n_games": 2,
+              "env_errors": 0, "per_game": [{"game": "g0", "won": True, "turns": 2}, {"game": "g1", "won": False,
+                                                                                    "turns": 4}]}
+    for folder, meta in [("evals", {"stage": "base", "model": "embedded", "games": "cooking-heldout", "max_turns": 8}),
+                         ("evals-swe", {"stage": "sft", "model": "runs/sft/x", "games": "swe-heldout-l1",
+                                        "level": 1, "max_turns": 5, "max_new_tokens": 160, "extra": "dropped"})]:
+        d = tmp_path / "runs" / folder
+        d.mkdir(parents=True)
+        (d / "a.meta.json").write_text(json.dumps(meta))
+        (d / "a.json").write_text(json.dumps(result))
+        (d / "b.meta.json").write_text(json.dumps({**meta, "model": "still-running"}))   # no b.json yet
+    assert regen.collect_evals() == 1 and regen.collect_evals("evals-swe") == 1
+    assert regen.collect_evals() == 0 and regen.collect_evals("evals-swe") == 0          # once each
+    recs = [json.loads(x) for x in (tmp_path / "results" / "stage_evals.jsonl").read_text().splitlines()]
+    plain, swe = recs
+    assert plain["config"]["command"] == "agentrl eval" and plain["config"]["max_new_tokens"] == 24
+    assert swe["config"]["command"] == "results/regenerate.py SWE_EVAL" and swe["config"]["max_new_tokens"] == 160
+    assert swe["level"] == 1 and "extra" not in swe and plain["eval"]["per_game"] == [["g0", True, 2], ["g1", False, 4]]
+    assert swe["eval"]["success_rate"] == 0.5 and swe["eval"]["mean_score_frac"] == 0.6

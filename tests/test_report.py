@@ -7,19 +7,11 @@ import pytest
 from agentrl_lib import report
 from agentrl_lib.records import append_record, load_records
 
-
-def _rec(cell, seed, value, base_hash="b0"):
-    return {"cell": cell, "seed": seed, "base_hash": base_hash, "eval": {"success_rate": value},
-            "steps": [{"step": 1, "return_mean": value / 2}]}
-
-
-def _records(samples: dict[tuple, list[float]]):
-    return [_rec({"algo.advantage": algo, "reward.kind": kind}, s, v)
-            for (algo, kind), values in samples.items() for s, v in enumerate(values)]
+from helpers import fake_record, fake_records
 
 
 def test_report_means_std_and_intervals():
-    rep = report.report(_records({("gae", "dense"): [0.2, 0.4, 0.6], ("grpo", "dense"): [0.5]}))
+    rep = report.report(fake_records({("gae", "dense"): [0.2, 0.4, 0.6], ("grpo", "dense"): [0.5]}))
     gae, grpo = rep.cells
     assert gae["n"] == 3 and gae["mean"] == pytest.approx(0.4) and gae["std"] == pytest.approx(0.2)
     assert gae["ci"] == pytest.approx((0.2, 0.6)), "3 seeds: the 95% percentile interval is the range (narrow-biased)"
@@ -27,16 +19,16 @@ def test_report_means_std_and_intervals():
     md = rep.markdown()
     assert "| gae | dense | 0.400 ± 0.200 |" in md and "| 0.500 ± n/a | n/a (n < 2) | 1 |" in md
     assert "narrow-biased" in md and "75%" in md
-    assert report.report(_records({("gae", "dense"): [0.2, 0.4]}), metric="final.return_mean").cells[0]["mean"] == \
+    assert report.report(fake_records({("gae", "dense"): [0.2, 0.4]}), metric="final.return_mean").cells[0]["mean"] == \
         pytest.approx(0.15)
-    assert report.report(_records({("gae", "dense"): [0.2, 0.4]})).markdown() == \
-        report.report(_records({("gae", "dense"): [0.2, 0.4]})).markdown(), "seeded: the same table twice"
+    assert report.report(fake_records({("gae", "dense"): [0.2, 0.4]})).markdown() == \
+        report.report(fake_records({("gae", "dense"): [0.2, 0.4]})).markdown(), "seeded: the same table twice"
 
 
 def test_report_difference_interval_contains_the_true_difference():
     rng = np.random.default_rng(0)
     a, b = (0.5 + 0.05 * rng.standard_normal(30)).tolist(), (0.3 + 0.05 * rng.standard_normal(30)).tolist()
-    rep = report.report(_records({("gae", "dense"): a, ("grpo", "dense"): b}), compare="algo.advantage")
+    rep = report.report(fake_records({("gae", "dense"): a, ("grpo", "dense"): b}), compare="algo.advantage")
     (d,) = rep.differences
     assert d["ci"][0] < 0.2 < d["ci"][1] and d["diff"] == pytest.approx(np.mean(a) - np.mean(b))
     assert d["verdict"] == "gae higher" and d["context"] == {"reward.kind": "dense"}
@@ -50,7 +42,7 @@ def test_report_difference_interval_contains_the_true_difference():
     ([1.0, 1.0, 1.0], [0.0, 0.0, 0.0], True),
 ])
 def test_report_says_no_difference_only_when_the_interval_contains_zero(a, b, different):
-    rep = report.report(_records({("gae", "sparse"): a, ("rloo", "sparse"): b}), compare="algo.advantage",
+    rep = report.report(fake_records({("gae", "sparse"): a, ("rloo", "sparse"): b}), compare="algo.advantage",
                        by="reward.kind")
     (d,) = rep.differences
     assert (d["verdict"] != report.NO_DIFFERENCE) == different
@@ -60,17 +52,17 @@ def test_report_says_no_difference_only_when_the_interval_contains_zero(a, b, di
 
 def test_report_pairs_within_each_by_value_and_refuses_unknown_axes():
     samples = {(algo, kind): [0.1, 0.2, 0.3] for algo in ("gae", "grpo", "rloo") for kind in ("sparse", "dense")}
-    rep = report.report(_records(samples), compare="algo.advantage", by="reward.kind")
+    rep = report.report(fake_records(samples), compare="algo.advantage", by="reward.kind")
     assert len(rep.differences) == 2 * 3 and rep.pooled == []
     assert {d["context"]["reward.kind"] for d in rep.differences} == {"sparse", "dense"}
     assert [(d["a"], d["b"]) for d in rep.differences[:3]] == [("gae", "grpo"), ("gae", "rloo"), ("grpo", "rloo")]
-    pooled = report.report(_records(samples), compare="algo.advantage", by=[])
+    pooled = report.report(fake_records(samples), compare="algo.advantage", by=[])
     assert len(pooled.differences) == 3 and pooled.pooled == ["reward.kind"] and pooled.differences[0]["n_a"] == 6
     assert "pooled over reward.kind" in pooled.markdown()
     with pytest.raises(ValueError, match="'train.lr' is not an axis"):
-        report.report(_records(samples), compare="train.lr")
+        report.report(fake_records(samples), compare="train.lr")
     with pytest.raises(ValueError, match="no record has the metric"):
-        report.report(_records(samples), metric="eval.nope")
+        report.report(fake_records(samples), metric="eval.nope")
 
 
 # ------------------------------------------------------------------------------------------------ metric_value
@@ -90,12 +82,12 @@ def test_metric_value_reads_dotted_paths_and_the_last_step():
 # ------------------------------------------------------------------------------------------------ cell
 def _cells(values: dict[str, dict[int, float]], kind="dense"):
     """Records of cells {algo: {seed: success}} (reward.kind = kind)."""
-    return [_rec({"algo.advantage": algo, "reward.kind": kind}, s, v)
+    return [fake_record({"algo.advantage": algo, "reward.kind": kind}, s, v)
             for algo, by_seed in values.items() for s, v in by_seed.items()]
 
 
 def test_cell_is_the_report_row_of_one_cell():
-    recs = _records({("gae", "dense"): [0.2, 0.4, 0.6], ("grpo", "dense"): [0.5]})
+    recs = fake_records({("gae", "dense"): [0.2, 0.4, 0.6], ("grpo", "dense"): [0.5]})
     c = report.cell(recs, **{"algo.advantage": "gae", "reward.kind": "dense"})
     assert c.outcomes == {0: 0.2, 1: 0.4, 2: 0.6} and c.seeds == [0, 1, 2] and c.n == 3
     row = report.report(recs).cells[0]
@@ -108,14 +100,15 @@ def test_cell_is_the_report_row_of_one_cell():
 
 
 def test_cell_refuses_labels_that_select_several_cells_and_ignores_a_second_record():
-    recs = _records({("gae", "dense"): [0.2, 0.4], ("gae", "sparse"): [0.9, 0.8]})
+    recs = fake_records({("gae", "dense"): [0.2, 0.4], ("gae", "sparse"): [0.9, 0.8]})
     with pytest.raises(ValueError, match="selects 2 cells \\(reward.kind varies\\)"):
         report.cell(recs, **{"algo.advantage": "gae"})
     with pytest.raises(ValueError, match="seed 0 was run from two base configs"):
-        report.cell([_rec({"a": 1}, 0, 0.1, "b0"), _rec({"a": 1}, 0, 0.9, "b1")], a=1)
-    per_seed_base = [_rec({"a": 1}, 0, 0.1, "b0"), _rec({"a": 1}, 1, 0.9, "b1")]  # e.g. each seed's own SFT start
+        report.cell([fake_record({"a": 1}, 0, 0.1, "b0"), fake_record({"a": 1}, 0, 0.9, "b1")], a=1)
+    # e.g. each seed's own SFT start
+    per_seed_base = [fake_record({"a": 1}, 0, 0.1, "b0"), fake_record({"a": 1}, 1, 0.9, "b1")]
     assert report.cell(per_seed_base, a=1).outcomes == {0: 0.1, 1: 0.9}
-    again = recs + [_rec({"algo.advantage": "gae", "reward.kind": "dense"}, 0, 1.0)]  # the same run recorded twice
+    again = recs + [fake_record({"algo.advantage": "gae", "reward.kind": "dense"}, 0, 1.0)]  # one run recorded twice
     assert report.cell(again, **{"algo.advantage": "gae", "reward.kind": "dense"}).outcomes == {0: 0.2, 1: 0.4}
 
 
@@ -160,7 +153,7 @@ def test_difference_without_common_seeds_compares_nothing():
 
 
 def test_difference_refuses_two_metrics():
-    recs = _records({("gae", "dense"): [0.2, 0.4]})
+    recs = fake_records({("gae", "dense"): [0.2, 0.4]})
     with pytest.raises(ValueError, match="compare one metric"):
         report.difference(report.cell(recs), report.cell(recs, metric="final.return_mean"))
 
@@ -195,7 +188,7 @@ def test_a_pooled_axis_that_changes_with_the_compared_one_pairs_by_seed():
     """The complexity sweep's shape: each level has its own env.games and each seed its own base config (its own SFT
     model), pooled; every side has one run per seed, so runs pair by seed (pairing by pooled cell would pair
     nothing)."""
-    recs = [_rec({"level": lvl, "env.games": f"games/{lvl}"}, s, v, base_hash=f"{lvl}-s{s}")
+    recs = [fake_record({"level": lvl, "env.games": f"games/{lvl}"}, s, v, base_hash=f"{lvl}-s{s}")
             for lvl, vals in (("w2", [0.8, 0.9, 0.7]), ("w8", [0.4, 0.5])) for s, v in enumerate(vals)]
     rep = report.report(recs, "eval.success_rate", compare="level", by=[])
     (d,) = rep.differences
@@ -207,6 +200,6 @@ def test_a_pooled_axis_that_changes_with_the_compared_one_pairs_by_seed():
 
 def test_a_report_file_round_trip(tmp_path):
     out = tmp_path / "r.jsonl"
-    for r in _records({("gae", "dense"): [0.2, 0.4]}):
+    for r in fake_records({("gae", "dense"): [0.2, 0.4]}):
         append_record(out, r)
     assert report.report(load_records(out)).cells[0]["values"] == [0.2, 0.4]
