@@ -24,7 +24,8 @@ import torch
 from .generation_protocol import Generator, TurnSample
 from .models import CACHE_ARG
 
-__all__ = ["GENERATORS", "Generator", "HFGenerator", "TurnSample", "check_generator", "sampling_config"]
+__all__ = ["GENERATORS", "Generator", "HFGenerator", "TurnSample", "check_generator", "distinct_rows",
+           "sampling_config"]
 
 
 def _left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -35,6 +36,22 @@ def _left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor,
         ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
         attn[i, width - len(s):] = 1
     return ids.to(device), attn.to(device)
+
+
+def distinct_rows(contexts: list[list[int]]) -> tuple[list[int], list[int]]:
+    """The distinct contexts of a batch: (firsts, rows_of), where firsts[k] is the row where the k-th distinct
+    context first appears and rows_of[r] = k for every row r holding it: contexts[r] == contexts[firsts[rows_of[r]]].
+
+    Example: [[1, 2], [3], [1, 2]] → ([0, 1], [0, 1, 0]).
+    """
+    seen: dict[tuple[int, ...], int] = {}
+    firsts, rows_of = [], []
+    for r, c in enumerate(contexts):
+        k = seen.setdefault(tuple(c), len(firsts))
+        if k == len(firsts):
+            firsts.append(r)
+        rows_of.append(k)
+    return firsts, rows_of
 
 
 def sampling_config(temperature: float, max_new_tokens: int, eos_id: int, pad_id: int):
@@ -75,24 +92,58 @@ class HFGenerator:
     the cumulative mask, so each row sees exactly the positions of its contiguous trajectory. Only new tokens are
     encoded each turn instead of the whole history.
 
+    The episodes of a group start from the same context (system prompt + the game's first observation, ~280 tokens
+    on the cooking games), so `start` encodes each distinct context once and copies its KV cache to the group's rows
+    (`share_prompts`, on by default): at group size G the first turn's prefill processes 1/G of the positions. Exact
+    up to float rounding (the same attention over the same keys; the first generate call then encodes only each
+    row's last context token); tests/test_generation.py compares it with the plain prefill.
+
     Args:
         model: a causal LM (the policy itself: `sync` has nothing to copy).
         tokenizer: its tokenizer; eos_id is its eos token (the end of an assistant turn), pad_id its pad token.
-    Attributes: ids, attn (B, width) long — the live rows' tokens and attention mask; cache — the KV cache.
+        share_prompts: encode each distinct starting context once per `start` (False: every row's own prefill, as
+            before; benchmarks/bench_rollout.py measures both).
+    Attributes: ids, attn (B, width) long — the live rows' tokens and attention mask; cache — the KV cache;
+        shared_positions — context positions `start` did not have to encode (sum over rows; 0 without repeats).
     """
 
-    def __init__(self, model, tokenizer):
+    def __init__(self, model, tokenizer, share_prompts: bool = True):
         self.model = model
         self.eos_id = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
         self.pad_id = tokenizer.pad_token_id
         self.context_limit = getattr(model.config, "max_position_embeddings", 8192) or 8192
+        self.share_prompts = share_prompts
         self.ids = self.attn = self.cache = None
+        self.shared_positions = 0
 
     def start(self, contexts: list[list[int]]) -> None:
-        """A new batch: one row per context (token ids), left-padded; an empty cache."""
+        """A new batch: one row per context (token ids), left-padded. With `share_prompts` and a context that
+        several rows share, the cache holds every row's context but its last token, each distinct context encoded
+        once (`_prefill_distinct`); otherwise the cache starts empty."""
         self.device = next(self.model.parameters()).device
         self.ids, self.attn = _left_pad(contexts, self.pad_id, self.device)
         self.cache = None
+        self.shared_positions = 0
+        firsts, rows_of = distinct_rows(contexts)
+        if self.share_prompts and len(firsts) < len(contexts) and self.ids.shape[1] > 1:
+            self.cache = self._prefill_distinct(firsts, rows_of)
+            self.shared_positions = sum(len(c) - 1 for c in contexts) - sum(len(contexts[i]) - 1 for i in firsts)
+
+    @torch.no_grad()
+    def _prefill_distinct(self, firsts: list[int], rows_of: list[int]):
+        """Encode ids[firsts, :-1] (the distinct contexts but their last token; left padding and position ids as
+        `generate` makes them) into a new cache, then copy each distinct context's cache to its rows: row r gets the
+        cache of firsts[rows_of[r]]. `generate` sees a cache one token shorter than ids and encodes that token."""
+        from transformers import DynamicCache
+
+        idx = torch.tensor(firsts, dtype=torch.long, device=self.device)
+        ids, attn = self.ids[idx, :-1], self.attn[idx, :-1]
+        positions = (attn.cumsum(-1) - 1).masked_fill(attn == 0, 0)  # generate's position ids
+        cache = DynamicCache()
+        self.model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True, logits_to_keep=1,
+                   **{CACHE_ARG: cache})
+        cache.batch_select_indices(torch.tensor(rows_of, dtype=torch.long, device=self.device))
+        return cache
 
     @torch.no_grad()
     def generate(self, max_new_tokens: int, temperature: float) -> TurnSample:

@@ -1,10 +1,13 @@
 """Speed of the batched multi-turn rollout (HFGenerator: all live episodes in one `generate` call per turn, the KV
-cache kept across turns) against two slower ways to play the same episodes, measured side by side in one run:
+cache kept across turns) against slower ways to play the same episodes, measured side by side in one run:
 
     python benchmarks/bench_rollout.py --games DIR [--model embedded] [--episodes 8] [--group-size 4]
         [--max-turns 8] [--new-tokens 24] [--repeats 3] [--threads 2] [--machine TEXT] [--out FILE.jsonl]
+        [--methods batched,unshared,sequential,reencode]
 
-- batched:    `rollout.rollout(HFGenerator(...), ...)`, the library's rollout (what the trainer runs);
+- batched:    `rollout.rollout(HFGenerator(...), ...)`, the library's rollout (what the trainer runs); each group's
+              shared first context is encoded once (HFGenerator's share_prompts);
+- unshared:   the same with `HFGenerator(..., share_prompts=False)`: every episode encodes its own first context;
 - sequential: the same rollout called once per episode (one episode at a time, still with its KV cache);
 - reencode:   the same batched rollout through `ReencodeGenerator`, which re-encodes every live episode's whole
               conversation at each turn (one batched `generate` over the history, no cache across turns), the way a
@@ -21,6 +24,7 @@ and the ratios batched / sequential and batched / reencode.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -32,7 +36,7 @@ import torch
 
 from agentrl_lib.generation import HFGenerator, TurnSample, _left_pad
 
-METHODS = ("batched", "sequential", "reencode")
+METHODS = ("batched", "unshared", "sequential", "reencode")
 
 
 class ReencodeGenerator(HFGenerator):
@@ -97,7 +101,8 @@ def run_method(method: str, model, tok, pool, games: list[str], groups: list[int
             stats.generate_seconds += st.generate_seconds
             stats.turns += st.turns
     else:
-        gen = HFGenerator(model, tok) if method == "batched" else ReencodeGenerator(model, tok)
+        gen = {"batched": HFGenerator, "unshared": functools.partial(HFGenerator, share_prompts=False),
+               "reencode": ReencodeGenerator}[method](model, tok)
         trajs, stats = rollout(gen, tok, pool, games, groups=groups, **kw)
     wall = time.perf_counter() - t0
     return {"tokens": stats.generated_tokens, "seconds": round(wall, 3), "generate_seconds": round(
@@ -120,7 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2, help="torch threads (0: torch's own)")
     p.add_argument("--machine", default="", help='how the results name this machine, e.g. "2-core shared CPU"')
     p.add_argument("--out", help="append one JSON line here (e.g. results/rollout_speed.jsonl)")
+    p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, from {','.join(METHODS)}; "
+                   "batched is always measured (the ratios are batched / each other method)")
     a = p.parse_args(argv)
+    methods = ["batched", *(m for m in a.methods.split(",") if m != "batched")]
+    if unknown := set(methods) - set(METHODS):
+        p.error(f"--methods: unknown {sorted(unknown)}; choose from {','.join(METHODS)}")
     if a.threads:
         torch.set_num_threads(a.threads)
 
@@ -144,19 +154,19 @@ def main(argv: list[str] | None = None) -> int:
               "game_names": a.game_names, "episodes": a.episodes,
               "group_size": a.group_size, "max_turns": a.max_turns, "new_tokens": a.new_tokens, "temperature": 0.7,
               "dtype": "float32", "repeats": a.repeats, **machine_info(a.machine),
-              **{m: {"runs": []} for m in METHODS}}
+              "methods": methods, "comparison": ",".join(methods), **{m: {"runs": []} for m in methods}}
     try:
-        for m in METHODS:  # warm-up: first-call allocations, env workers' first reset
+        for m in methods:  # warm-up: first-call allocations, env workers' first reset
             run_method(m, model, tok, pool, games, groups, system_prompt, 1, 4, seed=99)
         for seed in range(a.repeats):  # interleaved: on a shared machine every method sees the same load
-            for m in METHODS:
+            for m in methods:
                 before = load1()
                 r = run_method(m, model, tok, pool, games, groups, system_prompt, a.max_turns, a.new_tokens, seed)
                 result[m]["runs"].append({**r, "load_before": before, "load_after": load1()})
     finally:
         pool.close()
         tmp.cleanup()
-    for m in METHODS:
+    for m in methods:
         row = result[m]
         row["median_tokens_per_s"] = statistics.median(r["tokens_per_s"] for r in row["runs"])
         row["median_gen_tokens_per_s"] = statistics.median(r["gen_tokens_per_s"] for r in row["runs"])
@@ -165,14 +175,14 @@ def main(argv: list[str] | None = None) -> int:
               f"(generate alone: median {row['median_gen_tokens_per_s']} tok/s; rollout median "
               f"{row['median_seconds']} s)", flush=True)
     b = result["batched"]
-    for m in ("sequential", "reencode"):
+    for m in methods[1:]:
         result[f"speedup_vs_{m}"] = round(b["median_tokens_per_s"] / result[m]["median_tokens_per_s"], 2)
         result[f"gen_speedup_vs_{m}"] = round(b["median_gen_tokens_per_s"] / result[m]["median_gen_tokens_per_s"], 2)
     result["peak_rss_gib"] = round(peak_rss_gib(), 2)
-    print(f"batched / sequential: {result['speedup_vs_sequential']}x, batched / reencode: "
-          f"{result['speedup_vs_reencode']}x (tokens per rollout second; generate alone: "
-          f"{result['gen_speedup_vs_sequential']}x, {result['gen_speedup_vs_reencode']}x); peak RSS "
-          f"{result['peak_rss_gib']} GiB, load {os.getloadavg()[0]:.1f}")
+    ratios = ", ".join(f"batched / {m}: {result[f'speedup_vs_{m}']}x (generate alone {result[f'gen_speedup_vs_{m}']}x)"
+                       for m in methods[1:])
+    print(f"{ratios} in tokens per rollout second; peak RSS {result['peak_rss_gib']} GiB, "
+          f"load {os.getloadavg()[0]:.1f}")
     write_result(a.out, result, a, seed="per repeat")
     return 0
 

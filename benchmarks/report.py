@@ -78,11 +78,12 @@ def rollout_table(r: dict) -> str:
            f"tokens, T = {r['temperature']}; medians of {r['repeats']}; {where(r)}.", "",
            "| rollout | generated tokens / s | batched is |", "|---|---|---|",
            f"| batched, KV cache kept across turns (`rollout` + `HFGenerator`) | "
-           f"{r['batched']['median_tokens_per_s']:.2f} | — |",
-           f"| one episode at a time (batch of 1, KV cache kept) | {r['sequential']['median_tokens_per_s']:.2f} | "
-           f"**{r['speedup_vs_sequential']:.2f}×** faster |",
-           f"| batched, whole history re-encoded every turn (`ReencodeGenerator`) | "
-           f"{r['reencode']['median_tokens_per_s']:.2f} | **{r['speedup_vs_reencode']:.2f}×** faster |"]
+           f"{r['batched']['median_tokens_per_s']:.2f} | — |"]
+    for m, label in (("unshared", "batched, each episode encoding its own first context (`share_prompts=False`)"),
+                     ("sequential", "one episode at a time (batch of 1, KV cache kept)"),
+                     ("reencode", "batched, whole history re-encoded every turn (`ReencodeGenerator`)")):
+        if m in r:  # lines written before a method existed (unshared: 2026-11-26) lack it
+            out.append(f"| {label} | {r[m]['median_tokens_per_s']:.2f} | **{r[f'speedup_vs_{m}']:.2f}×** faster |")
     return "\n".join(out) + "\n"
 
 
@@ -188,13 +189,15 @@ SECTIONS = [  # (results file, title, renderer, the script that writes it)
 
 def benchmark_tables(level: int = 2) -> str:
     """Markdown: one titled table per results file present (SECTIONS order; update_speed: one per algorithm,
-    rl_step_vs_trl: one per agentrl π_old source), each naming its machine and commit; titles are headings of
-    `level` (2: under the page's title)."""
+    rl_step_vs_trl: one per agentrl π_old source, rollout_speed: one per set of methods compared), each naming its
+    machine and commit; titles are headings of `level` (2: under the page's title)."""
     parts = []
     for name, title, render, script in SECTIONS:
-        per = {"update_speed": "algo", "rl_step_vs_trl": "old_logprobs"}.get(name)  # one table per algo / π_old
+        # one table per algo / π_old / set of rollout methods compared
+        per = {"update_speed": "algo", "rl_step_vs_trl": "old_logprobs", "rollout_speed": "comparison"}.get(name)
         for r in newest_per(name, per):
-            variant = {"ppo": "PPO", "grpo": "GRPO", "behaviour": "agentrl's π_old from the rollout"}.get(
+            variant = {"ppo": "PPO", "grpo": "GRPO", "behaviour": "agentrl's π_old from the rollout",
+                       "batched,unshared": "each group's first context encoded once"}.get(
                 r.get(per) if per else None)
             heading = f"{title} ({variant})" if variant else title
             parts.append(f"{'#' * level} {heading}\n\n`results/{name}.jsonl` (`benchmarks/{script}`). {render(r)}")
