@@ -84,9 +84,10 @@ class TrainConfig:
     book/design.md."""
     share_prefix: bool = True
     """Rows that share their first prompt (the episodes of a group) forward it once: its KV cache is repeated for the
-    rows (policy.hidden_states), in the no-grad passes and in the update. The same numbers up to float rounding;
-    ~45% fewer token positions for a group of 4 cooking episodes (benchmarks/bench_update_speed.py). The update
-    shares only within a minibatch: see group_minibatches. Off under gradient checkpointing."""
+    rows (policy.hidden_states), in the no-grad passes and in the update; the rollout's first prefill encodes each
+    distinct context once too (generation.HFGenerator). The same numbers up to float rounding; ~45% fewer token
+    positions for a group of 4 cooking episodes (benchmarks/bench_update_speed.py, bench_rollout.py). The update
+    shares only within a minibatch: see group_minibatches. Off under gradient checkpointing (the update only)."""
     mixed_precision: str = "no"
     """'no' (every forward in the weights' dtype, model.dtype) or 'bf16': rollouts, the no-grad passes and the update's
     forward run under torch.autocast in bfloat16 while the weights and AdamW stay in model.dtype (fp32 on a CPU).

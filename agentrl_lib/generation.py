@@ -94,30 +94,30 @@ class HFGenerator:
 
     The episodes of a group start from the same context (system prompt + the game's first observation, ~280 tokens
     on the cooking games), so `start` encodes each distinct context once and copies its KV cache to the group's rows
-    (`share_prompts`, on by default): at group size G the first turn's prefill processes 1/G of the positions. Exact
+    (`share_prefix`, on by default): at group size G the first turn's prefill processes 1/G of the positions. Exact
     up to float rounding (the same attention over the same keys; the first generate call then encodes only each
     row's last context token); tests/test_generation.py compares it with the plain prefill.
 
     Args:
         model: a causal LM (the policy itself: `sync` has nothing to copy).
         tokenizer: its tokenizer; eos_id is its eos token (the end of an assistant turn), pad_id its pad token.
-        share_prompts: encode each distinct starting context once per `start` (False: every row's own prefill, as
+        share_prefix: encode each distinct starting context once per `start` (False: every row's own prefill, as
             before; benchmarks/bench_rollout.py measures both).
     Attributes: ids, attn (B, width) long — the live rows' tokens and attention mask; cache — the KV cache;
         shared_positions — context positions `start` did not have to encode (sum over rows; 0 without repeats).
     """
 
-    def __init__(self, model, tokenizer, share_prompts: bool = True):
+    def __init__(self, model, tokenizer, share_prefix: bool = True):
         self.model = model
         self.eos_id = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
         self.pad_id = tokenizer.pad_token_id
         self.context_limit = getattr(model.config, "max_position_embeddings", 8192) or 8192
-        self.share_prompts = share_prompts
+        self.share_prefix = share_prefix
         self.ids = self.attn = self.cache = None
         self.shared_positions = 0
 
     def start(self, contexts: list[list[int]]) -> None:
-        """A new batch: one row per context (token ids), left-padded. With `share_prompts` and a context that
+        """A new batch: one row per context (token ids), left-padded. With `share_prefix` and a context that
         several rows share, the cache holds every row's context but its last token, each distinct context encoded
         once (`_prefill_distinct`); otherwise the cache starts empty."""
         self.device = next(self.model.parameters()).device
@@ -125,7 +125,7 @@ class HFGenerator:
         self.cache = None
         self.shared_positions = 0
         firsts, rows_of = distinct_rows(contexts)
-        if self.share_prompts and len(firsts) < len(contexts) and self.ids.shape[1] > 1:
+        if self.share_prefix and len(firsts) < len(contexts) and self.ids.shape[1] > 1:
             self.cache = self._prefill_distinct(firsts, rows_of)
             self.shared_positions = sum(len(c) - 1 for c in contexts) - sum(len(contexts[i]) - 1 for i in firsts)
 

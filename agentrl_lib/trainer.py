@@ -135,6 +135,8 @@ class Trainer:
         self.device = next(self.policy.parameters()).device
         self.chat = ChatFormat(self.tok)
         self.generator = GENERATORS[mc.generator](self.policy, self.tok)  # the backend (generation.py)
+        if hasattr(self.generator, "share_prefix"):  # HF: each group's first context encoded once
+            self.generator.share_prefix = config.train.share_prefix
         if getattr(self.generator, "context_limit", None):  # before any rollout: a budget the context cannot hold
             check_context_room(config.train.max_new_tokens, config.env.max_turns, self.generator.context_limit)
         self.value_head = ValueHead(base_model(self.policy).config.hidden_size).to(self.device) if need_vh else None

@@ -6,8 +6,8 @@ cache kept across turns) against slower ways to play the same episodes, measured
         [--methods batched,unshared,sequential,reencode]
 
 - batched:    `rollout.rollout(HFGenerator(...), ...)`, the library's rollout (what the trainer runs); each group's
-              shared first context is encoded once (HFGenerator's share_prompts);
-- unshared:   the same with `HFGenerator(..., share_prompts=False)`: every episode encodes its own first context;
+              shared first context is encoded once (HFGenerator's share_prefix);
+- unshared:   the same with `HFGenerator(..., share_prefix=False)`: every episode encodes its own first context;
 - sequential: the same rollout called once per episode (one episode at a time, still with its KV cache);
 - reencode:   the same batched rollout through `ReencodeGenerator`, which re-encodes every live episode's whole
               conversation at each turn (one batched `generate` over the history, no cache across turns), the way a
@@ -101,7 +101,7 @@ def run_method(method: str, model, tok, pool, games: list[str], groups: list[int
             stats.generate_seconds += st.generate_seconds
             stats.turns += st.turns
     else:
-        gen = {"batched": HFGenerator, "unshared": functools.partial(HFGenerator, share_prompts=False),
+        gen = {"batched": HFGenerator, "unshared": functools.partial(HFGenerator, share_prefix=False),
                "reencode": ReencodeGenerator}[method](model, tok)
         trajs, stats = rollout(gen, tok, pool, games, groups=groups, **kw)
     wall = time.perf_counter() - t0

@@ -79,7 +79,7 @@ def rollout_table(r: dict) -> str:
            "| rollout | generated tokens / s | batched is |", "|---|---|---|",
            f"| batched, KV cache kept across turns (`rollout` + `HFGenerator`) | "
            f"{r['batched']['median_tokens_per_s']:.2f} | — |"]
-    for m, label in (("unshared", "batched, each episode encoding its own first context (`share_prompts=False`)"),
+    for m, label in (("unshared", "batched, each episode encoding its own first context (`share_prefix=False`)"),
                      ("sequential", "one episode at a time (batch of 1, KV cache kept)"),
                      ("reencode", "batched, whole history re-encoded every turn (`ReencodeGenerator`)")):
         if m in r:  # lines written before a method existed (unshared: 2026-11-26) lack it

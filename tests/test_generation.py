@@ -1,4 +1,4 @@
-"""generation.HFGenerator's shared first prefill (`share_prompts`): each distinct starting context is encoded once and
+"""generation.HFGenerator's shared first prefill (`share_prefix`): each distinct starting context is encoded once and
 its KV cache copied to the rows of its group. Compared with the plain per-row prefill on a tiny random Llama: the
 same cache, the same log-probs of the same sampled tokens, over several turns, with left padding of unequal
 contexts. Negative control: a planted row mapping (the copies go to the wrong rows) is caught by the same comparison."""
@@ -30,7 +30,7 @@ def _contexts():
 def _play(model, tok, share: bool, turns: int = 3, seed: int = 0):
     """Start, then `turns` of (sample up to 6 tokens at T = 1, append a block of unequal lengths); returns the
     generator and each turn's TurnSample."""
-    gen = HFGenerator(model, tok, share_prompts=share)
+    gen = HFGenerator(model, tok, share_prefix=share)
     gen.start(_contexts())
     torch.manual_seed(seed)
     samples = []
@@ -42,7 +42,7 @@ def _play(model, tok, share: bool, turns: int = 3, seed: int = 0):
 
 def _cache_after_start(model, tok, share: bool) -> list[torch.Tensor]:
     """Every layer's keys after the first generate call (the plain path encodes the whole context there)."""
-    gen = HFGenerator(model, tok, share_prompts=share)
+    gen = HFGenerator(model, tok, share_prefix=share)
     gen.start(_contexts())
     torch.manual_seed(0)
     gen.generate(1, 0.0)
