@@ -19,6 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "results"))  # regenerate.py (the pilot's cells), imported as the script does
 
 from agentrl_lib.diagnostics import collapse_step  # noqa: E402
 from agentrl_lib.records import load_results  # noqa: E402
@@ -136,8 +137,8 @@ def findings_table() -> str:
 def design_table() -> str:
     """The findings design's search for the RL start, from the SFT rounds' files (results/incoming/sft_round*.json,
     then results/ once the sweep moves up): learning rate -> validation success and invalid-command rate, in the
-    order tried; then the choice (sft_choice.json with chosen_lr) and the pilot's number of seeds
-    (seeds_choice.json) when they exist."""
+    order tried; then the choice (sft_choice.json with chosen_lr), the pilot's runs so far (pilot_rows) and its
+    number of seeds (seeds_choice.json) when they exist."""
     import json
 
     folders = [ROOT / "results" / "incoming", ROOT / "results"]
@@ -157,8 +158,9 @@ def design_table() -> str:
     for d in folders:
         choice = d / "sft_choice.json"
         if choice.exists() and "chosen_lr" in (c := json.loads(choice.read_text())):
-            where = "inside" if c.get("inside_band", True) else "outside"
+            where = "inside" if c["inside_band"] else "outside"
             lines.append(f"\nChosen: {c['chosen_demos']}@{c['chosen_lr']:g} ({where} the band; rule: {c['rule']}).")
+            lines += pilot_rows(d, c["chosen"])
             break
     for d in folders:
         seeds = d / "seeds_choice.json"
@@ -169,6 +171,29 @@ def design_table() -> str:
                          f"(95% half-width of a two-cell difference {100 * half:.0f} points; rule: {c['rule']}).")
             break
     return "\n".join(lines)
+
+
+def pilot_rows(folder: Path, init: str) -> list[str]:
+    """The pilot's runs so far (regenerate.PILOT's cells and seeds, started from `init`, in folder/algo_reward.jsonl):
+    one table row per run with its held-out success, mean turns and invalid-command rate; [] before the first."""
+    from regenerate import PILOT
+
+    want = [dict(c.split("=", 1) for c in cell) for cell in PILOT["cells"]]
+    rows = []
+    for r in load_results(folder / "algo_reward.jsonl"):
+        labels = {k: str(v) for k, v in r["cell"].items()}
+        if (labels in want and r["seed"] in PILOT["seeds"]
+                and str(r["config"]["model"]["name"]).rstrip("/").endswith(init.rstrip("/"))):
+            e = r["eval"]
+            rows.append((want.index(labels), r["seed"], f"| {labels['algo'].upper()}, {labels['reward.kind']} | "
+                         f"{r['seed']} | {_pct(e['success_rate'])} | {e['mean_turns']:.1f} | "
+                         f"{100 * e['invalid_rate']:.0f}% |"))
+    if not rows:
+        return []
+    n = len(PILOT["cells"]) * len(PILOT["seeds"])
+    return [f"\nThe pilot's runs ({len(rows)} of {n}; held-out games, greedy):\n",
+            "| cell | seed | held-out success | mean turns | invalid commands |", "|:--|:-:|--:|--:|--:|",
+            *(row for *_, row in sorted(rows))]
 
 
 def page_block(text: str) -> str:

@@ -107,3 +107,22 @@ def test_collapse_uses_the_alerts_a_run_logged():
             for i in range(1, 6)]
     assert findings._collapse([{"steps": rows}])[0].startswith("1 of 1 runs raised the reward-std collapse alert "
                                                                "(steps 3-3)")
+
+
+def test_pilot_rows_list_the_pilot_cells_from_the_chosen_start_only(monkeypatch):
+    """Only regenerate.PILOT's cells and seeds started from the chosen SFT model are listed, ordered by cell then
+    seed; a GRPO record, a seed outside the pilot and a run from another SFT model are left out (each would be a
+    planted bug if it showed)."""
+    def rec(algo, seed, success, init="runs/sft/chosen"):
+        return {"cell": {"algo": algo, "reward.kind": "dense"}, "seed": seed, "config": {"model": {"name": init}},
+                "eval": {"success_rate": success, "mean_turns": 6.0, "invalid_rate": 0.25}}
+
+    records = [rec("rloo", 1, 0.5), rec("ppo", 1, 0.75), rec("ppo", 0, 0.9), rec("grpo", 0, 0.3),
+               rec("ppo", 2, 0.1), rec("rloo", 0, 0.2, init="runs/sft/other")]
+    monkeypatch.setattr(findings, "load_results", lambda path: records)
+    rows = findings.pilot_rows(ROOT / "results", "runs/sft/chosen")
+    assert rows[0].startswith("\nThe pilot's runs (3 of 4;")
+    assert rows[3:] == ["| PPO, dense | 0 | 90% | 6.0 | 25% |", "| PPO, dense | 1 | 75% | 6.0 | 25% |",
+                        "| RLOO, dense | 1 | 50% | 6.0 | 25% |"]
+    monkeypatch.setattr(findings, "load_results", lambda path: [])
+    assert findings.pilot_rows(ROOT / "results", "runs/sft/chosen") == []
