@@ -85,13 +85,16 @@ def episode_games(games, episodes: int, group_size: int) -> tuple[list[str], lis
 
 def run_method(method: str, model, tok, pool, games: list[str], groups: list[int], system_prompt: str,
                max_turns: int, new_tokens: int, seed: int) -> dict:
-    """Play `games` once with `method` (one of METHODS). Returns generated tokens, wall / generate seconds, turns,
-    tokens_per_s (tokens / wall s), gen_tokens_per_s (tokens / generate s), mean trajectory length (tokens)."""
+    """Play `games` once with `method` (one of METHODS). Returns generated tokens, wall / generate seconds, CPU
+    seconds of this process (all its threads; the env workers are other processes: less sensitive than wall time to
+    a shared machine's load), turns, tokens_per_s (tokens / wall s), gen_tokens_per_s (tokens / generate s), mean
+    trajectory length (tokens), shared_positions (first-context positions the generator did not encode)."""
     from agentrl_lib.rollout import RolloutStats, rollout
 
     torch.manual_seed(seed)
     kw = dict(max_turns=max_turns, max_new_tokens=new_tokens, temperature=0.7, system_prompt=system_prompt)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
+    gen = None
     if method == "sequential":
         trajs, stats = [], RolloutStats()
         for g, k in zip(games, groups):
@@ -104,8 +107,9 @@ def run_method(method: str, model, tok, pool, games: list[str], groups: list[int
         gen = {"batched": HFGenerator, "unshared": functools.partial(HFGenerator, share_prefix=False),
                "reencode": ReencodeGenerator}[method](model, tok)
         trajs, stats = rollout(gen, tok, pool, games, groups=groups, **kw)
-    wall = time.perf_counter() - t0
-    return {"tokens": stats.generated_tokens, "seconds": round(wall, 3), "generate_seconds": round(
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"tokens": stats.generated_tokens, "seconds": round(wall, 3), "cpu_seconds": round(cpu, 3),
+            "shared_positions": getattr(gen, "shared_positions", 0), "generate_seconds": round(
         stats.generate_seconds, 3), "turns": stats.turns, "tokens_per_s": round(stats.generated_tokens / wall, 2),
         "gen_tokens_per_s": round(stats.generated_tokens / max(stats.generate_seconds, 1e-9), 2),
         "mean_len": round(statistics.mean(len(t.ids) for t in trajs), 1), "won": sum(t.won for t in trajs)}
@@ -171,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         row["median_tokens_per_s"] = statistics.median(r["tokens_per_s"] for r in row["runs"])
         row["median_gen_tokens_per_s"] = statistics.median(r["gen_tokens_per_s"] for r in row["runs"])
         row["median_seconds"] = statistics.median(r["seconds"] for r in row["runs"])
+        row["median_cpu_seconds"] = statistics.median(r["cpu_seconds"] for r in row["runs"])
         print(f"{m:10s} {[r['tokens_per_s'] for r in row['runs']]} tok/s, median {row['median_tokens_per_s']} "
               f"(generate alone: median {row['median_gen_tokens_per_s']} tok/s; rollout median "
               f"{row['median_seconds']} s)", flush=True)
@@ -178,9 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     for m in methods[1:]:
         result[f"speedup_vs_{m}"] = round(b["median_tokens_per_s"] / result[m]["median_tokens_per_s"], 2)
         result[f"gen_speedup_vs_{m}"] = round(b["median_gen_tokens_per_s"] / result[m]["median_gen_tokens_per_s"], 2)
+        result[f"cpu_ratio_vs_{m}"] = round(statistics.median(  # pair by pair: the same seed, the same moment
+            o["cpu_seconds"] / x["cpu_seconds"] for x, o in zip(b["runs"], result[m]["runs"])), 2)
     result["peak_rss_gib"] = round(peak_rss_gib(), 2)
-    ratios = ", ".join(f"batched / {m}: {result[f'speedup_vs_{m}']}x (generate alone {result[f'gen_speedup_vs_{m}']}x)"
-                       for m in methods[1:])
+    ratios = ", ".join(f"batched / {m}: {result[f'speedup_vs_{m}']}x (generate alone {result[f'gen_speedup_vs_{m}']}x, "
+                       f"CPU seconds pair by pair {result[f'cpu_ratio_vs_{m}']}x)" for m in methods[1:])
     print(f"{ratios} in tokens per rollout second; peak RSS {result['peak_rss_gib']} GiB, "
           f"load {os.getloadavg()[0]:.1f}")
     write_result(a.out, result, a, seed="per repeat")

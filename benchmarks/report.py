@@ -83,7 +83,8 @@ def rollout_table(r: dict) -> str:
                      ("sequential", "one episode at a time (batch of 1, KV cache kept)"),
                      ("reencode", "batched, whole history re-encoded every turn (`ReencodeGenerator`)")):
         if m in r:  # lines written before a method existed (unshared: 2026-11-26) lack it
-            out.append(f"| {label} | {r[m]['median_tokens_per_s']:.2f} | **{r[f'speedup_vs_{m}']:.2f}×** faster |")
+            cpu = f" (CPU seconds, pair by pair: {r[f'cpu_ratio_vs_{m}']:.2f}×)" if f"cpu_ratio_vs_{m}" in r else ""
+            out.append(f"| {label} | {r[m]['median_tokens_per_s']:.2f} | **{r[f'speedup_vs_{m}']:.2f}×** faster{cpu} |")
     return "\n".join(out) + "\n"
 
 
