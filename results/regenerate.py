@@ -276,16 +276,19 @@ def sft_dir(games_name: str, demos: int, epochs: float, seed: int, lr: float = S
     return f"runs/sft/{games_name}-d{demos}-e{epochs:g}{lr_part}-s{seed}"
 
 
-def sft(games_name: str, demos: int, epochs: float, seed: int, *more_games: str, lr: float = SFT_LR
-        ) -> list[tuple[str, list[str]]]:
-    """The `agentrl sft` job of one SFT model (none when it exists); `more_games`: game sets pooled with the first."""
+def sft(games_name: str, demos: int, epochs: float, seed: int, *more_games: str, lr: float = SFT_LR,
+        max_turns: int | None = None) -> list[tuple[str, list[str]]]:
+    """The `agentrl sft` job of one SFT model (none when it exists); `more_games`: game sets pooled with the first;
+    `max_turns`: the RL runs' env.max_turns (--max-turns: the swe observations state the turn limit, so SFT shows the
+    RL runs' prompt)."""
     out = sft_dir("+".join((games_name, *more_games)), demos, epochs, seed, lr)
     if (ROOT / out / "sft_summary.json").exists():
         return []
     more = [x for g in more_games for x in ("--more-games", f"games/{g}")]
     return [(f"sft-{Path(out).name}", [*AGENTRL, "sft", "--games", f"games/{games_name}", *more, "--demos",
                                        str(demos), "--epochs", f"{epochs:g}", "--lr", f"{lr:g}", "--batch-size", "4",
-                                       "--seed", str(seed), "--dtype", "float32", "--out", out])]
+                                       "--seed", str(seed), "--dtype", "float32", "--out", out,
+                                       *(["--max-turns", str(max_turns)] if max_turns else [])])]
 
 
 def stage_eval(model: str, games_name: str, max_turns: int, stage: str, **meta) -> list[tuple[str, list[str]]]:
@@ -432,7 +435,8 @@ SWE_GAMES = {  # name: make-games swe flags; the held-out sets are the same 8 ta
        for lvl in SWE_LEVELS},
 }
 SWE_SFT = {"demos": 32, "epochs": 1.0, "seed": 0}
-"""SFT on every training walkthrough, once (the paper: one epoch of expert trajectories): 8 optimizer steps."""
+"""SFT on every training walkthrough, once (the paper: one epoch of expert trajectories): 8 optimizer steps, with
+--max-turns of configs/swe.yaml (each swe observation states the turn limit: SFT shows the prompt of the RL runs)."""
 SWE_SEEDS = (0, 1, 2)
 SWE_REWARDS = ("pass_ratio", "resolved")
 """The grid: env.swe_reward. The paper (Qwen3-8B, GRPO on SWE-Gym): the test-pass ratio 22% resolved vs binary 4.2%."""
@@ -522,7 +526,8 @@ def swe_part(n_jobs: int) -> list[str]:
             for g, flags in SWE_GAMES.items() if not (ROOT / "games" / g / "manifest.json").exists()]
     failed = swe_run(made, n_jobs)
     init = sft_dir("swe-train", SWE_SFT["demos"], SWE_SFT["epochs"], SWE_SFT["seed"])
-    failed += swe_run(sft("swe-train", SWE_SFT["demos"], SWE_SFT["epochs"], SWE_SFT["seed"]), n_jobs)
+    failed += swe_run(sft("swe-train", SWE_SFT["demos"], SWE_SFT["epochs"], SWE_SFT["seed"],
+                          max_turns=swe_settings()["max_turns"]), n_jobs)
     evals = [j for stage, model in (("base", "embedded"), ("sft", init)) for lvl in SWE_LEVELS
              for j in swe_stage_eval(model, f"swe-heldout-l{lvl}", stage, lvl)]
     runs = [sweep(SWE_CONFIG, str(RESULTS / "swe.jsonl"), [f"env.swe_reward={kind}"], s, init,
