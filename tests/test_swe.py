@@ -461,7 +461,8 @@ def test_one_grpo_step_on_two_swe_tasks_with_a_tiny_model(tasks_dir, tiny_model_
     run = tmp_path / "run"
     assert main(["train", "--algo", "grpo", "--games", str(games), "--model", tiny_model_dir, "--out", str(run),
                  "--steps", "1", "--group-size", "2", "--games-per-step", "2", "--max-turns", "2",
-                 "--max-new-tokens", "16", "--swe-reward", "resolved", "--no-check-games", "--device", "cpu"]) == 0
+                 "--max-new-tokens", "16", "--swe-reward", "resolved", "--reward", "env", "--no-check-games",
+                 "--device", "cpu"]) == 0
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1]
     assert yaml.safe_load((run / "config.yaml").read_text())["env"]["swe_reward"] == "resolved"
