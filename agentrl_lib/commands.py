@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .config import SEED_MAX, ConfigError, EnvConfig, RunConfig, SFTConfig
+from .config import MAX_NEW_TOKENS_MAX, SEED_MAX, ConfigError, EnvConfig, RunConfig, SFTConfig
 from .flags import build_config, section_args
 
 MAKE_GAMES_N_MAX = 100_000
@@ -115,6 +115,11 @@ def _check_model_flags(a) -> None:
 
 
 def cmd_eval(a) -> None:
+    """Evaluate --model on --games (evaluate.evaluate): --max-turns turns, --max-new-tokens tokens per turn (the
+    train section's field: pass the run's, e.g. 160 for configs/swe.yaml), --temperature. Refuses, in one line and
+    before the model loads: --max-turns < 1, --batch-size < 1, --max-new-tokens outside [1, MAX_NEW_TOKENS_MAX], a
+    negative --temperature, an --out that cannot be written, a --device / --dtype this machine lacks, and games that
+    fail their check."""
     from .envs.base import check_env_errors, load_game_set
     from .envs.pool import open_pool
     from .evaluate import evaluate, format_eval, keep_unsaved, save_eval
@@ -125,6 +130,10 @@ def cmd_eval(a) -> None:
     _require(env_cfg.max_turns >= 1, f"--max-turns must be >= 1 (got {env_cfg.max_turns}); 8-12 suits small "
                                      "TextWorld games")
     _require(a.batch_size >= 1, f"--batch-size must be >= 1 (got {a.batch_size})")
+    max_new_tokens = getattr(a, "train.max_new_tokens")
+    _require(1 <= max_new_tokens <= MAX_NEW_TOKENS_MAX,
+             f"--max-new-tokens must be in [1, {MAX_NEW_TOKENS_MAX}] (got {max_new_tokens}): tokens per reply; 16-32 "
+             "suit one action, 160 a swe reply with a patch (configs/swe.yaml)")
     _require(math.isfinite(a.temperature) and a.temperature >= 0,
              f"--temperature must be >= 0 (got {a.temperature}); 0 is greedy, 0.7 samples as in training")
     if a.out:
@@ -137,7 +146,8 @@ def cmd_eval(a) -> None:
     try:
         model, tok = load_policy(a.model, a.device, a.dtype)
         res = evaluate(model, tok, games, max_turns=env_cfg.max_turns, temperature=a.temperature,
-                       batch_size=a.batch_size, env=env_cfg, pool=pool, generator=getattr(a, "model.generator"))
+                       batch_size=a.batch_size, max_new_tokens=max_new_tokens, env=env_cfg, pool=pool,
+                       generator=getattr(a, "model.generator"))
     finally:
         pool.close()
     res["model"], res["games"] = a.model, str(games.root)

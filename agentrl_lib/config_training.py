@@ -200,7 +200,9 @@ class SFTConfig:
     batch_size: int = 4
     """Walkthroughs per gradient step (>= 1; 4 on a CPU)."""
     max_turns: int | None = None
-    """Cut each walkthrough to this many turns (>= 1; default: the whole walkthrough)."""
+    """The episodes' turn limit, as the RL run's env.max_turns (>= 1): longer walkthroughs are skipped, and swe
+    observations state this limit, so pass the RL run's (e.g. 5 for configs/swe.yaml); default: no cut, the env's
+    default limit (8)."""
     seed: int = 0
     """Seed of the SFT trainer (0 to 2**32 - 1)."""
     demos: int | None = None

@@ -50,7 +50,7 @@ def check_context_room(max_new_tokens: int, max_turns: int, context_limit: int, 
     at least one token).
 
     Raises: ConfigError naming the field, its value, the model's context and a typical value."""
-    flag = "train.max_new_tokens (--max-new-tokens)" if where == "train" else "max_new_tokens"
+    flag = "train.max_new_tokens (--max-new-tokens)" if where == "train" else "max_new_tokens (--max-new-tokens)"
     if max_new_tokens >= context_limit:
         raise ConfigError(f"{flag} is {max_new_tokens}, not below the model's context ({context_limit} tokens): no "
                           "prompt would fit and every episode would end at the context limit with no update; 16-32 "

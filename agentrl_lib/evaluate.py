@@ -25,13 +25,16 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
     policy trained with the admissible commands (`show_admissible`) or the inventory (`show_inventory`) in view is
     evaluated with them. Without `pool`, the envs run as a run's do (`envs.pool.open_pool(env, ...)`): a ProcessPool
     (`process_pool`), a watchdog of `step_timeout_s` per env call, and every game checked first (`check_games`,
-    cached). `max_turns` is this evaluation's own (env.max_turns is not read). `generator` names the generation
-    backend (generation.GENERATORS; a run's is model.generator).
+    cached). `max_turns` is this evaluation's own (env.max_turns is not read). `max_new_tokens`: tokens the policy
+    may generate per turn (a reply cut there is truncated; a run's is train.max_new_tokens: 24 suits a one-line game
+    command, a swe reply with a patch needs ~160, configs/swe.yaml; `agentrl eval --max-new-tokens`). `generator`
+    names the generation backend (generation.GENERATORS; a run's is model.generator).
 
     Returns a dict: success_rate, mean_turns, invalid_rate (share of turns whose action was not admissible),
     mean_score_frac (score / max_score), env_errors (episodes that ended in an env error: not loaded, crashed, hung;
-    they count as lost), env_error_reasons (distinct, first 5), n_games, seconds, gen_tokens_per_s, and `per_game`
-    rows (game, won, turns, score, max_score, actions, termination).
+    they count as lost), env_error_reasons (distinct, first 5), n_games, max_turns, temperature, max_new_tokens (the
+    settings it ran with), seconds, gen_tokens_per_s, and `per_game` rows (game, won, turns, score, max_score,
+    actions, termination).
     Raises: ValueError if max_turns < 1 or batch_size < 1; GameSetError when a game fails the check; ConfigError
         when max_new_tokens or max_turns do not fit the model's context (config.check_context_room).
     """
@@ -82,6 +85,7 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
         "n_games": len(rows),
         "max_turns": max_turns,
         "temperature": temperature,
+        "max_new_tokens": max_new_tokens,
         "seconds": round(time.perf_counter() - t0, 1),
         "gen_tokens_per_s": tokens / max(gen_s, 1e-9),
         "per_game": rows,

@@ -31,11 +31,17 @@ log = logging.getLogger(__name__)
 def expert_examples(games: GameSet, chat: ChatFormat, system_prompt: str | None = None, max_turns: int | None = None,
                     show_admissible: bool = False, show_inventory: bool = False, action_format: str = "plain",
                     max_actions_per_turn: int = 1) -> list[dict]:
-    """Replay each game's walkthrough and return tokenised examples.
+    """Replay each game's walkthrough and return tokenised examples, each the token sequence rollout() builds for the
+    same env config (its first prompt: system prompt + first observation; then reply / feedback turns).
 
     Args:
         system_prompt: default `system_prompt_for(games.family, action_format, max_actions_per_turn)`, the prompt
             rollouts and evaluation use.
+        max_turns: the episodes' turn limit, as the RL run's env.max_turns (>= 1): a walkthrough longer than it is
+            skipped, and the env that replays the walkthroughs gets it (EnvFamily.env_kwargs, as the run's pool),
+            so a family whose observation states the limit shows the run's (swe: "You have N turns"). Pass the RL
+            run's env.max_turns, or the prompt differs from the one the policy sees in RL and evaluation. None: no
+            cut, and the env's default limit (swe: 8, EnvConfig.max_turns's default).
         action_format: each expert turn is `prompts.format_reply(action, action_format)`: the action itself
             ("plain") or `<answer>action</answer>` ("ragen"; one action per turn, no think text).
         show_admissible, show_inventory: show the admissible commands / the inventory in each observation, as the
@@ -45,7 +51,9 @@ def expert_examples(games: GameSet, chat: ChatFormat, system_prompt: str | None 
     """
     system_prompt = system_prompt or system_prompt_for(games.family, action_format, max_actions_per_turn)
     family = get_family(games.family)
-    env = family.make_env(**family.env_kwargs(show_inventory=show_inventory))
+    # the env is built as the run's pool builds it (open_pool → env_kwargs): the observations, the first one with
+    # the turn limit included, are those the policy sees in RL and evaluation
+    env = family.make_env(**family.env_kwargs(show_inventory=show_inventory, max_turns=max_turns))
     examples = []
     try:
         for g in games.games:
@@ -90,6 +98,9 @@ def sft(model_name: str, games: GameSet | Sequence[GameSet], out: str | Path, ep
     Several sets serve e.g. a *format-only* warm-up on the bandit: `bandit` walkthroughs pull the Dragon, those of
     `bandit-reversed` (the same prompts, the labels swapped) the Phoenix, so the pooled demonstrations teach the reply
     format and no arm preference (notebooks/05_stability.md).
+
+    `max_turns`: the episodes' turn limit, as the RL run's env.max_turns (expert_examples: longer walkthroughs are
+    skipped and the observations state this limit where the family shows one, swe; `agentrl sft --max-turns`).
 
     Returns a summary dict (examples, tokens, epochs, train_loss per logging step, seconds), also written to
     out/sft_summary.json.

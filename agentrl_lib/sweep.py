@@ -338,7 +338,8 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
         or before writing it) is recorded from its eval.json and metrics.jsonl (finished_run), not trained again.
     Raises:
         ConfigError: before anything runs, for a bad grid, seed or combination (one line naming it), no held-out
-            games, or a run dir holding a run with another config.
+            games, a reward.kind the training games' family refuses (EnvFamily.check_reward: dense on swe games), or
+            a run dir holding a run with another config.
         ResultsFileError: `out` has a line that is not a sweep record (other than a last line cut short), or a
             record could not be appended (e.g. a full disk; the same command records it later from its run dir).
         SweepInterrupted: Ctrl-C; its message says how many runs are recorded and to run the same command again.
@@ -346,6 +347,7 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
     """
     from tqdm.auto import tqdm
 
+    from .envs import get_family
     from .envs.base import load_game_set
 
     if run is None:
@@ -367,9 +369,14 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
     extra_evals = dict(extra_evals or {})
     if any(not p.config.env.games for p in plan):
         raise ConfigError("no training games: set env.games in the base config (or make it a grid axis)")
-    for games in sorted({p.config.env.games for p in plan} | {p.config.train.eval_games for p in plan}
-                        | {games for games, _ in extra_evals.values()}):
-        load_game_set(games)  # a missing games dir fails now, not after hours of other runs
+    sets = {games: load_game_set(games)  # a missing games dir fails now, not after hours of other runs
+            for games in sorted({p.config.env.games for p in plan} | {p.config.train.eval_games for p in plan}
+                                | {games for games, _ in extra_evals.values()})}
+    for p in plan:  # a reward kind the training games' family refuses (e.g. dense on swe), before any run starts
+        try:
+            get_family(sets[p.config.env.games].family).check_reward(p.config.reward.kind)
+        except ConfigError as e:
+            raise ConfigError(f"grid cell {cell_text(p.cell)}: {e}") from None
     records = load_records(out, warn)
     done = {record_key(r): r for r in records}
     key = lambda p: (cell_key(p.cell), p.seed, base_key(p.config, p.cell))  # noqa: E731

@@ -46,6 +46,7 @@ from .advantages import ESTIMATORS, AdvantageInputs, top_std_groups
 from .config import ConfigError, RunConfig, check_context_room
 from .diagnostics import CollapseDetector, CollapseError, DivergenceGuard
 from .distributed import data_parallel
+from .envs import get_family
 from .envs.base import GameSet, check_env_errors, load_game_set
 from .envs.pool import EnvPool, open_pool
 from .generation import GENERATORS
@@ -88,7 +89,8 @@ class Trainer:
     Raises:
         GameSetError / FileNotFoundError / ConfigError: bad games dir, model path or config (also max_new_tokens or
             max_turns that the loaded model's context cannot hold: config.check_context_room; a resume whose
-            train.steps is below the steps done: rundir.check_steps_left).
+            train.steps is below the steps done: rundir.check_steps_left; a reward.kind the games' family refuses,
+            EnvFamily.check_reward, e.g. dense on swe games: before the run dir is locked or any model loads).
         FileExistsError: run_dir holds a run and resume is False.
         RunLockedError: another process is training in run_dir.
         CheckpointError: resume: no run in run_dir, a field that cannot change on resume changed (named), or no
@@ -98,6 +100,8 @@ class Trainer:
     def __init__(self, config: RunConfig, run_dir: str | Path, init: str | None = None, resume: bool = False,
                  pool: EnvPool | None = None, progress: bool = True):
         config.validate()
+        games = load_game_set(config.env.games)  # its manifest: the family's checks come before any lock or model
+        get_family(games.family).check_reward(config.reward.kind)  # e.g. swe refuses dense (EnvFamily.refused_rewards)
         run_dir = Path(run_dir)
         # plumbing: data parallelism (distributed.py; a SingleProcess stand-in without a launcher): rank 0 alone writes
         self.dp = data_parallel(config.model.device)
@@ -108,7 +112,7 @@ class Trainer:
         self._release_lock = weakref.finalize(self, lock.release) if lock else (lambda: None)
         config = rundir.start_or_resume(run_dir, config, init, resume)  # model.name: the model the run started from
         self.cfg, self.run_dir, self.progress = config, run_dir, progress and self.is_main
-        self.games: GameSet = load_game_set(config.env.games)
+        self.games: GameSet = games
         n_episodes = config.train.games_per_step * config.algo.group_size // self.dp.world_size  # this process's
         if pool is None:  # plumbing: the run's envs; every game is checked through them before the model loads
             pool = open_pool(config.env, n_episodes, self.games)

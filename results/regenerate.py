@@ -276,16 +276,19 @@ def sft_dir(games_name: str, demos: int, epochs: float, seed: int, lr: float = S
     return f"runs/sft/{games_name}-d{demos}-e{epochs:g}{lr_part}-s{seed}"
 
 
-def sft(games_name: str, demos: int, epochs: float, seed: int, *more_games: str, lr: float = SFT_LR
-        ) -> list[tuple[str, list[str]]]:
-    """The `agentrl sft` job of one SFT model (none when it exists); `more_games`: game sets pooled with the first."""
+def sft(games_name: str, demos: int, epochs: float, seed: int, *more_games: str, lr: float = SFT_LR,
+        max_turns: int | None = None) -> list[tuple[str, list[str]]]:
+    """The `agentrl sft` job of one SFT model (none when it exists); `more_games`: game sets pooled with the first;
+    `max_turns`: the RL runs' env.max_turns (--max-turns: the swe observations state the turn limit, so SFT shows the
+    RL runs' prompt)."""
     out = sft_dir("+".join((games_name, *more_games)), demos, epochs, seed, lr)
     if (ROOT / out / "sft_summary.json").exists():
         return []
     more = [x for g in more_games for x in ("--more-games", f"games/{g}")]
     return [(f"sft-{Path(out).name}", [*AGENTRL, "sft", "--games", f"games/{games_name}", *more, "--demos",
                                        str(demos), "--epochs", f"{epochs:g}", "--lr", f"{lr:g}", "--batch-size", "4",
-                                       "--seed", str(seed), "--dtype", "float32", "--out", out])]
+                                       "--seed", str(seed), "--dtype", "float32", "--out", out,
+                                       *(["--max-turns", str(max_turns)] if max_turns else [])])]
 
 
 def stage_eval(model: str, games_name: str, max_turns: int, stage: str, **meta) -> list[tuple[str, list[str]]]:
@@ -307,8 +310,8 @@ def stage_eval(model: str, games_name: str, max_turns: int, stage: str, **meta) 
 
 def collect_evals(folder: str = "evals") -> int:
     """Append every finished runs/FOLDER/*.json (with its meta) to results/stage_evals.jsonl once. FOLDER "evals":
-    `agentrl eval` outputs (stage_eval); "evals-swe": the swe part's SWE_EVAL outputs (swe_stage_eval: their meta
-    name the level and the reply length)."""
+    `agentrl eval` outputs (stage_eval); "evals-swe": the swe part's `agentrl eval --max-new-tokens` outputs
+    (swe_stage_eval: their meta name the level and the reply length)."""
     path = RESULTS / "stage_evals.jsonl"
     have = {json.dumps([r["stage"], r["model"], r["games"]]) for r in map(json.loads, path.read_text().splitlines())
             } if path.exists() else set()
@@ -324,7 +327,7 @@ def collect_evals(folder: str = "evals") -> int:
             continue
         machine = machine or machine_info()
         res = json.loads(res_path.read_text())
-        config = {"command": "results/regenerate.py SWE_EVAL" if swe else "agentrl eval", "model": meta["model"],
+        config = {"command": "agentrl eval", "model": meta["model"],
                   "games": f"games/{meta['games']}", "max_turns": meta["max_turns"], "dtype": "float32",
                   "temperature": 0.0, "max_new_tokens": meta["max_new_tokens"] if swe else 24}
         fields = {k: meta[k] for k in ("stage", "model", "games", "level", "max_turns")} if swe else meta
@@ -432,7 +435,8 @@ SWE_GAMES = {  # name: make-games swe flags; the held-out sets are the same 8 ta
        for lvl in SWE_LEVELS},
 }
 SWE_SFT = {"demos": 32, "epochs": 1.0, "seed": 0}
-"""SFT on every training walkthrough, once (the paper: one epoch of expert trajectories): 8 optimizer steps."""
+"""SFT on every training walkthrough, once (the paper: one epoch of expert trajectories): 8 optimizer steps, with
+--max-turns of configs/swe.yaml (each swe observation states the turn limit: SFT shows the prompt of the RL runs)."""
 SWE_SEEDS = (0, 1, 2)
 SWE_REWARDS = ("pass_ratio", "resolved")
 """The grid: env.swe_reward. The paper (Qwen3-8B, GRPO on SWE-Gym): the test-pass ratio 22% resolved vs binary 4.2%."""
@@ -447,22 +451,6 @@ seconds at 1 thread while another training job held both cores, so an upper boun
 for 4 tasks x 6 turns: both repeat themselves up to the token limit) and of GRPO with its update (430 CPU-s for one
 step of 4 episodes x 8 turns). Turn costs scale with train.max_new_tokens / 160. Recorded runs of results/swe.jsonl
 replace the guess with their median wall time."""
-SWE_EVAL = """\
-import sys
-from agentrl_lib.config import EnvConfig
-from agentrl_lib.envs.base import load_game_set
-from agentrl_lib.evaluate import evaluate, format_eval, save_eval
-from agentrl_lib.models import load_policy
-model, games, out, turns, tokens = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-policy, tok = load_policy(model, "auto", "float32")
-res = evaluate(policy, tok, load_game_set(games), max_turns=turns, max_new_tokens=tokens,
-               env=EnvConfig(games=games, max_turns=turns), progress=False)
-res["model"], res["games"] = model, games
-print(format_eval(res, model))
-save_eval(res, out)
-"""
-"""A greedy evaluation with the swe config's tokens per turn (`agentrl eval` has no --max-new-tokens; its 24 tokens
-cannot hold a command with a patch): argv model, games dir, out, max turns, max new tokens."""
 
 
 def swe_settings() -> dict:
@@ -507,14 +495,14 @@ def swe_run(jobs: list[tuple[str, list[str]]], n: int) -> list[str]:
     for name, cmd in jobs:
         minutes, how = swe_minutes(name, cmd)
         PLAN.append((name, minutes))
-        shown = cmd[2:] if cmd[1] == "-m" else ["python", "-c", "SWE_EVAL", *cmd[3:]]
-        print(f"{name} [{minutes:.0f} min, {how}]: {shlex.join(shown)}")
+        print(f"{name} [{minutes:.0f} min, {how}]: {shlex.join(cmd[2:])}")
     return []
 
 
 def swe_stage_eval(model: str, games_name: str, stage: str, level: int) -> list[tuple[str, list[str]]]:
-    """A greedy evaluation (SWE_EVAL) of a model without RL on a held-out swe set, into runs/evals-swe/ (collected
-    by collect_evals("evals-swe")); none when done."""
+    """A greedy `agentrl eval` of a model without RL on a held-out swe set with configs/swe.yaml's turns and tokens
+    per turn (--max-turns, --max-new-tokens: eval's default 24 tokens cannot hold a command with a patch), into
+    runs/evals-swe/ (collected by collect_evals("evals-swe")); none when done."""
     st = swe_settings()
     name = f"{stage}-{Path(model).name}-on-{games_name}"
     out = ROOT / "runs" / "evals-swe" / f"{name}.json"
@@ -524,8 +512,9 @@ def swe_stage_eval(model: str, games_name: str, stage: str, level: int) -> list[
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".meta.json").write_text(json.dumps({"stage": stage, "model": model, "games": games_name,
                                                              "level": level, **st}))
-    return [(f"eval-{name}", [sys.executable, "-c", SWE_EVAL, model, f"games/{games_name}", str(out),
-                              str(st["max_turns"]), str(st["max_new_tokens"])])]
+    return [(f"eval-{name}", [*AGENTRL, "eval", "--model", model, "--games", f"games/{games_name}", "--max-turns",
+                              str(st["max_turns"]), "--max-new-tokens", str(st["max_new_tokens"]), "--dtype",
+                              "float32", "--out", str(out)])]
 
 
 def swe_part(n_jobs: int) -> list[str]:
@@ -537,7 +526,8 @@ def swe_part(n_jobs: int) -> list[str]:
             for g, flags in SWE_GAMES.items() if not (ROOT / "games" / g / "manifest.json").exists()]
     failed = swe_run(made, n_jobs)
     init = sft_dir("swe-train", SWE_SFT["demos"], SWE_SFT["epochs"], SWE_SFT["seed"])
-    failed += swe_run(sft("swe-train", SWE_SFT["demos"], SWE_SFT["epochs"], SWE_SFT["seed"]), n_jobs)
+    failed += swe_run(sft("swe-train", SWE_SFT["demos"], SWE_SFT["epochs"], SWE_SFT["seed"],
+                          max_turns=swe_settings()["max_turns"]), n_jobs)
     evals = [j for stage, model in (("base", "embedded"), ("sft", init)) for lvl in SWE_LEVELS
              for j in swe_stage_eval(model, f"swe-heldout-l{lvl}", stage, lvl)]
     runs = [sweep(SWE_CONFIG, str(RESULTS / "swe.jsonl"), [f"env.swe_reward={kind}"], s, init,

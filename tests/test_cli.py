@@ -224,6 +224,7 @@ ROWS = [
     ("eval-temperature-nan", EVAL + ["--temperature", "nan"], None, ["--temperature"], True, ()),
     ("eval-batch-size-0", EVAL + ["--batch-size", "0"], None, ["--batch-size", ">= 1"], True, ()),
     ("eval-max-turns-0", EVAL + ["--max-turns", "0"], None, ["--max-turns", ">= 1"], True, ()),
+    ("eval-max-new-tokens-0", EVAL + ["--max-new-tokens", "0"], None, ["--max-new-tokens", "[1, 131072]"], True, ()),
     ("eval-out-is-directory", EVAL + ["--out", "{tmp}"], None, ["is a directory", "eval.json"], True, ()),
     ("eval-out-under-file", EVAL + ["--out", "{tmp}/a_file/eval.json"], None, ["a_file", "is a file"], True, ()),
     ("eval-out-unwritable", EVAL + ["--out", "/proc/agentrl-eval.json"], None, ["/proc", "cannot write"], True, ()),
@@ -556,6 +557,35 @@ def test_unknown_config_key_is_refused_by_name(tmp_path, capsys):
     assert main(["train", "--config", str(p), "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "stpes" in err and "valid keys" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("flags,expected", [([], 24), (["--max-new-tokens", "160"], 160)])
+def test_eval_max_new_tokens_reaches_the_evaluation(flags, expected, cooking_games, monkeypatch, capsys):
+    """`agentrl eval --max-new-tokens N` (the train section's field, generated like every config flag) is the
+    evaluation's budget per turn; without it, TrainConfig's default. Negative control (by hand): cmd_eval without
+    max_new_tokens= in its evaluate() call gives 24 for the second case."""
+    import agentrl_lib.envs.pool
+    import agentrl_lib.evaluate
+    import agentrl_lib.models
+    from agentrl_lib.config import TrainConfig
+
+    seen = {}
+
+    class NoPool:
+        def close(self):
+            pass
+
+    def fake_evaluate(model, tok, games, **kwargs):
+        seen.update(kwargs)
+        return {"success_rate": 0.0, "mean_turns": 1.0, "invalid_rate": 0.0, "n_games": len(games), "env_errors": 0,
+                "env_error_reasons": []}
+
+    monkeypatch.setattr(agentrl_lib.envs.pool, "open_pool", lambda *a, **k: NoPool())
+    monkeypatch.setattr(agentrl_lib.models, "load_policy", lambda *a, **k: (None, None))
+    monkeypatch.setattr(agentrl_lib.evaluate, "evaluate", fake_evaluate)
+    assert main(["eval", "--games", str(cooking_games.root), "--device", "cpu", *flags]) == 0
+    assert seen["max_new_tokens"] == expected and (expected != 24 or expected == TrainConfig().max_new_tokens)
+    assert "--max-new-tokens N" in cli.build_parser()._subparsers._group_actions[0].choices["eval"].format_help()
 
 
 def test_eval_and_sft_share_the_env_flags():

@@ -1,4 +1,5 @@
-"""results/regenerate.py: the pilot's rule for the number of seeds (seeds_for)."""
+"""results/regenerate.py: the pilot's rule for the number of seeds (seeds_for), the collection of stage evaluations
+and the swe part's evaluation command (`agentrl eval --max-new-tokens`)."""
 from __future__ import annotations
 
 import importlib.util
@@ -84,6 +85,37 @@ def test_collect_evals_appends_each_finished_evaluation_once(tmp_path, monkeypat
     recs = [json.loads(x) for x in (tmp_path / "results" / "stage_evals.jsonl").read_text().splitlines()]
     plain, swe = recs
     assert plain["config"]["command"] == "agentrl eval" and plain["config"]["max_new_tokens"] == 24
-    assert swe["config"]["command"] == "results/regenerate.py SWE_EVAL" and swe["config"]["max_new_tokens"] == 160
+    assert swe["config"]["command"] == "agentrl eval" and swe["config"]["max_new_tokens"] == 160
     assert swe["level"] == 1 and "extra" not in swe and plain["eval"]["per_game"] == [["g0", True, 2], ["g1", False, 4]]
     assert swe["eval"]["success_rate"] == 0.5 and swe["eval"]["mean_score_frac"] == 0.6
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_swe_stage_eval_is_agentrl_eval_with_the_swe_configs_budget(tmp_path, monkeypatch, dry_run):
+    """The swe part evaluates through `agentrl eval` itself: its command parses with the real CLI parser, and the
+    parsed evaluation gets configs/swe.yaml's turns and tokens per turn (160, not eval's default 24: a reply with a
+    patch). Negative control (done by hand when this test was written): without eval's --max-new-tokens flag in
+    cli.build_parser the parse exits (argparse: unrecognized arguments), and without the flag in the command the
+    parsed budget is 24."""
+    import yaml
+
+    from agentrl_lib import cli
+    from agentrl_lib.config import EnvConfig
+    from agentrl_lib.flags import section_args
+
+    regen = load_regenerate()
+    monkeypatch.setattr(regen, "ROOT", tmp_path)
+    monkeypatch.setattr(regen, "DRY_RUN", dry_run)
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "swe.yaml").write_text((ROOT / "configs" / "swe.yaml").read_text())
+    conf = yaml.safe_load((ROOT / "configs" / "swe.yaml").read_text())
+    ((name, cmd),) = regen.swe_stage_eval("runs/sft/x", "swe-heldout-l2", "sft", 2)
+    assert name == "eval-sft-x-on-swe-heldout-l2" and cmd[:3] == regen.AGENTRL and cmd[3] == "eval"
+    a = cli.build_parser().parse_args(cmd[3:])
+    assert a.func is cli.commands.cmd_eval and a.model == "runs/sft/x" and a.temperature == 0.0
+    assert getattr(a, "train.max_new_tokens") == conf["train"]["max_new_tokens"] == 160
+    env = EnvConfig(**section_args(a, "env"))
+    assert (env.games, env.max_turns) == ("games/swe-heldout-l2", conf["env"]["max_turns"])
+    assert a.out == str(tmp_path / "runs" / "evals-swe" / "sft-x-on-swe-heldout-l2.json")
+    meta = tmp_path / "runs" / "evals-swe" / "sft-x-on-swe-heldout-l2.meta.json"
+    assert meta.exists() != dry_run  # a dry run writes nothing

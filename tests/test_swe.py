@@ -391,6 +391,40 @@ def _copy_set(tasks_dir, dest: Path, n: int) -> Path:
     return dest
 
 
+def test_sft_examples_start_with_the_prompt_rollout_shows_for_the_same_env_config(tasks_dir, tiny_model_dir,
+                                                                                  tokenizer):
+    """SFT sees what RL and evaluation show the policy: for EnvConfig(max_turns=5), the first prompt rollout() builds
+    (system prompt + the problem statement, "You have 5 turns") is, token for token, the start of the walkthrough
+    example of expert_examples(max_turns=5), and the expert's first reply follows it. Negative control: an example
+    built with another max_turns (6; the old SFT env's default was 8) starts otherwise."""
+    from agentrl_lib.config import EnvConfig
+    from agentrl_lib.envs.pool import open_pool
+    from agentrl_lib.generation import HFGenerator
+    from agentrl_lib.models import load_policy
+    from agentrl_lib.prompts import ChatFormat, system_prompt_for
+    from agentrl_lib.rollout import rollout
+    from agentrl_lib.sft import expert_examples
+
+    games = tasks_dir.first(1)
+    model, tok = load_policy(tiny_model_dir, "cpu", "float32")
+    chat = ChatFormat(tok)
+    env = EnvConfig(games=str(tasks_dir.root), max_turns=5, process_pool=False, check_games=False)
+    pool = open_pool(env, 1, games)  # the pool a run or `agentrl eval` builds from its EnvConfig
+    try:
+        (traj,), _ = rollout(HFGenerator(model, tok), tok, pool, [games.games[0].path], max_turns=1, max_new_tokens=2,
+                             temperature=0.0, chat=chat, system_prompt=system_prompt_for("swe"))
+    finally:
+        pool.close()
+    shown = traj.ids[:traj.prompt_len]
+    assert "You have 5 turns" in tok.decode(shown)
+    (example,) = expert_examples(games, chat, max_turns=env.max_turns)
+    n = len(shown)
+    assert example["input_ids"][:n] == shown
+    assert example["assistant_masks"][:n] == [0] * n and example["assistant_masks"][n] == 1
+    (other,) = expert_examples(games, chat, max_turns=6)  # negative control: another turn limit, another prompt
+    assert other["input_ids"][:n] != shown and "You have 6 turns" in tok.decode(other["input_ids"])
+
+
 @pytest.mark.slow
 @pytest.mark.trains
 def test_sft_on_swe_walkthroughs_with_a_tiny_model(tasks_dir, tiny_model_dir, tokenizer, tmp_path):
@@ -427,7 +461,8 @@ def test_one_grpo_step_on_two_swe_tasks_with_a_tiny_model(tasks_dir, tiny_model_
     run = tmp_path / "run"
     assert main(["train", "--algo", "grpo", "--games", str(games), "--model", tiny_model_dir, "--out", str(run),
                  "--steps", "1", "--group-size", "2", "--games-per-step", "2", "--max-turns", "2",
-                 "--max-new-tokens", "16", "--swe-reward", "resolved", "--no-check-games", "--device", "cpu"]) == 0
+                 "--max-new-tokens", "16", "--swe-reward", "resolved", "--reward", "env", "--no-check-games",
+                 "--device", "cpu"]) == 0
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1]
     assert yaml.safe_load((run / "config.yaml").read_text())["env"]["swe_reward"] == "resolved"

@@ -1,6 +1,8 @@
 """The swe sweep around chapter 06: configs/swe.yaml trains on the submission's reward as given (reward.kind env;
-dense's win cap inverts pass ratios above 2/3, the negative control), `results/regenerate.py swe --dry-run` plans the
-part within its budget with train and held-out sets apart, and results/findings.py's SWE row follows the interval."""
+dense's win cap inverts pass ratios above 2/3, the negative control), and a run or sweep with reward.kind dense on swe
+games is refused in one line before any model loads (Python API, the CLI in-process and as a console script, the
+sweep); `results/regenerate.py swe --dry-run` plans the part within its budget with train and held-out sets apart,
+SFT and evaluations with the sweep's turns and tokens; and results/findings.py's SWE row follows the interval."""
 from __future__ import annotations
 
 import importlib.util
@@ -12,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from agentrl_lib import rewards
-from agentrl_lib.config import RunConfig
+from agentrl_lib.config import ConfigError, EnvConfig, RewardConfig, RunConfig
+
+from helpers import assert_one_clear_error, console
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,6 +46,97 @@ def test_the_swe_config_trains_on_the_reward_as_given():
     assert _return("dense", 0.98) < _return("dense", 0.6)
 
 
+class WorkStarted(AssertionError):
+    """A tripwire fired: the run got past the reward check into its env pool or its model."""
+
+
+@pytest.fixture
+def swe_games(tmp_path):
+    """A swe game set as `agentrl make-games swe` lays it out (manifest.json, tasks/<id>/{task.json, repo/}), without
+    the sandbox: the reward check reads the manifest's family only."""
+    from agentrl_lib.envs.base import GameRecord, write_manifest
+
+    root = tmp_path / "swe-games"
+    task = root / "tasks" / "toolz__planted-0"
+    (task / "repo").mkdir(parents=True)
+    (task / "task.json").write_text("{}")
+    write_manifest(root, "swe", [GameRecord(str(task), task.name, 0, 1.0, ["```bash\nsubmit\n```"])],
+                   {"reward": "pass_ratio", "level": 1})
+    return root
+
+
+@pytest.fixture
+def tripwires(monkeypatch):
+    """Env pools and model loading fail the test if reached (the refusal must come first)."""
+    import agentrl_lib.trainer as trainer
+
+    def fire(what):
+        def f(*args, **kwargs):
+            raise WorkStarted(f"{what} started before reward.kind was checked")
+        return f
+
+    monkeypatch.setattr(trainer, "open_pool", fire("the env pool"))
+    monkeypatch.setattr(trainer, "load_start_policy", fire("loading the model"))
+
+
+def test_dense_on_swe_games_is_refused_before_anything_loads_python_api(swe_games, tripwires, tmp_path):
+    """run_rl with reward.kind dense on swe games: one ConfigError line naming the kinds to use instead, raised before
+    the env pool, the model or the run dir lock. Control: reward.kind env on the same games passes the check and
+    reaches the env pool (the tripwire)."""
+    from agentrl_lib.run import run_rl
+
+    cfg = RunConfig(env=EnvConfig(games=str(swe_games), max_turns=5), reward=RewardConfig(kind="dense"))
+    with pytest.raises(ConfigError) as e:
+        run_rl(cfg, tmp_path / "run", progress=False)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("reward.kind dense (--reward dense) does not suit swe games")
+    assert "no-op scores above a partial fix" in msg and "--reward env" in msg and "pass_ratio" in msg
+    assert not (tmp_path / "run").exists()  # no lock, no config.yaml
+    for kind in ("env", "sparse"):  # the kinds it names instead pass the check and go on to the envs
+        with pytest.raises(WorkStarted, match="env pool"):
+            run_rl(RunConfig(env=cfg.env, reward=RewardConfig(kind=kind)), tmp_path / f"run-{kind}", progress=False)
+
+
+def test_dense_on_swe_games_is_refused_in_one_line_by_the_cli(swe_games, tripwires, tmp_path, capsys):
+    from agentrl_lib.cli import main
+
+    argv = ["train", "--algo", "grpo", "--games", str(swe_games), "--reward", "dense", "--out", str(tmp_path / "r")]
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    assert_one_clear_error(rc, out, err, "train", ["reward.kind dense", "swe games", "--reward env", "resolved"])
+    assert rc == 2 and not (tmp_path / "r").exists()
+    # the base config of the swe sweep with its reward overridden: refused the same way
+    rc = main(["train", "--config", str(ROOT / "configs" / "swe.yaml"), "--games", str(swe_games), "--eval-games",
+               str(swe_games), "--reward", "dense", "--out", str(tmp_path / "r2")])
+    out, err = capsys.readouterr()
+    assert_one_clear_error(rc, out, err, "train", ["reward.kind dense", "--reward env"])
+
+
+@pytest.mark.subprocess
+def test_dense_on_swe_games_console_script_prints_one_line(swe_games, tmp_path):
+    """The installed console script: exit 2, one `agentrl train: error:` line on stderr, no traceback."""
+    r = console(tmp_path, "train", "--games", str(swe_games), "--reward", "dense", "--out", str(tmp_path / "r"))
+    assert_one_clear_error(r.returncode, r.stdout, r.stderr, "train",
+                           ["reward.kind dense", "swe games", "--reward env"])
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_sweep_with_dense_on_swe_games_is_refused_before_its_first_run(swe_games, tmp_path):
+    from agentrl_lib.sweep import run_sweep
+
+    ran = []
+    base = RunConfig(env=EnvConfig(games=str(swe_games), max_turns=5), reward=RewardConfig(kind="env"))
+    with pytest.raises(ConfigError, match=r"grid cell .*dense.*: reward.kind dense \(--reward dense\) does not suit"):
+        run_sweep(base, ["reward.kind=env,dense"], "0", tmp_path / "r.jsonl", eval_games=str(swe_games),
+                  run=lambda *a, **k: ran.append(a), progress=False, warn=lambda m: None)
+    assert ran == [] and not (tmp_path / "r.jsonl").exists()
+
+
+def cfg_turns_tokens() -> tuple[int, int]:
+    cfg = RunConfig.load(ROOT / "configs" / "swe.yaml")
+    return cfg.env.max_turns, cfg.train.max_new_tokens
+
+
 @pytest.mark.subprocess
 def test_regenerate_swe_dry_run_plans_the_part_within_budget():
     out = subprocess.run([sys.executable, str(ROOT / "results" / "regenerate.py"), "swe", "--dry-run"], cwd=ROOT,
@@ -55,6 +150,13 @@ def test_regenerate_swe_dry_run_plans_the_part_within_budget():
     seeds = {int(re.search(r"--seeds (\d+)", ln).group(1)) for ln in sweeps}
     if sweeps:
         assert kinds == {"pass_ratio", "resolved"} and seeds == {0, 1, 2}
+    # SFT and the stage evaluations run with the sweep's turn limit (stated in every swe prompt) and reply length
+    turns, tokens = cfg_turns_tokens()
+    sfts = [ln for ln in text.splitlines() if " sft --games games/swe-train" in ln]
+    assert all(f"--max-turns {turns}" in ln for ln in sfts)
+    evals = [ln for ln in text.splitlines() if " eval --model " in ln and "swe-heldout" in ln]
+    assert all(f"--max-turns {turns} --max-new-tokens {tokens}" in ln for ln in evals)
+    assert sfts or evals or "recorded" in text
     held = [ln for ln in text.splitlines() if "make-games swe" in ln and "heldout" in ln]
     assert all("--split valid_unseen" in ln for ln in held)
     assert all("--split" not in ln for ln in text.splitlines() if "make-games swe" in ln and "swe-train" in ln)

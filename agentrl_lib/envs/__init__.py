@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
+from ..config_values import ConfigError  # imports nothing of agentrl_lib: no cycle
+
 if TYPE_CHECKING:  # annotations only: base.py imports this package
     from .base import Env, GameSet
 
@@ -62,6 +64,18 @@ class EnvFamily:
     step_timeout_s: float = 0.0
     """The shortest watchdog per env call this family's steps need, seconds (0: none beyond EnvConfig.step_timeout_s).
     swe: 70 (a 30 s command, then an auto-submit's 30 s test run). A run's pool uses `watchdog_s`."""
+    refused_rewards: dict[str, str] = field(default_factory=dict)
+    """reward.kind values that training on this family's games refuses → why, and what to use instead (one line;
+    `check_reward`). swe: dense, whose win cap inverts the order of pass ratios."""
+
+    def check_reward(self, kind: str) -> None:
+        """Refuse reward.kind `kind` for a run on this family's games (refused_rewards); checked by the trainer and
+        the sweep before any model loads or env starts.
+
+        Raises: ConfigError, one line: the kind, the family, why, and the kinds to use instead."""
+        if kind in self.refused_rewards:
+            raise ConfigError(f"reward.kind {kind} (--reward {kind}) does not suit {self.name} games: "
+                              f"{self.refused_rewards[kind]}")
 
     def watchdog_s(self, configured: float) -> float:
         """The pool's watchdog per env call for a configured EnvConfig.step_timeout_s: the larger of the two (the

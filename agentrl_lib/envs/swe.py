@@ -19,7 +19,8 @@ The kind is the task set's (`make-games swe --swe-reward KIND`), unless the run 
 are written for every submission to <games dir>/episodes.jsonl. With reward.kind = sparse a run trains on
 `resolved` whatever the set's kind; with env, on the set's kind as given (configs/swe.yaml). Not with dense: its win
 cap (rewards.dense_turn_rewards) rescales a non-won episode's total to 1 - m/2, m its smallest positive step, and a
-submission is the episode's one step, so a pass ratio p > 2/3 becomes 1 - p/2, which falls as p rises.
+submission is the episode's one step, so a pass ratio p > 2/3 becomes 1 - p/2, which falls as p rises: training
+refuses it (REFUSED_REWARDS, EnvFamily.check_reward: one ConfigError line before any model loads).
 
 A reply without a fenced block is an invalid turn (info.valid False: reward.format_penalty applies) and costs a turn.
 Env faults (the sandbox or a copy fails) raise, so the pool ends that episode as an env error, never rewarded.
@@ -297,7 +298,14 @@ def make_swe_games(out, n: int, seed: int = 0, force: bool = False, split: str =
     return load_game_set(out)
 
 
+REFUSED_REWARDS = {"dense": "its win cap rescales a submission's pass ratio p > 2/3 that did not resolve the task to "
+                             "1 - p/2, so a no-op scores above a partial fix; use --reward env (the submission's "
+                             f"reward, env.swe_reward: {', '.join(REWARD_KINDS)}; configs/swe.yaml) or --reward sparse "
+                             "(1 when resolved)"}
+"""reward.kind values a run on swe games refuses, with why (EnvFamily.refused_rewards; module docstring)."""
+
 register_family(EnvFamily(name="swe", make_env=SweEnv, make_games=make_swe_games, system_prompt=SYSTEM_PROMPT,
                           options={"max_turns": "max_turns", "step_timeout_s": "step_timeout_s",
                                    "swe_reward": "reward"},
-                          game_id="file", game_files=task_files, reply_as_action=True, step_timeout_s=STEP_TIMEOUT_S))
+                          game_id="file", game_files=task_files, reply_as_action=True, step_timeout_s=STEP_TIMEOUT_S,
+                          refused_rewards=REFUSED_REWARDS))
