@@ -74,17 +74,21 @@ def rl_step_table(r: dict) -> str:
 
 
 def rollout_table(r: dict) -> str:
+    shared = next((x["shared_positions"] for x in r["batched"]["runs"] if x.get("shared_positions")), 0)
     out = [f"The rollout of the same {r['episodes']} episodes, ≤ {r['max_turns']} turns × ≤ {r['new_tokens']} "
-           f"tokens, T = {r['temperature']}; medians of {r['repeats']}; {where(r)}.", "",
-           "| rollout | generated tokens / s | batched is |", "|---|---|---|",
+           f"tokens, T = {r['temperature']}; medians of {r['repeats']}; {where(r)}."
+           + (f" The batched rollout did not encode {shared:,} first-context positions (each group's first context "
+              "once)." if shared else ""), "",
+           "| rollout | generated tokens / s | batched / this: wall-time medians (CPU seconds, pair by pair) |",
+           "|---|---|---|",
            f"| batched, KV cache kept across turns (`rollout` + `HFGenerator`) | "
            f"{r['batched']['median_tokens_per_s']:.2f} | — |"]
     for m, label in (("unshared", "batched, each episode encoding its own first context (`share_prefix=False`)"),
                      ("sequential", "one episode at a time (batch of 1, KV cache kept)"),
                      ("reencode", "batched, whole history re-encoded every turn (`ReencodeGenerator`)")):
         if m in r:  # lines written before a method existed (unshared: 2026-11-26) lack it
-            cpu = f" (CPU seconds, pair by pair: {r[f'cpu_ratio_vs_{m}']:.2f}×)" if f"cpu_ratio_vs_{m}" in r else ""
-            out.append(f"| {label} | {r[m]['median_tokens_per_s']:.2f} | **{r[f'speedup_vs_{m}']:.2f}×** faster{cpu} |")
+            cpu = f" ({r[f'cpu_ratio_vs_{m}']:.2f}×)" if f"cpu_ratio_vs_{m}" in r else ""
+            out.append(f"| {label} | {r[m]['median_tokens_per_s']:.2f} | **{r[f'speedup_vs_{m}']:.2f}×**{cpu} |")
     return "\n".join(out) + "\n"
 
 
