@@ -75,8 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (>= 0; 0 = greedy)")
     e.add_argument("--batch-size", type=int, default=8, help="episodes played at once (>= 1; 8 on a CPU)")
     add_config_flags(e, "model", only=("generator",), defaults=True)
-    add_config_flags(e, "train", only=("max_new_tokens",), defaults=True,
-                     title="generation (the train section's budget per turn: pass the run's, e.g. 160 for swe)")
+    add_config_flags(e, "train", only=("max_new_tokens", "seed"), defaults=True,
+                     title="generation (the train section's budget per turn: pass the run's, e.g. 160 for swe; "
+                           "--seed seeds the sampling when --temperature > 0)")
     add_config_flags(e, "env", defaults=True, required=("games",))
     e.set_defaults(func=commands.cmd_eval)
 

@@ -147,7 +147,7 @@ def cmd_eval(a) -> None:
         model, tok = load_policy(a.model, a.device, a.dtype)
         res = evaluate(model, tok, games, max_turns=env_cfg.max_turns, temperature=a.temperature,
                        batch_size=a.batch_size, max_new_tokens=max_new_tokens, env=env_cfg, pool=pool,
-                       generator=getattr(a, "model.generator"))
+                       generator=getattr(a, "model.generator"), seed=getattr(a, "train.seed"))
     finally:
         pool.close()
     res["model"], res["games"] = a.model, str(games.root)

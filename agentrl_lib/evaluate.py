@@ -4,9 +4,12 @@ Introduced in notebooks/00_quickstart.md §5.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
+
+import torch
 
 from .config import EnvConfig, check_context_room
 from .envs.base import GameSet
@@ -18,7 +21,7 @@ from .rollout import rollout
 
 def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: float = 0.0, batch_size: int = 8,
              max_new_tokens: int = 24, env: EnvConfig | None = None, pool: EnvPool | None = None,
-             generator: str = "hf", progress: bool = True) -> dict:
+             generator: str = "hf", progress: bool = True, seed: int | None = None) -> dict:
     """Play every game in `games` once, `batch_size` episodes at a time.
 
     `env` (default EnvConfig()) says how the games are shown and run, as in training: pass the run's config, since a
@@ -28,13 +31,15 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
     cached). `max_turns` is this evaluation's own (env.max_turns is not read). `max_new_tokens`: tokens the policy
     may generate per turn (a reply cut there is truncated; a run's is train.max_new_tokens: 24 suits a one-line game
     command, a swe reply with a patch needs ~160, configs/swe.yaml; `agentrl eval --max-new-tokens`). `generator`
-    names the generation backend (generation.GENERATORS; a run's is model.generator).
+    names the generation backend (generation.GENERATORS; a run's is model.generator). `seed`: with temperature > 0,
+    the sampling is seeded with it (torch's RNG forked: the caller's RNG is left as it was), so a sampled evaluation
+    is reproducible (`agentrl eval --seed`, default 0); None samples from the caller's RNG stream.
 
     Returns a dict: success_rate, mean_turns, invalid_rate (share of turns whose action was not admissible),
     mean_score_frac (score / max_score), env_errors (episodes that ended in an env error: not loaded, crashed, hung;
-    they count as lost), env_error_reasons (distinct, first 5), n_games, max_turns, temperature, max_new_tokens (the
-    settings it ran with), seconds, gen_tokens_per_s, and `per_game` rows (game, won, turns, score, max_score,
-    actions, termination).
+    they count as lost), env_error_reasons (distinct, first 5), n_games, max_turns, temperature, max_new_tokens, seed
+    (the settings it ran with; seed None when greedy), seconds, gen_tokens_per_s, and `per_game` rows (game, won,
+    turns, score, max_score, actions, termination).
     Raises: ValueError if max_turns < 1 or batch_size < 1; GameSetError when a game fails the check; ConfigError
         when max_new_tokens or max_turns do not fit the model's context (config.check_context_room).
     """
@@ -49,26 +54,30 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
     chat = ChatFormat(tokenizer)
     rows, t0, tokens, gen_s = [], time.perf_counter(), 0, 0.0
     bar = tqdm(total=len(games), desc="eval", disable=not progress)
+    rng = torch.random.fork_rng(devices=[]) if seed is not None and temperature > 0 else contextlib.nullcontext()
     try:
         gen = GENERATORS[generator](model, tokenizer)  # one backend for every chunk (vLLM: one weight sync)
         if getattr(gen, "context_limit", None):
             check_context_room(max_new_tokens, max_turns, gen.context_limit, where="eval")
-        for start in range(0, len(games), pool.size):
-            chunk = games.games[start:start + pool.size]
-            trajs, st = rollout(gen, tokenizer, pool, [g.path for g in chunk],
-                                max_turns=max_turns,
-                                max_new_tokens=max_new_tokens, temperature=temperature,
-                                show_admissible=env.show_admissible, show_inventory=env.show_inventory, chat=chat,
-                                system_prompt=system_prompt_for(games.family, env.action_format,
-                                                                env.max_actions_per_turn),
-                                action_format=env.action_format, max_actions_per_turn=env.max_actions_per_turn)
-            tokens, gen_s = tokens + st.generated_tokens, gen_s + st.generate_seconds
-            for g, t in zip(chunk, trajs):
-                rows.append({"game": g.name, "won": t.won, "turns": t.n_turns, "score": t.score,
-                             "max_score": t.max_score, "invalid": sum(not v for v in t.valid),
-                             "actions": t.actions, "termination": t.termination})
-            bar.update(len(chunk))
-            bar.set_postfix(success=f"{sum(r['won'] for r in rows) / len(rows):.2f}")
+        with rng:
+            if seed is not None and temperature > 0:
+                torch.manual_seed(seed)
+            for start in range(0, len(games), pool.size):
+                chunk = games.games[start:start + pool.size]
+                trajs, st = rollout(gen, tokenizer, pool, [g.path for g in chunk],
+                                    max_turns=max_turns,
+                                    max_new_tokens=max_new_tokens, temperature=temperature,
+                                    show_admissible=env.show_admissible, show_inventory=env.show_inventory, chat=chat,
+                                    system_prompt=system_prompt_for(games.family, env.action_format,
+                                                                    env.max_actions_per_turn),
+                                    action_format=env.action_format, max_actions_per_turn=env.max_actions_per_turn)
+                tokens, gen_s = tokens + st.generated_tokens, gen_s + st.generate_seconds
+                for g, t in zip(chunk, trajs):
+                    rows.append({"game": g.name, "won": t.won, "turns": t.n_turns, "score": t.score,
+                                 "max_score": t.max_score, "invalid": sum(not v for v in t.valid),
+                                 "actions": t.actions, "termination": t.termination})
+                bar.update(len(chunk))
+                bar.set_postfix(success=f"{sum(r['won'] for r in rows) / len(rows):.2f}")
     finally:
         bar.close()
         if own_pool:
@@ -86,6 +95,7 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
         "max_turns": max_turns,
         "temperature": temperature,
         "max_new_tokens": max_new_tokens,
+        "seed": seed if temperature > 0 else None,
         "seconds": round(time.perf_counter() - t0, 1),
         "gen_tokens_per_s": tokens / max(gen_s, 1e-9),
         "per_game": rows,

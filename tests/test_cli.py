@@ -559,11 +559,11 @@ def test_unknown_config_key_is_refused_by_name(tmp_path, capsys):
     assert "stpes" in err and "valid keys" in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("flags,expected", [([], 24), (["--max-new-tokens", "160"], 160)])
-def test_eval_max_new_tokens_reaches_the_evaluation(flags, expected, cooking_games, monkeypatch, capsys):
-    """`agentrl eval --max-new-tokens N` (the train section's field, generated like every config flag) is the
-    evaluation's budget per turn; without it, TrainConfig's default. Negative control (by hand): cmd_eval without
-    max_new_tokens= in its evaluate() call gives 24 for the second case."""
+@pytest.mark.parametrize("flags,expected,seed", [([], 24, 0), (["--max-new-tokens", "160", "--seed", "3"], 160, 3)])
+def test_eval_max_new_tokens_reaches_the_evaluation(flags, expected, seed, cooking_games, monkeypatch, capsys):
+    """`agentrl eval --max-new-tokens N --seed S` (the train section's fields, generated like every config flag) are
+    the evaluation's budget per turn and sampling seed; without them, TrainConfig's defaults. Negative control (by
+    hand): cmd_eval without max_new_tokens= in its evaluate() call gives 24 for the second case."""
     import agentrl_lib.envs.pool
     import agentrl_lib.evaluate
     import agentrl_lib.models
@@ -585,6 +585,7 @@ def test_eval_max_new_tokens_reaches_the_evaluation(flags, expected, cooking_gam
     monkeypatch.setattr(agentrl_lib.evaluate, "evaluate", fake_evaluate)
     assert main(["eval", "--games", str(cooking_games.root), "--device", "cpu", *flags]) == 0
     assert seen["max_new_tokens"] == expected and (expected != 24 or expected == TrainConfig().max_new_tokens)
+    assert seen["seed"] == seed
     assert "--max-new-tokens N" in cli.build_parser()._subparsers._group_actions[0].choices["eval"].format_help()
 
 
