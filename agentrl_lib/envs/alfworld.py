@@ -26,7 +26,8 @@ from typing import Any
 
 from . import EnvFamily, register_family
 from .alfworld_engine import engine_caches, game_logic
-from .base import GameLoadError, StepInfo, StepResult, normalize_action
+from .base import GameLoadError, normalize_action
+from .protocol import StepInfo, StepResult
 
 GAME_FILE = "game.tw-pddl"
 TRAJ_FILE = "traj_data.json"
@@ -126,7 +127,7 @@ _FREE_LIBS: list = []
 
 
 class AlfWorldEnv:
-    """One ALFWorld game at a time behind the env protocol (see envs/base.py), on alfworld's TextWorld-PDDL engine.
+    """One ALFWorld game at a time behind the env protocol (see envs/protocol.py), on alfworld's TextWorld-PDDL engine.
 
     Args:
         expert: how `info.expert_action` (next command of a shortest winning plan) is computed:
