@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .envs.base import GameRecord, GameSet
+from .envs.protocol import GameRecord, GameSet
 
 NOT_OBJECTS = frozenset({"P", "I", "r", "d"})
 """TextWorld entity types that are not objects: the player, the inventory, rooms, doors (counted apart)."""

@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 
 from .config import EnvConfig, check_context_room
-from .envs.base import GameSet
 from .envs.pool import EnvPool, open_pool
+from .envs.protocol import GameSet
 from .generation import GENERATORS
 from .prompts import ChatFormat, system_prompt_for
 from .rollout import rollout

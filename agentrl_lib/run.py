@@ -15,7 +15,8 @@ from typing import Any
 
 from .config import RunConfig
 from .diagnostics import CollapseError
-from .envs.base import GameSet, load_game_set
+from .envs.base import load_game_set
+from .envs.protocol import GameSet
 
 
 class RunInterrupted(KeyboardInterrupt):

@@ -21,7 +21,7 @@ from typing import Sequence
 import torch
 
 from .envs import get_family
-from .envs.base import GameSet
+from .envs.protocol import GameSet
 from .models import load_policy, pick_device, save_policy
 from .prompts import ChatFormat, feedback_message, first_user_message, format_reply, system_prompt_for
 

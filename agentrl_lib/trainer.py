@@ -47,8 +47,9 @@ from .config import ConfigError, RunConfig, check_context_room
 from .diagnostics import CollapseDetector, CollapseError, DivergenceGuard
 from .distributed import data_parallel
 from .envs import get_family
-from .envs.base import GameSet, check_env_errors, load_game_set
+from .envs.base import check_env_errors, load_game_set
 from .envs.pool import EnvPool, open_pool
+from .envs.protocol import GameSet
 from .generation import GENERATORS
 from .losses import masked_mean, truncated_is_weights
 from .metrics import complete_row, step_row

@@ -82,7 +82,7 @@ def test_importing_base_imports_no_env_family():
     assert out[0] == "[]", out
     # negative control: asking for the families does import their modules, but still no engine
     assert out[1] == str(sorted(["agentrl_lib.envs.textworld", "agentrl_lib.envs.alfworld",
-                                 "agentrl_lib.envs.alfworld_engine"])), out
+                                 "agentrl_lib.envs.alfworld_data", "agentrl_lib.envs.alfworld_engine"])), out
 
 
 def test_unknown_family_is_one_error_naming_the_known_ones(tmp_path):

@@ -12,18 +12,7 @@ import agentrl_lib
 PACKAGE = Path(agentrl_lib.__file__).resolve().parent
 MAX_LINES = 450
 
-KNOWN_CYCLES = [
-    # not in this issue's list (found by this test): the registry's annotations name envs.base's Env and GameSet (under
-    # TYPE_CHECKING) while base's game-set loader looks families up in the registry; the fix moves those types below
-    # the registry
-    ("agentrl_lib.envs", "agentrl_lib.envs.base"),
-    # not in this issue's list (found by this test): alfworld.make_games imports the game makers inside the function,
-    # and they import GAME_FILE, TRAJ_FILE, TASK_TYPES and the ALFWORLD_DATA helpers from alfworld; the fix moves those
-    # to a module of their own
-    ("agentrl_lib.envs.alfworld", "agentrl_lib.envs.alfworld_gen"),
-    ("agentrl_lib.envs.alfworld", "agentrl_lib.envs.alfworld_official"),
-    ("agentrl_lib.envs.alfworld", "agentrl_lib.envs.alfworld_official", "agentrl_lib.envs.alfworld_gen"),
-]
+KNOWN_CYCLES: list[tuple[str, ...]] = []
 """Import cycles still present, each as the modules in import order (A imports B, ..., the last imports A), starting
 at the smallest name."""
 

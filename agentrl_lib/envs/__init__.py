@@ -21,12 +21,10 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import Any, Callable, Literal
 
 from ..config_values import ConfigError  # imports nothing of agentrl_lib: no cycle
-
-if TYPE_CHECKING:  # annotations only: base.py imports this package
-    from .base import Env, GameSet
+from .protocol import Env, GameSet  # imports nothing of agentrl_lib: base.py's game-set loader imports this package
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@ TextWorld-PDDL engine (textworld.envs.PddlEnv + fast-downward, alfworld's domain
 
 A game is a folder holding `traj_data.json` (task type, pddl_params) and `game.tw-pddl` (JSON: pddl_domain,
 grammar with the goal text, pddl_problem, solvable, walkthrough), the layout of the official `alfworld-download`
-data and of `agentrl_lib.envs.alfworld_gen.make_alfworld_games`.
+data and of `agentrl_lib.envs.alfworld_gen.make_alfworld_games` (those names, the task types and the ALFWORLD_DATA
+helpers are in envs/alfworld_data.py, which the generator and the index import instead of this module).
 
 Speed: the stock env re-parses its text grammar on every step (each admissible command is re-derived from its
 template, ~85% of step time). `AlfWorldEnv` runs the same engine objects but caches what does not change: parsed
@@ -17,22 +18,20 @@ No notebook chapter yet: book/environments.md, section "ALFWorld offline", shows
 from __future__ import annotations
 
 import json
-import os
 import re
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from . import EnvFamily, register_family
+from .alfworld_data import (  # TASK_TYPES, prepare_alfworld: re-exported, chapter 01 and tests import them here
+    GAME_FILE,
+    TASK_TYPES,  # noqa: F401
+    TRAJ_FILE,
+    prepare_alfworld,
+)
 from .alfworld_engine import engine_caches, game_logic
-from .base import GameLoadError, StepInfo, StepResult, normalize_action
-
-GAME_FILE = "game.tw-pddl"
-TRAJ_FILE = "traj_data.json"
-TASK_TYPES = ("pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
-              "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place")
-"""The six ALFWorld task types (paper, Table 1), in alfworld's own numbering order 1..6."""
+from .base import GameLoadError, normalize_action
+from .protocol import StepInfo, StepResult
 
 SYSTEM_PROMPT = (
     "You are an agent in a household, described in text. Each turn you read what you see and reply with exactly "
@@ -41,37 +40,6 @@ SYSTEM_PROMPT = (
     "clean apple 1 with sinkbasin 1, use desklamp 1, examine drawer 2, inventory, look. "
     "Reply with the command only.")
 """System prompt for ALFWorld games (the examples are ALFWorld's command forms)."""
-
-_OWN_DATA_DIR = os.path.join(tempfile.gettempdir(), "agentrl_alfworld_data")
-
-
-def prepare_alfworld() -> None:
-    """Make `import alfworld` side-effect free. Importing it (alfworld.info) creates the directory `ALFWORLD_DATA`
-    names, `~/.cache/alfworld` when unset, so a typo in the variable would silently create that path. This imports
-    alfworld once with `ALFWORLD_DATA` pointing at a temp dir, then puts the user's value back (left pointing at the
-    temp dir when the user set none; `user_alfworld_data` ignores it). Call before importing alfworld."""
-    user = os.environ.get("ALFWORLD_DATA")
-    if "alfworld.info" not in sys.modules:
-        os.makedirs(_OWN_DATA_DIR, exist_ok=True)
-        os.environ["ALFWORLD_DATA"] = _OWN_DATA_DIR
-        try:
-            import alfworld.info  # noqa: F401 - creates (only) our temp dir
-        except ImportError:  # pragma: no cover - AlfWorldEnv says what to install
-            pass
-    if user:
-        os.environ["ALFWORLD_DATA"] = user
-    else:
-        os.makedirs(_OWN_DATA_DIR, exist_ok=True)
-        os.environ["ALFWORLD_DATA"] = _OWN_DATA_DIR
-
-
-def user_alfworld_data() -> str | None:
-    """The `ALFWORLD_DATA` the user set (None when unset or when it is our own temp default)."""
-    value = os.environ.get("ALFWORLD_DATA")
-    if not value or os.path.abspath(value) == os.path.abspath(_OWN_DATA_DIR):
-        return None
-    return value
-
 
 _CHECK_ONLY_OPS = {"look", "inventory", "examinereceptacle", "examineobject", "help"}  # effects: `checked` only
 _BANNER = re.compile(r"^\s*-= Welcome to TextWorld, ALFRED! =-\s*")
@@ -126,7 +94,7 @@ _FREE_LIBS: list = []
 
 
 class AlfWorldEnv:
-    """One ALFWorld game at a time behind the env protocol (see envs/base.py), on alfworld's TextWorld-PDDL engine.
+    """One ALFWorld game at a time behind the env protocol (see envs/protocol.py), on alfworld's TextWorld-PDDL engine.
 
     Args:
         expert: how `info.expert_action` (next command of a shortest winning plan) is computed:

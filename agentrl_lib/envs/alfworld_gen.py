@@ -35,8 +35,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
-from .alfworld import GAME_FILE, TASK_TYPES, TRAJ_FILE, prepare_alfworld
-from .base import GameRecord, GameSet, GameSetError, load_game_set, reuse_game_set, write_manifest
+from .alfworld_data import GAME_FILE, TASK_TYPES, TRAJ_FILE, prepare_alfworld
+from .base import GameSetError, load_game_set, reuse_game_set, write_manifest
+from .protocol import GameRecord, GameSet
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Iterable
 
 from ..paths import cache_root
-from .alfworld import GAME_FILE, TRAJ_FILE, user_alfworld_data
+from .alfworld_data import GAME_FILE, TRAJ_FILE, user_alfworld_data
 from .alfworld_gen import SPLITS, check_task_types
-from .base import GameRecord, GameSet, GameSetError, load_game_set, write_manifest
+from .base import GameSetError, load_game_set, write_manifest
+from .protocol import GameRecord, GameSet
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from . import EnvFamily, register_family
-from .base import GameRecord, GameSet, StepInfo, StepResult, reuse_game_set, write_manifest
+from .base import reuse_game_set, write_manifest
+from .protocol import GameRecord, GameSet, StepInfo, StepResult
 
 LO_ARM_SCORE = 0.1
 """Sure payout of the low-risk arm (RAGEN BanditEnvConfig.lo_arm_score)."""

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from . import EnvFamily, get_family
-from .base import Env, StepResult
+from .protocol import Env, StepResult
 
 DEFAULT_TIMEOUT_S = 30.0
 """Default watchdog of one env reset/step (s): TextWorld steps take 2-15 ms, ALFWorld resets up to 0.5 s."""

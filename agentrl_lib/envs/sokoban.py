@@ -31,7 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from . import EnvFamily, register_family
-from .base import GameRecord, GameSet, StepInfo, StepResult, make_moves, reuse_game_set, write_manifest
+from .base import make_moves, reuse_game_set, write_manifest
+from .protocol import GameRecord, GameSet, StepInfo, StepResult
 
 SIZE = 6
 """Side of the room, walls included (RAGEN dim_room (6, 6))."""

@@ -41,7 +41,8 @@ from pathlib import Path
 
 from ..config import SWE_REWARDS
 from . import EnvFamily, register_family
-from .base import GameLoadError, GameRecord, GameSet, StepInfo, StepResult, reuse_game_set, write_manifest
+from .base import GameLoadError, reuse_game_set, write_manifest
+from .protocol import GameRecord, GameSet, StepInfo, StepResult
 from .sandbox import Limits, require_sandbox, run_sandboxed
 
 REWARD_KINDS = SWE_REWARDS

@@ -26,18 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from . import EnvFamily, register_family
-from .base import (
-    GameLoadError,
-    GameRecord,
-    GameSet,
-    StepInfo,
-    StepResult,
-    load_game_set,
-    normalize_action,
-    reuse_game_set,
-    sanitize_action,
-    write_manifest,
-)
+from .base import GameLoadError, load_game_set, normalize_action, reuse_game_set, sanitize_action, write_manifest
+from .protocol import GameRecord, GameSet, StepInfo, StepResult
 
 SYSTEM_PROMPT = (
     "You are an agent playing a text adventure game. Each turn you read what happened and reply with exactly one "
@@ -157,7 +147,7 @@ def warm_up(game: str) -> None:
 
 
 class TextWorldEnv:
-    """One TextWorld game at a time behind the env protocol (see envs/base.py).
+    """One TextWorld game at a time behind the env protocol (see envs/protocol.py).
 
     Args:
         show_inventory: also request the inventory (adds ~1 ms per step).
