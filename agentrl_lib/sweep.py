@@ -12,9 +12,8 @@ the running of a sweep (run_sweep, behind `agentrl sweep`).
                         "results/reward.jsonl", eval_games="games/heldout")
     print(report.report(records, compare="reward.kind").markdown())          # agentrl_lib.report
 
-A sweep survives being stopped: a run whose record is in the results file (same cell, seed and base-config hash)
-is skipped, and a run whose directory holds a half-finished run resumes from its last checkpoint. Run the same
-command again.
+A sweep survives being stopped (run the same command again): a run whose record is in the results file (same cell,
+seed and base-config hash) is skipped; a run whose directory holds a half-finished run resumes from its checkpoint.
 
 Introduced in the chapters' experiments (notebooks/02_reward, 03_policy, 04_sft_then_rl).
 """
@@ -338,8 +337,7 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
         or before writing it) is recorded from its eval.json and metrics.jsonl (finished_run), not trained again.
     Raises:
         ConfigError: before anything runs, for a bad grid, seed or combination (one line naming it), no held-out
-            games, a reward.kind the training games' family refuses (EnvFamily.check_reward: dense on swe games), or
-            a run dir holding a run with another config.
+            games, a reward.kind the games' family refuses (dense on swe), or a run dir holding another config.
         ResultsFileError: `out` has a line that is not a sweep record (other than a last line cut short), or a
             record could not be appended (e.g. a full disk; the same command records it later from its run dir).
         SweepInterrupted: Ctrl-C; its message says how many runs are recorded and to run the same command again.
@@ -372,11 +370,8 @@ def run_sweep(base: RunConfig | str | Path, grid: dict[str, list] | Iterable[str
     sets = {games: load_game_set(games)  # a missing games dir fails now, not after hours of other runs
             for games in sorted({p.config.env.games for p in plan} | {p.config.train.eval_games for p in plan}
                                 | {games for games, _ in extra_evals.values()})}
-    for p in plan:  # a reward kind the training games' family refuses (e.g. dense on swe), before any run starts
-        try:
-            get_family(sets[p.config.env.games].family).check_reward(p.config.reward.kind)
-        except ConfigError as e:
-            raise ConfigError(f"grid cell {cell_text(p.cell)}: {e}") from None
+    for p in plan:  # a reward kind the games' family refuses (dense on swe), before any run
+        get_family(sets[p.config.env.games].family).check_reward(p.config.reward.kind, f"cell {cell_text(p.cell)}: ")
     records = load_records(out, warn)
     done = {record_key(r): r for r in records}
     key = lambda p: (cell_key(p.cell), p.seed, base_key(p.config, p.cell))  # noqa: E731

@@ -126,7 +126,7 @@ def test_a_sweep_with_dense_on_swe_games_is_refused_before_its_first_run(swe_gam
 
     ran = []
     base = RunConfig(env=EnvConfig(games=str(swe_games), max_turns=5), reward=RewardConfig(kind="env"))
-    with pytest.raises(ConfigError, match=r"grid cell .*dense.*: reward.kind dense \(--reward dense\) does not suit"):
+    with pytest.raises(ConfigError, match=r"cell .*dense.*: reward.kind dense \(--reward dense\) does not suit"):
         run_sweep(base, ["reward.kind=env,dense"], "0", tmp_path / "r.jsonl", eval_games=str(swe_games),
                   run=lambda *a, **k: ran.append(a), progress=False, warn=lambda m: None)
     assert ran == [] and not (tmp_path / "r.jsonl").exists()

@@ -66,13 +66,13 @@ class EnvFamily:
     """reward.kind values that training on this family's games refuses → why, and what to use instead (one line;
     `check_reward`). swe: dense, whose win cap inverts the order of pass ratios."""
 
-    def check_reward(self, kind: str) -> None:
+    def check_reward(self, kind: str, where: str = "") -> None:
         """Refuse reward.kind `kind` for a run on this family's games (refused_rewards); checked by the trainer and
-        the sweep before any model loads or env starts.
+        the sweep before any model loads or env starts. `where` prefixes the message (e.g. "grid cell ...: ").
 
         Raises: ConfigError, one line: the kind, the family, why, and the kinds to use instead."""
         if kind in self.refused_rewards:
-            raise ConfigError(f"reward.kind {kind} (--reward {kind}) does not suit {self.name} games: "
+            raise ConfigError(f"{where}reward.kind {kind} (--reward {kind}) does not suit {self.name} games: "
                               f"{self.refused_rewards[kind]}")
 
     def watchdog_s(self, configured: float) -> float:
