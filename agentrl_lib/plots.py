@@ -87,7 +87,7 @@ def legend_outside(ax, where: str = "right", **kw):
         return None
     kw.setdefault("fontsize", 8)
     if where == "below":
-        return ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=min(len(handles), 2), **kw)
+        return ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=min(len(handles), 2), **kw)
     return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, **kw)
 
 
