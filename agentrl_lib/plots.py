@@ -1,4 +1,8 @@
-"""Learning curves and evaluation tables as matplotlib figures (saved as PNG).
+"""Learning curves, evaluation bars, sweep curves and diagnostics as matplotlib figures (saved as PNG).
+
+Every axis is labelled with the glossary's name of what it shows and its unit (`axis_label`: the unit comes from
+agentrl_lib.metrics.METRICS; a fraction is drawn in %), legends sit outside the data, and a bar that summarises games
+or seeds carries an interval whose kind the figure names.
 
 Introduced in notebooks/00_quickstart.md §5.
 """
@@ -12,26 +16,101 @@ import matplotlib.pyplot as plt
 if TYPE_CHECKING:  # the annotations' np.ndarray; the functions import numpy themselves
     import numpy as np
 
-CURVES = [("success_rate", "success rate"), ("return_mean", "mean return"), ("invalid_rate", "invalid-action rate"),
-          ("entropy", "entropy (nats/token)"), ("group_return_std", "within-group return std"),
-          ("grad_norm", "grad norm")]
+STEP_LABEL = "training step"
+"""The x-axis label of every curve against the RL iteration (metrics key `step`)."""
+
+NAMES = {"success_rate": "success rate", "return_mean": "mean return", "return_std": "return std",
+         "reward_mean": "mean turn reward", "invalid_rate": "invalid-action rate", "entropy": "entropy",
+         "group_return_std": "within-group return std", "zero_std_group_frac": "zero-std groups",
+         "grad_norm": "grad norm", "repetition_rate": "repetition rate", "mean_turns": "mean turns",
+         "kl_ref": "KL to the reference", "approx_kl": "approx. KL (old ‖ new)", "clip_frac": "clipped tokens",
+         "kept_fraction": "episodes kept", "truncated_rate": "truncated turns", "mean_score_frac": "score / max score",
+         "step": STEP_LABEL}
+"""The glossary's name of a metrics key, as an axis shows it (the key itself when absent here)."""
+
+CELL_NAMES = {"sft.demos": "demonstrations d", "algo": "algorithm", "reward.kind": "reward",
+              "algo.advantage": "advantage estimator", "algo.keep_top_std": "StarPO-S: groups kept",
+              "env.swe_reward": "reward"}
+"""How a sweep's cell axis reads on a figure (legend titles, x labels)."""
+
+PREFIXES = {"eval": "held-out", "final": "last-step"}
+"""The words before a record metric's name: eval.success_rate → 'held-out success rate'."""
+
+
+def _unit(key: str) -> str:
+    from .metrics import METRICS  # imported here: the schema module imports torch
+
+    if key == "mean_score_frac":
+        return "fraction"
+    return METRICS[key].unit if key in METRICS else ""
+
+
+def is_fraction(metric: str) -> bool:
+    """Whether `metric` (a metrics key or a record path such as eval.success_rate) is a fraction (drawn in %)."""
+    return _unit(metric.rsplit(".", 1)[-1]) == "fraction"
+
+
+def axis_label(metric: str) -> str:
+    """The axis label of a metrics key or record path: the glossary's name and unit, a fraction in %.
+
+    'success_rate' → 'success rate (%)', 'entropy' → 'entropy (nats/token)', 'eval.success_rate' → 'held-out success
+    rate (%)', 'evals.hard.success_rate' → 'held-out (hard) success rate (%)', 'grad_norm' → 'grad norm' (no unit)."""
+    parts = metric.split(".")
+    key = parts[-1]
+    prefix = ""
+    if len(parts) > 1:
+        if parts[0] == "evals" and len(parts) == 3:
+            prefix = f"held-out ({parts[1]}) "
+        else:
+            prefix = PREFIXES.get(parts[0], parts[0]) + " "
+    name = prefix + NAMES.get(key, key.replace("_", " "))
+    unit = _unit(key)
+    if unit == "fraction":
+        return f"{name} (%)"
+    return f"{name} ({unit})" if unit and unit not in ("flag", "list") else name
+
+
+def label_axis(ax, metric: str, axis: str = "y") -> None:
+    """Label `ax`'s y (or x) axis with axis_label(metric); a fraction gets percent ticks (the data stay fractions)."""
+    from matplotlib.ticker import PercentFormatter
+
+    (ax.set_ylabel if axis == "y" else ax.set_xlabel)(axis_label(metric))
+    if is_fraction(metric):
+        (ax.yaxis if axis == "y" else ax.xaxis).set_major_formatter(PercentFormatter(xmax=1, decimals=0))
+
+
+def legend_outside(ax, where: str = "right", **kw):
+    """A legend beside the axes, never over the data: 'right' (upper left corner just right of the axes) or 'below'
+    (under the x label). Returns the Legend (None when the axes has no labelled artist)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return None
+    kw.setdefault("fontsize", 8)
+    if where == "below":
+        return ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=min(len(handles), 2), **kw)
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, **kw)
 
 
 def save_and_close(fig, path: str | Path) -> None:
     """Write `fig` as a PNG and release it: a process that trains many runs (a sweep) keeps no figures alive."""
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 
+CURVES = ["success_rate", "return_mean", "invalid_rate", "entropy", "group_return_std", "grad_norm"]
+"""The metrics keys of plot_learning_curves' panels, in order (labels: axis_label)."""
+
+
 def plot_learning_curves(rows: list[dict], path: str | Path | None = None, title: str = ""):
-    """One panel per metric in CURVES against the RL step; saves a PNG when `path` is given. Returns the figure
-    (pass it to `save_and_close` or plt.close when it is not shown)."""
+    """One panel per metric in CURVES against the training step, each y axis labelled with the glossary's name and
+    unit; saves a PNG when `path` is given. Returns the figure (shown once by the notebook's inline backend; pass it
+    to `save_and_close` or plt.close when it is not shown)."""
     fig, axes = plt.subplots(2, 3, figsize=(12, 6))
     steps = [r["step"] for r in rows]
-    for ax, (key, label) in zip(axes.flat, CURVES):
-        ax.plot(steps, [r.get(key, float("nan")) for r in rows], marker="o", ms=3)
-        ax.set_title(label, fontsize=10)
-        ax.set_xlabel("RL step")
+    for ax, key in zip(axes.flat, CURVES):
+        ax.plot(steps, [float("nan") if r.get(key) is None else r[key] for r in rows], marker="o", ms=3)
+        label_axis(ax, key)
+        ax.set_xlabel(STEP_LABEL)
         ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title)
@@ -41,20 +120,52 @@ def plot_learning_curves(rows: list[dict], path: str | Path | None = None, title
     return fig
 
 
+def stage_intervals(result: dict, confidence: float = 0.95) -> dict[str, tuple[float, float] | None]:
+    """The intervals over games of one evaluation (evaluate()'s dict, one seed): success rate → Wilson interval of
+    games won out of games; invalid_rate → percentile bootstrap over games of invalid turns / turns (turns of a game
+    are not independent, games are). None where `per_game` lacks what it needs."""
+    from .report import bootstrap_ratio_ci, wilson_ci
+
+    games = result.get("per_game") or []
+    out: dict = {"success_rate": None, "invalid_rate": None}
+    if games and all("won" in g for g in games):
+        out["success_rate"] = wilson_ci(sum(bool(g["won"]) for g in games), len(games), confidence)
+    if games and all("invalid" in g and "turns" in g for g in games):
+        out["invalid_rate"] = bootstrap_ratio_ci([g["invalid"] for g in games], [g["turns"] for g in games],
+                                                 confidence)
+    return out
+
+
+STAGE_CAPTION = ("one seed per stage; bar = value over the {n} games, whisker = 95% interval over games: "
+                 "Wilson (success rate), percentile bootstrap of invalid turns / turns (invalid-action rate)")
+"""The note under plot_stage_comparison's bars: what the whiskers are."""
+
+
 def plot_stage_comparison(results: dict[str, dict], path: str | Path | None = None, title: str = "held-out games"):
-    """Bar chart of success rate (and invalid-action rate) per stage, e.g. {'base': eval, 'SFT': eval, 'RL': eval}."""
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    """Two bar panels over the stages, e.g. {'base': eval, 'SFT': eval, 'RL': eval} (evaluate()'s dicts, one seed
+    each): success rate (%) and invalid-action rate (%), each bar with its 95% interval over games (stage_intervals:
+    Wilson for the success rate, bootstrap over games for the invalid-action rate), named under the figure."""
+    import numpy as np
+
     names = list(results)
-    succ = [results[n]["success_rate"] for n in names]
-    inval = [results[n]["invalid_rate"] for n in names]
-    x = range(len(names))
-    ax.bar([i - 0.2 for i in x], succ, width=0.4, label="success rate")
-    ax.bar([i + 0.2 for i in x], inval, width=0.4, label="invalid-action rate")
-    ax.set_xticks(list(x), names)
-    ax.set_ylim(0, 1.05)
-    ax.legend()
-    ax.set_title(title)
-    fig.tight_layout()
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.6))
+    for ax, key, color in zip(axes, ("success_rate", "invalid_rate"), ("tab:blue", "tab:orange")):
+        vals = np.array([results[n][key] for n in names], dtype=float)
+        cis = [stage_intervals(results[n])[key] for n in names]
+        lo = np.array([v - c[0] if c else 0.0 for v, c in zip(vals, cis)])
+        hi = np.array([c[1] - v if c else 0.0 for v, c in zip(vals, cis)])
+        ax.bar(range(len(names)), vals, width=0.6, color=color, yerr=np.vstack([lo.clip(0), hi.clip(0)]),
+               capsize=4, error_kw={"elinewidth": 1})
+        ax.set_xticks(range(len(names)), names)
+        ax.set_ylim(0, 1.05)
+        label_axis(ax, key)
+        ax.set_xlabel("stage")
+        ax.grid(axis="y", alpha=0.3)
+    n_games = sorted({len(results[n].get("per_game") or []) or results[n].get("n_games", 0) for n in names})
+    fig.suptitle(title)
+    fig.text(0.5, 0.01, STAGE_CAPTION.format(n="/".join(map(str, n_games))), ha="center", va="bottom", fontsize=8,
+             color="0.3", wrap=True)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     if path:
         fig.savefig(path, dpi=100)
     return fig
@@ -86,16 +197,20 @@ def seed_curves(records: list[dict], metric: str) -> tuple[list[int], "np.ndarra
 
 
 def plot_sweep_curves(records: list[dict], metric: str = "success_rate", by: str = "algo", ax=None,
-                      where: dict | None = None, label_eval: bool = True):
-    """Training curves of a sweep: one line per value of the cell axis `by` (mean over seeds) with a min–max band,
-    `metric` (a per-step key of records.STEP_KEYS, e.g. success_rate of the training rollouts) against the step.
+                      where: dict | None = None, label_eval: bool = True, legend: str | None = "below"):
+    """Training curves of a sweep: one line per value of the cell axis `by` (mean over seeds) with a min–max band
+    over seeds, `metric` (a per-step key of records.STEP_KEYS, e.g. success_rate of the training rollouts) against
+    the training step; the y axis says the metric's glossary name and unit (axis_label).
 
     Args:
         records: sweep records (records.load_results); `where` keeps those whose cell matches
             ({"reward.kind": "dense"}).
-        label_eval: add each line's held-out success (mean over seeds) to its legend label.
+        label_eval: add each line's held-out success (mean over seeds) and its number of seeds to its label.
+        legend: "below" or "right" of the axes (legend_outside; never over the curves), None for no legend.
     Returns: the matplotlib Axes. Raises ValueError when no record matches `where` or lacks the axis `by`.
     """
+    import warnings
+
     import numpy as np
 
     chosen = _selected(records, where)
@@ -107,29 +222,29 @@ def plot_sweep_curves(records: list[dict], metric: str = "success_rate", by: str
     for v in values:
         runs = [r for r in chosen if _cell_value(r, by) == v]
         steps, y = seed_curves(runs, metric)
-        with np.errstate(all="ignore"):
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # a step where every seed is NaN
-                mean, lo, hi = np.nanmean(y, 0), np.nanmin(y, 0), np.nanmax(y, 0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a step where every seed is NaN
+            mean, lo, hi = np.nanmean(y, 0), np.nanmin(y, 0), np.nanmax(y, 0)
         label = f"{v}"
         if label_eval:
             ev = [r["eval"]["success_rate"] for r in runs if r.get("eval")]
             label += f" (held-out {np.mean(ev):.0%}, n={len(ev)})" if ev else ""
         (line,) = ax.plot(steps, mean, label=label)
         ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
-    ax.set_xlabel("RL step")
-    ax.set_ylabel(metric)
+    ax.set_xlabel(STEP_LABEL)
+    label_axis(ax, metric)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, title=by, title_fontsize=8)
+    if legend:
+        legend_outside(ax, legend, title=f"{CELL_NAMES.get(by, by)} (line: mean, band: min–max over seeds)",
+                       title_fontsize=8)
     return ax
 
 
 def plot_cell_means(records: list[dict], metric: str = "eval.success_rate", x: str = "sft.demos",
-                    hue: str | None = None, ax=None, label: str | None = None):
+                    hue: str | None = None, ax=None, label: str | None = None, legend: str | None = "below"):
     """A record metric (report.metric_value path, e.g. eval.success_rate or evals.hard.success_rate) against a numeric
-    cell axis `x`: each seed a dot, the mean a line (one line per value of `hue`, if given).
+    cell axis `x`: each seed a dot, the mean a line (one line per value of `hue`, if given); axes labelled with
+    axis_label / CELL_NAMES, the legend outside the axes (`legend`: "below", "right" or None).
     Returns the Axes. Raises ValueError when no record has a value for `x` and `metric`."""
     import numpy as np
 
@@ -148,25 +263,60 @@ def plot_cell_means(records: list[dict], metric: str = "eval.success_rate", x: s
     for h, pts in sorted(groups.items(), key=lambda kv: str(kv[0])):
         xs = sorted(pts)
         (line,) = ax.plot(xs, [np.mean(pts[v]) for v in xs], marker="o",
-                          label=label or (f"{hue}={h}" if hue else metric))
+                          label=label or (f"{CELL_NAMES.get(hue, hue)}={h}" if hue else axis_label(metric)))
         for v in xs:
             ax.scatter([v] * len(pts[v]), pts[v], color=line.get_color(), alpha=0.4, s=12)
-    ax.set_xlabel(x)
-    ax.set_ylabel(metric)
+    ax.set_xlabel(CELL_NAMES.get(x, x))
+    label_axis(ax, metric)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if legend:
+        legend_outside(ax, legend)
     return ax
+
+
+def run_name(record: dict) -> str:
+    """A sweep record's identity on a figure: its cell values and seed ('rloo dense s0')."""
+    return " ".join(str(v) for v in record.get("cell", {}).values()) + f" s{record.get('seed', '?')}"
+
+
+def plot_runs(records: list[dict], metrics: list[str], status=None, title: str = "", legend_title: str = "run"):
+    """Each run of a sweep as its own line, one panel per metric (y labelled by axis_label) against the training
+    step: colour = the run (legend on the right: run_name and, when `status(record)` returns a text, that text),
+    line style = solid, or dashed when `status` returns a text (e.g. 'collapsed at step 7').
+    Returns the Figure. Raises ValueError on no records."""
+    if not records:
+        raise ValueError("plot_runs: no records")
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.6 * len(metrics) + 2.6, 3.3), squeeze=False)
+    colors = plt.get_cmap("tab10" if len(records) <= 10 else "tab20").colors
+    for i, r in enumerate(records):
+        note = status(r) if status else None
+        style = dict(color=colors[i % len(colors)], ls="--" if note else "-", lw=1.4, alpha=0.9)
+        steps = [s["step"] for s in r.get("steps", [])]
+        for ax, key in zip(axes[0], metrics):
+            ys = [float("nan") if s.get(key) is None else s[key] for s in r.get("steps", [])]
+            ax.plot(steps, ys, label=run_name(r) + (f" ({note})" if note else ""), **style)
+    for ax, key in zip(axes[0], metrics):
+        label_axis(ax, key)
+        ax.set_xlabel(STEP_LABEL)
+        ax.grid(alpha=0.3)
+    legend_outside(axes[0][-1], "right", title=legend_title, title_fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
 
 
 # ------------------------------------------------------------------------------------------------ diagnostics
 DIAGNOSTIC_PANELS = [
-    ("success rate", [("success_rate", "training success")]),
-    ("reward spread", [("group_return_std", "within-group return std"), ("zero_std_group_frac", "zero-std groups")]),
-    ("entropy (nats/token)", [("entropy", "entropy")]),
-    ("grad norm", [("grad_norm", "grad norm (before clipping)")]),
-    ("invalid / repetition", [("invalid_rate", "invalid-action rate"), ("repetition_rate", "repetition rate")]),
+    ("success_rate", [("success_rate", "training success")]),
+    ("group_return_std", [("group_return_std", "within-group return std")]),
+    ("zero_std_group_frac", [("zero_std_group_frac", "zero-std groups")]),
+    ("entropy", [("entropy", "entropy")]),
+    ("grad_norm", [("grad_norm", "grad norm (before clipping)")]),
+    ("invalid_rate", [("invalid_rate", "invalid-action rate"), ("repetition_rate", "repetition rate")]),
 ]
-"""The panels of plot_diagnostics: (title, [(metrics key, legend label), ...])."""
+"""The panels of plot_diagnostics: (the metrics key whose axis_label labels the y axis, [(metrics key, legend
+label), ...]); the last panel's two keys are both fractions of turns, its y label says so."""
 
 ALERT_COLORS = {"reward_std_collapse": "tab:red", "grad_norm_spike": "tab:purple", "invalid_rising": "tab:orange",
                 "repetition_rising": "tab:brown"}
@@ -174,9 +324,10 @@ ALERT_COLORS = {"reward_std_collapse": "tab:red", "grad_norm_spike": "tab:purple
 
 
 def plot_diagnostics(rows_or_record, alerts: list | None = None, title: str = "", path: str | Path | None = None):
-    """Echo-Trap diagnostics of one run as small multiples against the RL step (DIAGNOSTIC_PANELS: success rate,
-    within-group return std and zero-std group fraction, entropy, grad norm, invalid and repetition rate), with a
-    dashed vertical line at each alert's step in every panel (colour by kind, ALERT_COLORS).
+    """Echo-Trap diagnostics of one run as small multiples against the training step, two rows of three panels
+    (DIAGNOSTIC_PANELS: success rate, within-group return std, zero-std group fraction, entropy, grad norm, invalid
+    and repetition rate; each y axis labelled with the glossary's name and unit), with a dashed vertical line at each
+    alert's step in every panel (colour by kind, ALERT_COLORS; their legend under the panels).
 
     Args:
         rows_or_record: metrics rows (metrics.jsonl) or a sweep record (its "steps"). A key a row lacks or holds
@@ -195,9 +346,11 @@ def plot_diagnostics(rows_or_record, alerts: list | None = None, title: str = ""
     if alerts is None:
         alerts = read_alerts(rows_or_record)
     alerts = [a if isinstance(a, dict) else a.to_dict() for a in alerts]
-    fig, axes = plt.subplots(1, len(DIAGNOSTIC_PANELS), figsize=(3.2 * len(DIAGNOSTIC_PANELS), 3.0), sharex=True)
+    ncols = 3
+    nrows = -(-len(DIAGNOSTIC_PANELS) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(10.5, 3.0 * nrows + 0.6), sharex=True, squeeze=False)
     steps = [r.get("step") for r in rows]
-    for ax, (panel, keys) in zip(axes, DIAGNOSTIC_PANELS):
+    for ax, (panel, keys) in zip(axes.flat, DIAGNOSTIC_PANELS):
         drawn = False
         for key, label in keys:
             ys = [r.get(key) for r in rows]
@@ -210,20 +363,25 @@ def plot_diagnostics(rows_or_record, alerts: list | None = None, title: str = ""
             ax.text(0.5, 0.5, "not logged", transform=ax.transAxes, ha="center", va="center", color="gray")
         for a in alerts:
             ax.axvline(a["step"], color=ALERT_COLORS.get(a["kind"], "k"), ls="--", lw=1, alpha=0.8)
-        ax.set_title(panel, fontsize=10)
-        ax.set_xlabel("RL step")
+        label_axis(ax, panel)
+        if len(keys) > 1:
+            ax.set_ylabel("share of turns (%)")
+            if drawn:
+                legend_outside(ax, "below", fontsize=8)
+        ax.set_xlabel(STEP_LABEL)
+        ax.xaxis.set_tick_params(labelbottom=True)
         ax.grid(alpha=0.3)
-        if len(keys) > 1 and drawn:
-            ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(DIAGNOSTIC_PANELS):]:
+        ax.set_visible(False)
     if alerts:
         from matplotlib.lines import Line2D
 
         kinds = list(dict.fromkeys(a["kind"] for a in alerts))
         fig.legend([Line2D([], [], color=ALERT_COLORS.get(k, "k"), ls="--") for k in kinds],
-                   [f"alert: {k}" for k in kinds], loc="lower center", ncol=len(kinds), fontsize=8)
+                   [f"alert: {k}" for k in kinds], loc="lower center", ncol=len(kinds), fontsize=9)
     if title:
         fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.08 if alerts else 0, 1, 1))
+    fig.tight_layout(rect=(0, 0.05 if alerts else 0, 1, 1))
     if path:
         fig.savefig(path, dpi=100)
     return fig

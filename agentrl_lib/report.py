@@ -84,6 +84,38 @@ def bootstrap_diff_ci(a, b, confidence: float = 0.95, n_resamples: int = 9999, s
     return _bootstrap((list(a), list(b)), _mean_diff, confidence, n_resamples, seed)
 
 
+def wilson_ci(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float] | None:
+    """Wilson score interval of a success probability from `successes` out of `n` independent trials (e.g. games won
+    out of the held-out games of one run: the interval over games where one seed exists). Unlike the normal
+    approximation it stays inside [0, 1] and is not empty at 0 or n successes. None when n is 0."""
+    from scipy.stats import norm
+
+    if n <= 0:
+        return None
+    z = float(norm.ppf(0.5 + confidence / 2))
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def bootstrap_ratio_ci(numerators, denominators, confidence: float = 0.95, n_resamples: int = 9999,
+                       seed: int = 0) -> tuple[float, float] | None:
+    """Percentile-bootstrap interval of Σ numerators / Σ denominators, resampling the units (e.g. games: invalid
+    turns / turns of each game) with replacement, seeded. None with fewer than 2 units or no denominator."""
+    import numpy as np
+
+    num, den = np.asarray(numerators, dtype=float), np.asarray(denominators, dtype=float)
+    if len(num) < 2 or den.sum() <= 0:
+        return None
+    idx = np.random.default_rng(seed).integers(0, len(num), size=(n_resamples, len(num)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratios = num[idx].sum(1) / den[idx].sum(1)
+    ratios = ratios[np.isfinite(ratios)]
+    alpha = (1 - confidence) / 2
+    return float(np.quantile(ratios, alpha)), float(np.quantile(ratios, 1 - alpha))
+
+
 def _summary(values: list[float], confidence: float, n_resamples: int, seed: int):
     """(mean, std, bootstrap interval of the mean) of one cell's values over seeds; std and interval None below 2."""
     import numpy as np

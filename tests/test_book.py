@@ -208,8 +208,10 @@ MARK_EXPLORERS = """() => {
     const root = g.closest('.widget-vbox');
     if (root && root.querySelector('img') && !roots.includes(root)) roots.push(root);  // toggles over figures
   }
-  roots.forEach((r, i) => r.setAttribute('data-explorer', String(i)));
-  return roots.length;
+  // a partial grid's explorer carries a toggle on each page of its outer Stack: one explorer, the outermost box
+  const outer = roots.filter(r => !roots.some(o => o !== r && o.contains(r)));
+  outer.forEach((r, i) => r.setAttribute('data-explorer', String(i)));
+  return outer.length;
 }"""
 
 
@@ -231,7 +233,7 @@ def check_explorers(browser, site: Path, path: Path, required: bool, screenshot:
     try:
         page = v.page
         n = page.evaluate(MARK_EXPLORERS)
-        groups_per = [page.locator(f"[data-explorer='{i}'] .widget-toggle-buttons").count() for i in range(n)]
+        groups_per = [page.locator(f"[data-explorer='{i}'] .widget-toggle-buttons:visible").count() for i in range(n)]
         problems, clicks = [], 0
         if required and not any(g >= 2 for g in groups_per):
             return [f"{name}: no algorithm × reward sweep explorer rendered (toggle groups per explorer: "
@@ -250,7 +252,7 @@ def check_explorers(browser, site: Path, path: Path, required: bool, screenshot:
 
             before = shown()
             for k in range(groups_per[i]):
-                group = explorer.locator(".widget-toggle-buttons").nth(k)
+                group = explorer.locator(".widget-toggle-buttons:visible").nth(k)  # a page's own toggle: the shown
                 buttons = group.locator("button")
                 if buttons.count() < 2:
                     continue

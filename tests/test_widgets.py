@@ -105,3 +105,67 @@ def test_sweep_curves_average_over_seeds_and_cell_means():
     plt.close("all")
     with pytest.raises(ValueError):
         plots.plot_sweep_curves(recs, by="nope")
+
+
+def _images(widget) -> list:
+    """Every w.Image under `widget` (the explorer's pre-rendered figures)."""
+    if isinstance(widget, w.Image):
+        return [widget]
+    return [im for child in getattr(widget, "children", ()) for im in _images(child)]
+
+
+def test_explorer_of_a_partial_grid_shows_only_cells_with_runs():
+    recs = [r for r in _records() if r["cell"] != {"algo": "grpo", "reward.kind": "dense"}]  # GRPO: sparse only
+    box = widgets.sweep_explorer(recs, metrics=("success_rate",), axes=("algo", "reward.kind"))
+    algo_t, root = box.children  # the reward toggle differs per algorithm: it sits on each algorithm's page
+    assert list(algo_t.options) == ["grpo", "ppo"]
+    assert len(_images(box)) == 3, "one figure per cell that has runs, no 'no runs' figures"
+    pages = {}
+    for i, algo in enumerate(algo_t.options):
+        reward_t, stack = root.children[i].children
+        assert isinstance(reward_t, w.ToggleButtons)
+        pages[algo] = list(reward_t.options)
+        linked = {(id(k.source[0]), id(k.target[0])) for k in box.links}
+        assert (id(reward_t), id(stack)) in linked and (id(algo_t), id(root)) in linked
+        for j, reward in enumerate(reward_t.options):
+            runs = [r for r in recs if r["cell"] == {"algo": algo, "reward.kind": reward}]
+            fixed = {"algo": algo, "reward.kind": reward}
+            assert stack.children[j].value == widgets._png(
+                widgets.cell_figure(runs, ("success_rate",), widgets._cell_title(runs, fixed)))
+    assert pages == {"grpo": ["sparse"], "ppo": ["dense", "sparse"]}
+
+
+def test_cell_figure_labels_every_axis():
+    import matplotlib.pyplot as plt
+
+    fig = widgets.cell_figure(_records()[:2], ("success_rate", "entropy"), "t")
+    assert [ax.get_ylabel() for ax in fig.axes] == ["success rate (%)", "entropy (nats/token)"]
+    assert all(ax.get_xlabel() == plots.STEP_LABEL for ax in fig.axes)
+    plt.close(fig)
+
+
+def test_episode_browser_prerenders_every_game_and_stage_and_links_its_controls():
+    def game(i, won):
+        return {"game": f"g{i}", "won": won, "turns": 2, "score": int(won), "max_score": 1, "invalid": 1 - won,
+                "actions": [f"open box {i}", "take <key>"], "termination": "won" if won else "max_turns"}
+
+    results = {"base": {"per_game": [game(0, 0), game(1, 0)]}, "SFT": {"per_game": [game(0, 1), game(1, 0)]},
+               "RL": {"per_game": [game(0, 1)]}}  # RL did not play g1
+    box = widgets.episode_browser(results)
+    (pick, stage), outer = box.children[0].children, box.children[1]
+    assert list(pick.options) == ["g0", "g1"] and list(stage.options) == ["base", "SFT", "RL"]
+    linked = {(id(k.source[0]), k.source[1], id(k.target[0]), k.target[1]) for k in box.links}
+    assert (id(pick), "index", id(outer), "selected_index") in linked
+    for i, g in enumerate(pick.options):
+        inner = outer.children[i]
+        assert (id(stage), "index", id(inner), "selected_index") in linked
+        for j, s in enumerate(stage.options):
+            page = inner.children[j].value
+            assert f"<b>{s}</b>" in page
+            if s == "RL" and g == "g1":
+                assert "did not play" in page
+            else:
+                assert f"open box {i}" in page and "take &lt;key&gt;" in page
+    assert "WON in 2 turns" in outer.children[0].children[1].value
+    with pytest.raises(ValueError, match="no per-game rows"):
+        widgets.episode_browser({"base": {}})
