@@ -6,6 +6,8 @@
 Parts (each a results file; the commands it runs are printed, and are ordinary `agentrl` commands):
 - pilot       the main sweep's PPO-dense and RLOO-dense cells x seeds 0-1 (results/algo_reward.jsonl); their
               seed-to-seed spread sets the main sweep's number of seeds (results/seeds_choice.json; seeds_for).
+- behaviour   results/sft_behaviour.json: every SFT candidate plays the validation games once at the RL sampling
+              temperature (0.7, seed 0), as its first rollouts would; the greedy numbers of the SFT rounds beside.
 - main        results/algo_reward.jsonl: {PPO, GRPO, RLOO} x {sparse, dense} x the pilot's seeds
               (configs/cooking.yaml), RL from the SFT model chosen on the VALIDATION games
               (results/sft_choice.json: the candidate whose validation success is nearest TARGET_SFT_SUCCESS, so RL
@@ -89,6 +91,10 @@ the one nearest TARGET_SFT_SUCCESS is taken, and sft_choice.json says it lies ou
 TARGET_SFT_SUCCESS = 0.45
 """Validation success aimed at (0.35-0.55): wins and losses inside most groups of 4 from the first rollouts on
 (P(a group of 4 all lost) = 0.55^4 = 9% at 45%), and room to improve."""
+BEHAVIOUR_T = 0.7
+"""configs/cooking.yaml's sampling temperature (TrainConfig.temperature): the `behaviour` part plays the validation
+games with each SFT candidate at this temperature, as its first RL rollouts would (TARGET_SFT_SUCCESS was aimed at
+the greedy number, which overstates what the behaviour policy wins: 47% greedy at the chosen start)."""
 PILOT = {"cells": [["algo=ppo", "reward.kind=dense"], ["algo=rloo", "reward.kind=dense"]], "seeds": (0, 1)}
 """Two cells of the main sweep x 2 seeds, run first: their seed-to-seed spread of held-out success sets the number
 of seeds (a 95% interval of a difference between two cells of at most about +-15 points). They are ordinary records
@@ -338,6 +344,47 @@ def collect_evals(folder: str = "evals") -> int:
     return n
 
 
+def behaviour_success() -> dict:
+    """The `behaviour` part: every SFT candidate plays the 32 validation games once at BEHAVIOUR_T (`agentrl eval
+    --temperature 0.7 --seed 0`, into runs/evals-sampled/), as the first RL rollouts from it would; writes
+    RESULTS/sft_behaviour.json: per candidate the sampled success and invalid-command rate beside the greedy ones of
+    the SFT rounds (sft_round*.json). Candidates whose SFT model is missing are (re)made first."""
+    out_dir = ROOT / "runs" / "evals-sampled"
+    jobs = []
+    for d, lr in SFT_CANDIDATES:
+        model = sft_dir("cooking-train", d, 1.0, 0, lr)
+        out = out_dir / f"sampled-{Path(model).name}-on-cooking-valid.json"
+        if not out.exists():
+            jobs.append((f"eval-sampled-{Path(model).name}", [
+                *AGENTRL, "eval", "--model", model, "--games", "games/cooking-valid", "--max-turns", "8",
+                "--temperature", f"{BEHAVIOUR_T:g}", "--seed", "0", "--dtype", "float32", "--out", str(out)]))
+    if DRY_RUN:
+        return {"jobs": jobs}
+    parallel([j for d, lr in SFT_CANDIDATES for j in sft("cooking-train", d, 1.0, 0, lr=lr)], 1)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    failed = parallel(jobs, 1)
+    greedy = {}
+    for path in sorted(RESULTS.glob("sft_round*.json")):
+        r = json.loads(path.read_text())
+        greedy.update({c: {"success": v, "invalid": r.get("invalid_rate", {}).get(c)}
+                       for c, v in r["validation_success"].items()})
+    cands = {}
+    for d, lr in SFT_CANDIDATES:
+        path = out_dir / f"sampled-{Path(sft_dir('cooking-train', d, 1.0, 0, lr)).name}-on-cooking-valid.json"
+        if path.exists():
+            res = json.loads(path.read_text())
+            cands[candidate_name(d, lr)] = {"sampled_success": res["success_rate"],
+                                            "sampled_invalid": res["invalid_rate"],
+                                            "greedy_success": greedy.get(candidate_name(d, lr), {}).get("success"),
+                                            "greedy_invalid": greedy.get(candidate_name(d, lr), {}).get("invalid")}
+    result = {"temperature": BEHAVIOUR_T, "seed": 0, "validation_games": "games/cooking-valid", "max_turns": 8,
+              "candidates": cands, "failed": failed}
+    (RESULTS / "sft_behaviour.json").write_text(json.dumps(result, indent=1) + "\n")
+    log(f"behaviour: sampled validation success at T={BEHAVIOUR_T:g}: "
+        f"{ {c: v['sampled_success'] for c, v in cands.items()} } -> {RESULTS / 'sft_behaviour.json'}")
+    return result
+
+
 def sweep(base: str, out: str, grid: list[str], seed: int, init: str, *extra: str) -> tuple[str, list[str]]:
     name = (f"{Path(out).stem}-{'-'.join(g.split('=')[-1].replace('/', '.') for g in grid)}-{init.split('/')[-1]}"
             f"-s{seed}")
@@ -546,8 +593,8 @@ def swe_part(n_jobs: int) -> list[str]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("part", choices=["all", "pilot", "main", "explore", "split", "complexity", "evals", "stability",
-                                      "swe"])
+    p.add_argument("part", choices=["all", "pilot", "behaviour", "main", "explore", "split", "complexity", "evals",
+                                      "stability", "swe"])
     p.add_argument("--jobs", type=int, default=1,
                    help="commands at once (1 on a laptop; 7 on a 16-core machine with an 80 GB GPU: one RL run of "
                         "configs/cooking.yaml holds ~9.5 GB of GPU memory, 8 at once ran out)")
@@ -575,6 +622,10 @@ def main() -> None:
     if not DRY_RUN:
         subprocess.run([*AGENTRL[:1], "-c", "from agentrl_lib.models import embedded_model_dir as e; e()"], cwd=ROOT,
                        env=ENV, check=True)  # convert the embedded model once, before parallel jobs load it
+    if parts == ["behaviour"]:  # the SFT candidates' sampled validation success (sft_behaviour.json), nothing else
+        for name, cmd in behaviour_success().get("jobs", []):
+            print(name, " ".join(cmd))
+        return
     main_init = choose_sft(a.jobs) if {"pilot", "main", "explore", "evals"} & set(parts) else None
     sfts, jobs, evals = [], [], []
     if "pilot" in parts:

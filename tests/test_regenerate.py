@@ -119,3 +119,45 @@ def test_swe_stage_eval_is_agentrl_eval_with_the_swe_configs_budget(tmp_path, mo
     assert a.out == str(tmp_path / "runs" / "evals-swe" / "sft-x-on-swe-heldout-l2.json")
     meta = tmp_path / "runs" / "evals-swe" / "sft-x-on-swe-heldout-l2.meta.json"
     assert meta.exists() != dry_run  # a dry run writes nothing
+
+
+def test_behaviour_part_samples_each_candidate_as_its_first_rollouts_would(tmp_path, monkeypatch):
+    """The `behaviour` part's evaluation command parses with the real CLI into a sampled (T = configs/cooking.yaml's
+    temperature), seeded evaluation of the validation games at the RL runs' max turns; sft_behaviour.json puts each
+    candidate's sampled numbers beside the greedy ones of the SFT rounds. Negative control: a candidate whose
+    evaluation is missing is left out, not given a number."""
+    import json
+
+    import yaml
+
+    from agentrl_lib import cli
+
+    regen = load_regenerate()
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setattr(regen, "ROOT", tmp_path)
+    monkeypatch.setattr(regen, "RESULTS", results)
+    monkeypatch.setattr(regen, "SFT_CANDIDATES", ((64, 6e-6), (64, 9e-6)))
+    monkeypatch.setattr(regen, "DRY_RUN", True)
+    (name, cmd), _ = regen.behaviour_success()["jobs"]
+    a = cli.build_parser().parse_args(cmd[3:])
+    conf = yaml.safe_load((ROOT / "configs" / "cooking.yaml").read_text())
+    assert a.func is cli.commands.cmd_eval and a.temperature == regen.BEHAVIOUR_T
+    from agentrl_lib.config import TrainConfig
+
+    assert regen.BEHAVIOUR_T == conf["train"].get("temperature", TrainConfig().temperature)
+    assert getattr(a, "train.seed") == 0 and getattr(a, "env.max_turns") == conf["env"]["max_turns"]
+    assert getattr(a, "env.games") == "games/cooking-valid"  # validation games, never held-out ones
+
+    monkeypatch.setattr(regen, "DRY_RUN", False)
+    monkeypatch.setattr(regen, "parallel", lambda jobs, n: [])
+    out_dir = tmp_path / "runs" / "evals-sampled"
+    out_dir.mkdir(parents=True)
+    (out_dir / f"sampled-{Path(regen.sft_dir('cooking-train', 64, 1.0, 0, 6e-6)).name}-on-cooking-valid.json"
+     ).write_text(json.dumps({"success_rate": 0.0625, "invalid_rate": 0.81}))
+    (results / "sft_round1.json").write_text(json.dumps({"validation_success": {"64@6e-06": 0.47, "64@9e-06": 0.8},
+                                                          "invalid_rate": {"64@6e-06": 0.51}}))
+    res = regen.behaviour_success()
+    assert res["candidates"] == {"64@6e-06": {"sampled_success": 0.0625, "sampled_invalid": 0.81,
+                                              "greedy_success": 0.47, "greedy_invalid": 0.51}}
+    assert json.loads((results / "sft_behaviour.json").read_text())["candidates"] == res["candidates"]
