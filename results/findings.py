@@ -137,7 +137,8 @@ def findings_table() -> str:
 def design_table() -> str:
     """The findings design's search for the RL start, from the SFT rounds' files (results/incoming/sft_round*.json,
     then results/ once the sweep moves up): learning rate -> validation success and invalid-command rate, in the
-    order tried; then the choice (sft_choice.json with chosen_lr), the pilot's runs so far (pilot_rows) and its
+    order tried, with the sampled numbers of the `behaviour` part when sft_behaviour.json exists; then the choice
+    (sft_choice.json with chosen_lr), the pilot's runs so far (pilot_rows) and its
     number of seeds (seeds_choice.json) when they exist."""
     import json
 
@@ -151,10 +152,19 @@ def design_table() -> str:
         invalid.update(r.get("invalid_rate", {}))
     if not success:
         return "No SFT round is recorded yet (`python results/regenerate.py pilot`)."
-    lines = ["| round | walkthroughs @ learning rate | validation success | invalid commands |", "|:-:|:--|--:|--:|"]
+    behaviour = next((json.loads(p.read_text()) for d in folders if (p := d / "sft_behaviour.json").exists()), None)
+    head = "| round | walkthroughs @ learning rate | validation success | invalid commands |"
+    lines = [head, "|:-:|:--|--:|--:|"]
+    if behaviour:  # the same games sampled at the RL temperature, as the first rollouts play them
+        t = f"{behaviour['temperature']:g}"
+        lines = [head + f" sampled at T = {t}: success | invalid |", "|:-:|:--|--:|--:|--:|--:|"]
     for cand in sorted(success, key=lambda c: float(c.split("@")[1])):
         inv = f"{100 * invalid[cand]:.0f}%" if cand in invalid else "—"
-        lines.append(f"| {tried[cand]} | {cand} | {_pct(success[cand])} | {inv} |")
+        row = f"| {tried[cand]} | {cand} | {_pct(success[cand])} | {inv} |"
+        if behaviour:
+            b = behaviour["candidates"].get(cand)
+            row += f" {_pct(b['sampled_success'])} | {100 * b['sampled_invalid']:.0f}% |" if b else " — | — |"
+        lines.append(row)
     for d in folders:
         choice = d / "sft_choice.json"
         if choice.exists() and "chosen_lr" in (c := json.loads(choice.read_text())):

@@ -126,3 +126,20 @@ def test_pilot_rows_list_the_pilot_cells_from_the_chosen_start_only(monkeypatch)
                         "| RLOO, dense | 1 | 50% | 6.0 | 25% |"]
     monkeypatch.setattr(findings, "load_results", lambda path: [])
     assert findings.pilot_rows(ROOT / "results", "runs/sft/chosen") == []
+
+
+def test_design_table_shows_the_sampled_numbers_beside_the_greedy_ones(tmp_path, monkeypatch):
+    """With sft_behaviour.json the table gains the sampled columns; a candidate it lacks shows '—', not a number
+    (negative control)."""
+    import json
+
+    inc = tmp_path / "results" / "incoming"
+    inc.mkdir(parents=True)
+    (inc / "sft_round1.json").write_text(json.dumps({"validation_success": {"64@9e-06": 0.8, "64@6e-06": 0.47},
+                                                     "invalid_rate": {"64@6e-06": 0.51}}))
+    (inc / "sft_behaviour.json").write_text(json.dumps({"temperature": 0.7, "candidates": {
+        "64@6e-06": {"sampled_success": 0.0625, "sampled_invalid": 0.81}}}))
+    monkeypatch.setattr(findings, "ROOT", tmp_path)
+    lines = findings.design_table().splitlines()
+    assert lines[0].endswith("| sampled at T = 0.7: success | invalid |")
+    assert lines[2:4] == ["| 1 | 64@6e-06 | 47% | 51% | 6% | 81% |", "| 1 | 64@9e-06 | 80% | — | — | — |"]
