@@ -168,9 +168,13 @@ def design_table() -> str:
     for d in folders:
         choice = d / "sft_choice.json"
         if choice.exists() and "chosen_lr" in (c := json.loads(choice.read_text())):
+            if (first := d / "sft_choice_greedy.json").exists():  # the start chosen on greedy success, then replaced
+                g = json.loads(first.read_text())
+                lines.append(f"\nFirst chosen: {g['chosen_demos']}@{g['chosen_lr']:g} (rule: {g['rule']}).")
+                lines += pilot_rows(d / "algo_reward_greedy_start.jsonl", g["chosen"])
             where = "inside" if c["inside_band"] else "outside"
             lines.append(f"\nChosen: {c['chosen_demos']}@{c['chosen_lr']:g} ({where} the band; rule: {c['rule']}).")
-            lines += pilot_rows(d, c["chosen"])
+            lines += pilot_rows(d / "algo_reward.jsonl", c["chosen"])
             break
     for d in folders:
         seeds = d / "seeds_choice.json"
@@ -183,14 +187,14 @@ def design_table() -> str:
     return "\n".join(lines)
 
 
-def pilot_rows(folder: Path, init: str) -> list[str]:
-    """The pilot's runs so far (regenerate.PILOT's cells and seeds, started from `init`, in folder/algo_reward.jsonl):
+def pilot_rows(path: Path, init: str) -> list[str]:
+    """The pilot's runs so far (regenerate.PILOT's cells and seeds, started from `init`, in the results file `path`):
     one table row per run with its held-out success, mean turns and invalid-command rate; [] before the first."""
     from regenerate import PILOT
 
     want = [dict(c.split("=", 1) for c in cell) for cell in PILOT["cells"]]
     rows = []
-    for r in load_results(folder / "algo_reward.jsonl"):
+    for r in load_results(path):
         labels = {k: str(v) for k, v in r["cell"].items()}
         if (labels in want and r["seed"] in PILOT["seeds"]
                 and str(r["config"]["model"]["name"]).rstrip("/").endswith(init.rstrip("/"))):

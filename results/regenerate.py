@@ -382,7 +382,42 @@ def behaviour_success() -> dict:
     (RESULTS / "sft_behaviour.json").write_text(json.dumps(result, indent=1) + "\n")
     log(f"behaviour: sampled validation success at T={BEHAVIOUR_T:g}: "
         f"{ {c: v['sampled_success'] for c, v in cands.items()} } -> {RESULTS / 'sft_behaviour.json'}")
+    if not failed and len(cands) == len(SFT_CANDIDATES):
+        choose_by_behaviour(cands)
     return result
+
+
+def choose_by_behaviour(cands: dict) -> str:
+    """The RL start chosen on what its first rollouts win: the candidate whose SAMPLED validation success (T =
+    BEHAVIOUR_T) is nearest TARGET_SFT_SUCCESS inside SFT_BAND (ties: the smaller learning rate). The greedy choice
+    before it (sft_choice.json without "statistic"; its pilot runs were bimodal, book/findings.md) is kept as
+    sft_choice_greedy.json; the new choice is sft_choice.json, which every part reads. Returns the chosen dir.
+
+    Raises SystemExit naming the candidates that bracket the band when none is inside it."""
+    choice = RESULTS / "sft_choice.json"
+    if choice.exists() and json.loads(choice.read_text()).get("statistic") == "sampled":
+        return json.loads(choice.read_text())["chosen"]
+    named = {candidate_name(d, lr): (d, lr) for d, lr in SFT_CANDIDATES}
+    by = {named[c]: v["sampled_success"] for c, v in cands.items()}
+    inside = [c for c in by if SFT_BAND[0] <= by[c] <= SFT_BAND[1]]
+    if not inside:
+        seen = ", ".join(f"{candidate_name(*c)}: {v:.0%}" for c, v in sorted(by.items(), key=lambda x: x[0][1]))
+        raise SystemExit(f"no SFT candidate's sampled validation success is within {SFT_BAND[0]:.0%}-"
+                         f"{SFT_BAND[1]:.0%} ({seen}): add learning rates between the two that bracket it to "
+                         "SFT_CANDIDATES in results/regenerate.py")
+    best = min(inside, key=lambda c: (abs(by[c] - TARGET_SFT_SUCCESS), c[1], c[0]))
+    if choice.exists():
+        choice.rename(RESULTS / "sft_choice_greedy.json")
+    chosen = sft_dir("cooking-train", best[0], 1.0, 0, best[1])
+    choice.write_text(json.dumps({
+        "rule": f"sampled validation success (T = {BEHAVIOUR_T:g}, seed 0) nearest {TARGET_SFT_SUCCESS} within "
+                f"{SFT_BAND} (ties: smaller lr)", "statistic": "sampled", "inside_band": True,
+        "validation_games": "games/cooking-valid",
+        "sampled_success": {c: v["sampled_success"] for c, v in cands.items()},
+        "validation_success": {c: v["greedy_success"] for c, v in cands.items()},
+        "chosen_demos": best[0], "chosen_lr": best[1], "chosen": chosen}, indent=1) + "\n")
+    log(f"SFT start by sampled success: {candidate_name(*best)} ({by[best]:.0%} sampled) -> {choice}")
+    return chosen
 
 
 def sweep(base: str, out: str, grid: list[str], seed: int, init: str, *extra: str) -> tuple[str, list[str]]:

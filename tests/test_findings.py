@@ -120,12 +120,12 @@ def test_pilot_rows_list_the_pilot_cells_from_the_chosen_start_only(monkeypatch)
     records = [rec("rloo", 1, 0.5), rec("ppo", 1, 0.75), rec("ppo", 0, 0.9), rec("grpo", 0, 0.3),
                rec("ppo", 2, 0.1), rec("rloo", 0, 0.2, init="runs/sft/other")]
     monkeypatch.setattr(findings, "load_results", lambda path: records)
-    rows = findings.pilot_rows(ROOT / "results", "runs/sft/chosen")
+    rows = findings.pilot_rows(ROOT / "results" / "algo_reward.jsonl", "runs/sft/chosen")
     assert rows[0].startswith("\nThe pilot's runs (3 of 4;")
     assert rows[3:] == ["| PPO, dense | 0 | 90% | 6.0 | 25% |", "| PPO, dense | 1 | 75% | 6.0 | 25% |",
                         "| RLOO, dense | 1 | 50% | 6.0 | 25% |"]
     monkeypatch.setattr(findings, "load_results", lambda path: [])
-    assert findings.pilot_rows(ROOT / "results", "runs/sft/chosen") == []
+    assert findings.pilot_rows(ROOT / "results" / "algo_reward.jsonl", "runs/sft/chosen") == []
 
 
 def test_design_table_shows_the_sampled_numbers_beside_the_greedy_ones(tmp_path, monkeypatch):

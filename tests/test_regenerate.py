@@ -161,3 +161,30 @@ def test_behaviour_part_samples_each_candidate_as_its_first_rollouts_would(tmp_p
     assert res["candidates"] == {"64@6e-06": {"sampled_success": 0.0625, "sampled_invalid": 0.81,
                                               "greedy_success": 0.47, "greedy_invalid": 0.51}}
     assert json.loads((results / "sft_behaviour.json").read_text())["candidates"] == res["candidates"]
+
+
+def test_choose_by_behaviour_takes_the_sampled_success_nearest_the_target(tmp_path, monkeypatch):
+    """The candidate whose sampled validation success is nearest TARGET_SFT_SUCCESS inside the band (ties: the
+    smaller learning rate) becomes sft_choice.json; the greedy choice before it is kept as sft_choice_greedy.json; a
+    second call keeps the choice. Negative control: with no candidate inside the band the choice stops, naming them."""
+    import json
+
+    regen = load_regenerate()
+    monkeypatch.setattr(regen, "RESULTS", tmp_path)
+    monkeypatch.setattr(regen, "SFT_CANDIDATES", ((64, 6.5e-6), (64, 7e-6), (64, 8e-6), (64, 9e-6)))
+
+    def cands(*values):
+        return {regen.candidate_name(64, lr): {"sampled_success": v, "greedy_success": 0.6}
+                for lr, v in zip((6.5e-6, 7e-6, 8e-6, 9e-6), values)}
+
+    with pytest.raises(SystemExit, match=r"64@6.5e-06: 6%, 64@7e-06: 20%, 64@8e-06: 60%"):
+        regen.choose_by_behaviour(cands(0.0625, 0.2, 0.6, 0.7))
+    (tmp_path / "sft_choice.json").write_text(json.dumps({"chosen": "runs/sft/greedy"}))
+    chosen = regen.choose_by_behaviour(cands(0.0625, 0.4375, 0.5, 0.69))  # 0.4375 and 0.5: |−0.0125| < |0.05|
+    assert chosen == regen.sft_dir("cooking-train", 64, 1.0, 0, 7e-6)
+    assert json.loads((tmp_path / "sft_choice_greedy.json").read_text())["chosen"] == "runs/sft/greedy"
+    c = json.loads((tmp_path / "sft_choice.json").read_text())
+    assert c["statistic"] == "sampled" and c["chosen_lr"] == 7e-6 and c["sampled_success"]["64@7e-06"] == 0.4375
+    assert regen.choose_by_behaviour(cands(0.45, 0.45, 0.45, 0.45)) == chosen  # chosen once, kept
+    (tmp_path / "sft_choice.json").unlink()
+    assert regen.choose_by_behaviour(cands(0.0, 0.45, 0.45, 0.9)).endswith("lr7e-06-s0")  # tie: the smaller lr
