@@ -82,19 +82,16 @@ and 9e-6, so the second round tried 7e-6 ... 8.5e-6 (the first four are kept: ca
 tries 6.25e-6, 6.5e-6 and 6.75e-6: 31% / 62% / 62% (invalid commands 66% / 36% / 37%): the cliff is between 6.25e-6
 and 6.5e-6, and a fourth round tries 6.375e-6."""
 SFT_BAND = (0.35, 0.55)
-"""A candidate is usable only inside this band of validation success; with none inside, the choice stops and names
-the two candidates that bracket it (add learning rates between them)."""
-SFT_LAST_ROUND = True
-"""Set (before round 4's result was known) once the band has been searched four times: the learning rate is then a
-near-discrete knob on this model (a cliff between two candidates 1.25e-7 apart), so with no candidate inside the band
-the one nearest TARGET_SFT_SUCCESS is taken, and sft_choice.json says it lies outside the band."""
+"""A candidate is usable only inside this band of SAMPLED validation success (BEHAVIOUR_T); with none inside, the
+choice stops and names the candidates (add learning rates between the two that bracket the band)."""
 TARGET_SFT_SUCCESS = 0.45
-"""Validation success aimed at (0.35-0.55): wins and losses inside most groups of 4 from the first rollouts on
-(P(a group of 4 all lost) = 0.55^4 = 9% at 45%), and room to improve."""
+"""Sampled validation success aimed at (0.35-0.55): wins and losses inside most groups of 4 from the first rollouts
+on (P(a group of 4 all lost) = 0.55^4 = 9% at 45%), and room to improve."""
 BEHAVIOUR_T = 0.7
-"""configs/cooking.yaml's sampling temperature (TrainConfig.temperature): the `behaviour` part plays the validation
-games with each SFT candidate at this temperature, as its first RL rollouts would (TARGET_SFT_SUCCESS was aimed at
-the greedy number, which overstates what the behaviour policy wins: 47% greedy at the chosen start)."""
+"""configs/cooking.yaml's sampling temperature (TrainConfig.temperature): each SFT candidate plays the validation
+games at this temperature, as its first RL rollouts would. The first choice was made on GREEDY validation success,
+which overstated what the behaviour policy wins (sft_choice_greedy.json: 47% greedy, 6% sampled), and its pilot's
+runs were bimodal (algo_reward_greedy_start.jsonl); the rounds' greedy numbers are kept beside the sampled ones."""
 PILOT = {"cells": [["algo=ppo", "reward.kind=dense"], ["algo=rloo", "reward.kind=dense"]], "seeds": (0, 1)}
 """Two cells of the main sweep x 2 seeds, run first: their seed-to-seed spread of held-out success sets the number
 of seeds (a 95% interval of a difference between two cells of at most about +-15 points). They are ordinary records
@@ -382,8 +379,6 @@ def behaviour_success() -> dict:
     (RESULTS / "sft_behaviour.json").write_text(json.dumps(result, indent=1) + "\n")
     log(f"behaviour: sampled validation success at T={BEHAVIOUR_T:g}: "
         f"{ {c: v['sampled_success'] for c, v in cands.items()} } -> {RESULTS / 'sft_behaviour.json'}")
-    if not failed and len(cands) == len(SFT_CANDIDATES):
-        choose_by_behaviour(cands)
     return result
 
 
@@ -432,8 +427,10 @@ def candidate_name(demos: int, lr: float) -> str:
 
 
 def choose_sft(jobs: int) -> str:
-    """The main sweep's SFT start: the candidate whose VALIDATION success is nearest TARGET_SFT_SUCCESS (ties: the
-    smaller learning rate); written to RESULTS/sft_choice.json with every candidate's numbers."""
+    """The main sweep's SFT start (RESULTS/sft_choice.json, made once): every SFT candidate is trained and played
+    greedily on the validation games (runs/evals/sft-candidate-*; the greedy numbers of the rounds' files), then
+    sampled at the RL temperature (`behaviour_success`), and the start is the candidate whose SAMPLED validation
+    success is nearest TARGET_SFT_SUCCESS inside SFT_BAND (`choose_by_behaviour`)."""
     choice = RESULTS / "sft_choice.json"
     if choice.exists():  # chosen before: (re)make that SFT model if this machine lacks it, and use it
         chosen = json.loads(choice.read_text())
@@ -441,38 +438,15 @@ def choose_sft(jobs: int) -> str:
         return chosen["chosen"]
     if DRY_RUN:
         return sft_dir("cooking-train", *SFT_CANDIDATES[0][:1], 1.0, 0, SFT_CANDIDATES[0][1]) + "-OR-ANOTHER-CANDIDATE"
-    todo = [j for d, lr in SFT_CANDIDATES for j in sft("cooking-train", d, 1.0, 0, lr=lr)]
-    parallel(todo, jobs)
-    evals = [j for d, lr in SFT_CANDIDATES
-             for j in stage_eval(sft_dir("cooking-train", d, 1.0, 0, lr), "cooking-valid", 8, "sft-candidate",
-                                 demos=d, epochs=1.0, seed=0, lr=lr)]
-    parallel(evals, jobs)
-    cands = {}
-    for d, lr in SFT_CANDIDATES:
-        name = Path(sft_dir('cooking-train', d, 1.0, 0, lr)).name
-        res = json.loads((ROOT / "runs" / "evals" / f"sft-candidate-{name}-on-cooking-valid.json").read_text())
-        cands[(d, lr)] = res["success_rate"]
-    inside = [c for c in SFT_CANDIDATES if SFT_BAND[0] <= cands[c] <= SFT_BAND[1]]
-    if not inside and SFT_LAST_ROUND:
-        inside = list(SFT_CANDIDATES)
-        log(f"no SFT candidate inside {SFT_BAND} after the last round: taking the one nearest {TARGET_SFT_SUCCESS}")
-    if not inside:
-        below = max((c for c in SFT_CANDIDATES if cands[c] < SFT_BAND[0]), key=lambda c: cands[c], default=None)
-        above = min((c for c in SFT_CANDIDATES if cands[c] > SFT_BAND[1]), key=lambda c: cands[c], default=None)
-        raise SystemExit(f"no SFT candidate's validation success is within {SFT_BAND[0]:.0%}-{SFT_BAND[1]:.0%} "
-                         f"({', '.join(f'{candidate_name(*c)}: {v:.0%}' for c, v in cands.items())}): add candidates "
-                         f"between {below and candidate_name(*below)} and {above and candidate_name(*above)} to "
-                         "SFT_CANDIDATES in results/regenerate.py")
-    best = min(inside, key=lambda c: (abs(cands[c] - TARGET_SFT_SUCCESS), c[1], c[0]))
-    chosen = sft_dir("cooking-train", best[0], 1.0, 0, best[1])
-    choice.write_text(json.dumps({"rule": f"validation success nearest {TARGET_SFT_SUCCESS} within {SFT_BAND} "
-                                          "(ties: smaller lr); after the last round the nearest overall",
-                                  "inside_band": SFT_BAND[0] <= cands[best] <= SFT_BAND[1],
-                                  "validation_games": "games/cooking-valid",
-                                  "validation_success": {candidate_name(*c): v for c, v in cands.items()},
-                                  "chosen_demos": best[0], "chosen_lr": best[1], "chosen": chosen}, indent=1) + "\n")
-    log(f"SFT start: {candidate_name(*best)} (validation success {cands})")
-    return chosen
+    parallel([j for d, lr in SFT_CANDIDATES for j in sft("cooking-train", d, 1.0, 0, lr=lr)], jobs)
+    parallel([j for d, lr in SFT_CANDIDATES
+              for j in stage_eval(sft_dir("cooking-train", d, 1.0, 0, lr), "cooking-valid", 8, "sft-candidate",
+                                  demos=d, epochs=1.0, seed=0, lr=lr)], jobs)
+    result = behaviour_success()
+    if result["failed"] or len(result["candidates"]) < len(SFT_CANDIDATES):
+        raise SystemExit(f"the sampled evaluation of {len(result['failed'])} SFT candidate(s) failed "
+                         f"({', '.join(result['failed'])}): see runs/logs/, then run the same command again")
+    return choose_by_behaviour(result["candidates"])
 
 
 def choose_seeds(main_init: str) -> tuple[int, ...]:
@@ -657,9 +631,12 @@ def main() -> None:
     if not DRY_RUN:
         subprocess.run([*AGENTRL[:1], "-c", "from agentrl_lib.models import embedded_model_dir as e; e()"], cwd=ROOT,
                        env=ENV, check=True)  # convert the embedded model once, before parallel jobs load it
-    if parts == ["behaviour"]:  # the SFT candidates' sampled validation success (sft_behaviour.json), nothing else
-        for name, cmd in behaviour_success().get("jobs", []):
-            print(name, " ".join(cmd))
+    if parts == ["behaviour"]:  # the SFT candidates' sampled validation success (sft_behaviour.json) and the choice
+        if DRY_RUN:
+            for name, cmd in behaviour_success()["jobs"]:
+                print(name, " ".join(cmd))
+        else:
+            log(f"the RL start: {choose_sft(a.jobs)}")
         return
     main_init = choose_sft(a.jobs) if {"pilot", "main", "explore", "evals"} & set(parts) else None
     sfts, jobs, evals = [], [], []
