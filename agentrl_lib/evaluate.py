@@ -54,13 +54,14 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
     chat = ChatFormat(tokenizer)
     rows, t0, tokens, gen_s = [], time.perf_counter(), 0, 0.0
     bar = tqdm(total=len(games), desc="eval", disable=not progress)
-    rng = torch.random.fork_rng(devices=[]) if seed is not None and temperature > 0 else contextlib.nullcontext()
+    seed = seed if temperature > 0 else None  # greedy decoding draws nothing: no seed to use or record
+    rng = torch.random.fork_rng(devices=[]) if seed is not None else contextlib.nullcontext()
     try:
         gen = GENERATORS[generator](model, tokenizer)  # one backend for every chunk (vLLM: one weight sync)
         if getattr(gen, "context_limit", None):
             check_context_room(max_new_tokens, max_turns, gen.context_limit, where="eval")
         with rng:
-            if seed is not None and temperature > 0:
+            if seed is not None:
                 torch.manual_seed(seed)
             for start in range(0, len(games), pool.size):
                 chunk = games.games[start:start + pool.size]
@@ -95,7 +96,7 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
         "max_turns": max_turns,
         "temperature": temperature,
         "max_new_tokens": max_new_tokens,
-        "seed": seed if temperature > 0 else None,
+        "seed": seed,
         "seconds": round(time.perf_counter() - t0, 1),
         "gen_tokens_per_s": tokens / max(gen_s, 1e-9),
         "per_game": rows,

@@ -124,8 +124,10 @@ class HFGenerator:
         self.ids, self.attn = _left_pad(contexts, self.pad_id, self.device)
         self.cache = None
         self.shared_positions = 0
+        if not self.share_prefix or self.ids.shape[1] < 2:
+            return
         firsts, rows_of = distinct_rows(contexts)
-        if self.share_prefix and len(firsts) < len(contexts) and self.ids.shape[1] > 1:
+        if len(firsts) < len(contexts):
             self.cache = self._prefill_distinct(firsts, rows_of)
             self.shared_positions = sum(len(c) - 1 for c in contexts) - sum(len(contexts[i]) - 1 for i in firsts)
 

@@ -43,7 +43,8 @@ def metric_value(record: dict, metric: str) -> float | None:
     return float(value)
 
 
-def _bootstrap(samples: tuple, statistic, confidence: float, n_resamples: int, seed: int) -> tuple[float, float] | None:
+def _bootstrap(samples: tuple, statistic, confidence: float, n_resamples: int, seed: int,
+               paired: bool = False) -> tuple[float, float] | None:
     import inspect
 
     import numpy as np
@@ -56,7 +57,7 @@ def _bootstrap(samples: tuple, statistic, confidence: float, n_resamples: int, s
         return value, value
     rng = np.random.default_rng(seed)
     kw = {"rng": rng} if "rng" in inspect.signature(bootstrap).parameters else {"random_state": rng}
-    res = bootstrap(tuple(np.asarray(s, dtype=float) for s in samples), statistic, vectorized=True, paired=False,
+    res = bootstrap(tuple(np.asarray(s, dtype=float) for s in samples), statistic, vectorized=True, paired=paired,
                     confidence_level=confidence, n_resamples=n_resamples, method="percentile", **kw)
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
@@ -86,34 +87,32 @@ def bootstrap_diff_ci(a, b, confidence: float = 0.95, n_resamples: int = 9999, s
 
 def wilson_ci(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float] | None:
     """Wilson score interval of a success probability from `successes` out of `n` independent trials (e.g. games won
-    out of the held-out games of one run: the interval over games where one seed exists). Unlike the normal
-    approximation it stays inside [0, 1] and is not empty at 0 or n successes. None when n is 0."""
-    from scipy.stats import norm
+    out of the held-out games of one run: the interval over games where one seed exists); scipy's
+    binomtest(...).proportion_ci(method="wilson"). Unlike the normal approximation it stays inside [0, 1] and is not
+    empty at 0 or n successes. None when n is 0."""
+    from scipy.stats import binomtest
 
     if n <= 0:
         return None
-    z = float(norm.ppf(0.5 + confidence / 2))
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    ci = binomtest(successes, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def _ratio_of_sums(num, den, axis=-1):
+    import numpy as np
+
+    return np.sum(num, axis=axis) / np.sum(den, axis=axis)
 
 
 def bootstrap_ratio_ci(numerators, denominators, confidence: float = 0.95, n_resamples: int = 9999,
                        seed: int = 0) -> tuple[float, float] | None:
     """Percentile-bootstrap interval of Σ numerators / Σ denominators, resampling the units (e.g. games: invalid
-    turns / turns of each game) with replacement, seeded. None with fewer than 2 units or no denominator."""
-    import numpy as np
-
-    num, den = np.asarray(numerators, dtype=float), np.asarray(denominators, dtype=float)
-    if len(num) < 2 or den.sum() <= 0:
+    turns / turns of each game) with replacement, paired, seeded (scipy.stats.bootstrap, as every interval here).
+    None with fewer than 2 units or no denominator."""
+    if len(numerators) < 2 or sum(denominators) <= 0:
         return None
-    idx = np.random.default_rng(seed).integers(0, len(num), size=(n_resamples, len(num)))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratios = num[idx].sum(1) / den[idx].sum(1)
-    ratios = ratios[np.isfinite(ratios)]
-    alpha = (1 - confidence) / 2
-    return float(np.quantile(ratios, alpha)), float(np.quantile(ratios, 1 - alpha))
+    return _bootstrap((list(numerators), list(denominators)), _ratio_of_sums, confidence, n_resamples, seed,
+                      paired=True)
 
 
 def _summary(values: list[float], confidence: float, n_resamples: int, seed: int):
