@@ -281,12 +281,12 @@ def run_name(record: dict) -> str:
 
 def plot_runs(records: list[dict], metrics: list[str], status=None, title: str = "", legend_title: str = "run"):
     """Each run of a sweep as its own line, one panel per metric (y labelled by axis_label) against the training
-    step: colour = the run (legend on the right: run_name and, when `status(record)` returns a text, that text),
+    step: colour = the run (one legend under the panels: run_name and, when `status(record)` returns a text, that text),
     line style = solid, or dashed when `status` returns a text (e.g. 'collapsed at step 7').
     Returns the Figure. Raises ValueError on no records."""
     if not records:
         raise ValueError("plot_runs: no records")
-    fig, axes = plt.subplots(1, len(metrics), figsize=(3.6 * len(metrics) + 2.6, 3.3), squeeze=False)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.4 * len(metrics), 3.1), squeeze=False)
     colors = plt.get_cmap("tab10" if len(records) <= 10 else "tab20").colors
     for i, r in enumerate(records):
         note = status(r) if status else None
@@ -299,10 +299,12 @@ def plot_runs(records: list[dict], metrics: list[str], status=None, title: str =
         label_axis(ax, key)
         ax.set_xlabel(STEP_LABEL)
         ax.grid(alpha=0.3)
-    legend_outside(axes[0][-1], "right", title=legend_title, title_fontsize=8)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()  # one legend for the figure, under the panels
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(handles), 3),
+               fontsize=8, title=legend_title, title_fontsize=8)
     return fig
 
 

@@ -32,16 +32,20 @@ def _png(fig) -> bytes:
 
 
 def cell_figure(records: list[dict], metrics: Sequence[str] = DEFAULT_METRICS, title: str = ""):
-    """One figure of the runs of one cell: a panel per metric against the training step, each seed a thin line, the
-    mean thick; each y axis labelled with the glossary's name and unit (plots.axis_label).
+    """One figure of the runs of one cell: a panel per metric against the training step (2 x 2 for four metrics),
+    each seed a thin line, the mean thick; each y axis labelled with the glossary's name and unit (plots.axis_label).
     Returns the matplotlib Figure."""
     import matplotlib.pyplot as plt
     import numpy as np
 
     from .plots import STEP_LABEL, label_axis, seed_curves
 
-    fig, axes = plt.subplots(1, len(metrics), figsize=(3.1 * len(metrics), 2.7), squeeze=False)
-    for ax, metric in zip(axes[0], metrics):
+    ncols = 2 if len(metrics) >= 4 else len(metrics)  # 2 x 2 for the default four: legible at page width
+    nrows = -(-len(metrics) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 2.5 * nrows), squeeze=False)
+    for ax in axes.flat[len(metrics):]:
+        ax.set_visible(False)
+    for ax, metric in zip(axes.flat, metrics):
         steps, y = seed_curves(records, metric)
         for row in y:
             ax.plot(steps, row, color="tab:blue", alpha=0.35, linewidth=0.8)
@@ -52,11 +56,11 @@ def cell_figure(records: list[dict], metrics: Sequence[str] = DEFAULT_METRICS, t
                 warnings.simplefilter("ignore", RuntimeWarning)
                 ax.plot(steps, np.nanmean(y, 0), color="tab:blue", linewidth=2)
         label_axis(ax, metric)
-        ax.yaxis.label.set_fontsize(8)
-        ax.set_xlabel(STEP_LABEL, fontsize=8)
-        ax.tick_params(labelsize=7)
+        ax.yaxis.label.set_fontsize(9)
+        ax.set_xlabel(STEP_LABEL, fontsize=9)
+        ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -174,7 +174,11 @@ def design_table() -> str:
                 lines += pilot_rows(d / "algo_reward_greedy_start.jsonl", g["chosen"])
             where = "inside" if c["inside_band"] else "outside"
             lines.append(f"\nChosen: {c['chosen_demos']}@{c['chosen_lr']:g} ({where} the band; rule: {c['rule']}).")
-            lines += pilot_rows(d / "algo_reward.jsonl", c["chosen"])
+            if stopped := pilot_rows(d / "algo_reward_lr3e-05.jsonl", c["chosen"], lr=3e-5):
+                lines += [stopped[0].replace("The pilot's runs", "The pilot at RL lr 3e-5, stopped"), *stopped[1:]]
+            lines += lr_rows([*load_results(d / "rl_lr.jsonl"), *load_results(d / "algo_reward_lr3e-05.jsonl")],
+                             c["chosen"])  # the probe's records first: both evaluated on the validation games
+            lines += pilot_rows(d / "algo_reward.jsonl", c["chosen"], lr=cooking_lr())
             break
     for d in folders:
         seeds = d / "seeds_choice.json"
@@ -187,9 +191,43 @@ def design_table() -> str:
     return "\n".join(lines)
 
 
-def pilot_rows(path: Path, init: str) -> list[str]:
-    """The pilot's runs so far (regenerate.PILOT's cells and seeds, started from `init`, in the results file `path`):
-    one table row per run with its held-out success, mean turns and invalid-command rate; [] before the first."""
+def lr_rows(records: list[dict], init: str) -> list[str]:
+    """The RL learning rate's evidence (regenerate.RL_LR_PROBE): PPO dense runs from `init` at seed 0, one table row
+    per learning rate (the first record of each, in the order given): the approximate KL of the first update, the largest drop of
+    training success between consecutive steps, the training success of each step (%, 16 episodes a step) and the
+    final policy's success on the games it was evaluated on (held-out for a pilot record, validation for the probe's).
+    [] when no record qualifies."""
+    by_lr: dict[float, dict] = {}
+    for r in records:
+        labels = {k: str(v) for k, v in r["cell"].items()}
+        if (labels.get("algo") == "ppo" and labels.get("reward.kind") == "dense" and r["seed"] == 0
+                and str(r["config"]["model"]["name"]).rstrip("/").endswith(init.rstrip("/"))):
+            by_lr.setdefault(float(r["config"]["train"]["lr"]), r)
+    if not by_lr:
+        return []
+    lines = ["\nThe RL learning rate (PPO, dense, seed 0, the same start and first rollouts; "
+             f"`{REGENERATE} lr`):\n",
+             "| RL lr | first update's approx. KL | largest drop between steps | training success by step | "
+             "evaluated on | success |", "|--:|--:|--:|:--|:--|--:|"]
+    for lr, r in sorted(by_lr.items(), reverse=True):
+        success = [s["success_rate"] for s in r["steps"]]
+        drop = max((a - b for a, b in zip(success, success[1:])), default=0.0)
+        games = Path(str(r["config"]["train"]["eval_games"])).name
+        lines.append(f"| {lr:g} | {r['steps'][0]['approx_kl']:.3f} | {100 * drop:.0f} points | "
+                     f"{' '.join(f'{100 * x:.0f}' for x in success)} | {games} | {_pct(r['eval']['success_rate'])} |")
+    return lines
+
+
+def cooking_lr() -> float:
+    from regenerate import cooking_lr as lr
+
+    return lr()
+
+
+def pilot_rows(path: Path, init: str, lr: float | None = None) -> list[str]:
+    """The pilot's runs so far (regenerate.PILOT's cells and seeds, started from `init`, at RL learning rate `lr`
+    when given, in the results file `path`): one table row per run with its held-out success, mean turns and
+    invalid-command rate; [] before the first."""
     from regenerate import PILOT
 
     want = [dict(c.split("=", 1) for c in cell) for cell in PILOT["cells"]]
@@ -197,7 +235,8 @@ def pilot_rows(path: Path, init: str) -> list[str]:
     for r in load_results(path):
         labels = {k: str(v) for k, v in r["cell"].items()}
         if (labels in want and r["seed"] in PILOT["seeds"]
-                and str(r["config"]["model"]["name"]).rstrip("/").endswith(init.rstrip("/"))):
+                and str(r["config"]["model"]["name"]).rstrip("/").endswith(init.rstrip("/"))
+                and (lr is None or float(r["config"]["train"]["lr"]) == lr)):
             e = r["eval"]
             rows.append((want.index(labels), r["seed"], f"| {labels['algo'].upper()}, {labels['reward.kind']} | "
                          f"{r['seed']} | {_pct(e['success_rate'])} | {e['mean_turns']:.1f} | "

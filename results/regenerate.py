@@ -1,11 +1,13 @@
 """Regenerate every results file the chapters read, with one command; stopped, the same command resumes.
 
-    python results/regenerate.py all            # games, SFT models, evaluations and the three sweeps
+    python results/regenerate.py all            # games, SFT models, evaluations, the lr probe, pilot and sweeps
     python results/regenerate.py main --jobs 8  # one part; --jobs runs that many commands at once (a GPU machine)
 
 Parts (each a results file; the commands it runs are printed, and are ordinary `agentrl` commands):
 - pilot       the main sweep's PPO-dense and RLOO-dense cells x seeds 0-1 (results/algo_reward.jsonl); their
               seed-to-seed spread sets the main sweep's number of seeds (results/seeds_choice.json; seeds_for).
+- lr          results/rl_lr.jsonl: the RL learning rate, PPO dense seed 0 from the chosen start at 3e-5 and 1e-5,
+              evaluated on the VALIDATION games (RL_LR_PROBE: why configs/cooking.yaml uses 1e-5).
 - behaviour   results/sft_behaviour.json: every SFT candidate plays the validation games once at the RL sampling
               temperature (0.7, seed 0), as its first rollouts would; the greedy numbers of the SFT rounds beside.
 - main        results/algo_reward.jsonl: {PPO, GRPO, RLOO} x {sparse, dense} x the pilot's seeds
@@ -96,6 +98,13 @@ PILOT = {"cells": [["algo=ppo", "reward.kind=dense"], ["algo=rloo", "reward.kind
 """Two cells of the main sweep x 2 seeds, run first: their seed-to-seed spread of held-out success sets the number
 of seeds (a 95% interval of a difference between two cells of at most about +-15 points). They are ordinary records
 of the main sweep: `main` skips them."""
+RL_LR_PROBE = {"cells": ["algo=ppo", "reward.kind=dense", "train.lr=1e-05,3e-05"], "seed": 0}
+"""The RL learning rate of configs/cooking.yaml (and custom.yaml), chosen on training curves and validation games.
+At 3e-5 (the earlier designs' rate) the second pilot's first update moved the policy by an approximate KL of 0.27
+(PPO) and 0.13 then 0.25 (RLOO, its first two steps), and PPO's training success swung between ~90% and 0 from one
+step to the next while the update's own KL read 0.002: the greedy held-out result of a run was whatever the last
+swing left (results/incoming/algo_reward_lr3e-05.jsonl). The probe's two runs share the start, the seed and so the
+first rollouts; the design block of book/findings.md lists their curves (findings.lr_rows)."""
 EXPLORE_TURNS = (5, 8, 10, 15)
 """Max turns of the exploration-budget cells: 1x, 1.6x, 2x and 3x the walkthrough (5 commands in every cooking game);
 the paper (Practitioner's Guide, exploration budget): 6 turns -> 55%, 8 (2x optimal) -> 73%, more adds little."""
@@ -449,6 +458,13 @@ def choose_sft(jobs: int) -> str:
     return choose_by_behaviour(result["candidates"])
 
 
+def cooking_lr() -> float:
+    """train.lr of configs/cooking.yaml: a pilot record counts only at the learning rate the main sweep uses."""
+    import yaml
+
+    return float(yaml.safe_load((ROOT / "configs" / "cooking.yaml").read_text())["train"]["lr"])
+
+
 def choose_seeds(main_init: str) -> tuple[int, ...]:
     """The main sweep's seeds (0 .. n-1): from RESULTS/seeds_choice.json, else from the pilot's records once all four
     are in RESULTS/algo_reward.jsonl (then written there); SEEDS (3) for a dry run before the pilot."""
@@ -462,7 +478,8 @@ def choose_seeds(main_init: str) -> tuple[int, ...]:
         labels = dict(c.split("=", 1) for c in cell)
         got = {r["seed"]: r["eval"]["success_rate"] for r in records
                if r["seed"] in PILOT["seeds"] and {k: str(v) for k, v in r["cell"].items()} == labels
-               and str(r["config"]["model"]["name"]).rstrip("/").endswith(main_init.rstrip("/"))}
+               and str(r["config"]["model"]["name"]).rstrip("/").endswith(main_init.rstrip("/"))
+               and float(r["config"]["train"]["lr"]) == cooking_lr()}
         spreads.append([got[s] for s in sorted(got)])
         table[" ".join(cell)] = got
     if any(len(x) < len(PILOT["seeds"]) for x in spreads):
@@ -602,8 +619,8 @@ def swe_part(n_jobs: int) -> list[str]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("part", choices=["all", "pilot", "behaviour", "main", "explore", "split", "complexity", "evals",
-                                      "stability", "swe"])
+    p.add_argument("part", choices=["all", "pilot", "lr", "behaviour", "main", "explore", "split", "complexity",
+                                      "evals", "stability", "swe"])
     p.add_argument("--jobs", type=int, default=1,
                    help="commands at once (1 on a laptop; 7 on a 16-core machine with an 80 GB GPU: one RL run of "
                         "configs/cooking.yaml holds ~9.5 GB of GPU memory, 8 at once ran out)")
@@ -623,10 +640,11 @@ def main() -> None:
            # pilot's validation evaluation took 133 s a game against ~1.3 s on a quiet machine; spinning OpenMP
            # threads of oversubscribed processes are one cause of such slowdowns, and PASSIVE costs a quiet run nothing
            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
-    parts = ["main", "explore", "split", "complexity", "evals", "stability", "swe"] if a.part == "all" else [a.part]
+    parts = (["lr", "pilot", "main", "explore", "split", "complexity", "evals", "stability", "swe"] if a.part == "all"
+             else [a.part])
     t0 = time.perf_counter()
     need = [] if set(parts) <= {"stability", "swe"} else [g for g in GAMES if g.startswith("cooking")] \
-        if parts == ["pilot"] else list(GAMES)
+        if parts in (["pilot"], ["lr"]) else list(GAMES)
     parallel(games([*need, *(OTHER_GAMES if "stability" in parts else ())]), a.jobs)
     if not DRY_RUN:
         subprocess.run([*AGENTRL[:1], "-c", "from agentrl_lib.models import embedded_model_dir as e; e()"], cwd=ROOT,
@@ -638,11 +656,18 @@ def main() -> None:
         else:
             log(f"the RL start: {choose_sft(a.jobs)}")
         return
-    main_init = choose_sft(a.jobs) if {"pilot", "main", "explore", "evals"} & set(parts) else None
+    main_init = choose_sft(a.jobs) if {"pilot", "lr", "main", "explore", "evals"} & set(parts) else None
     sfts, jobs, evals = [], [], []
+    if "lr" in parts:
+        jobs.append(sweep("configs/cooking.yaml", str(RESULTS / "rl_lr.jsonl"), RL_LR_PROBE["cells"],
+                          RL_LR_PROBE["seed"], main_init, "--eval-games", "games/cooking-valid"))
     if "pilot" in parts:
         jobs += [sweep("configs/cooking.yaml", str(RESULTS / "algo_reward.jsonl"), cell, s, main_init)
                  for s in PILOT["seeds"] for cell in PILOT["cells"]]
+        if "main" in parts and not DRY_RUN:  # `all`: the main sweep's seeds come from the pilot, so it runs first
+            if failed := parallel(jobs, a.jobs):
+                raise SystemExit(f"the pilot failed ({', '.join(failed)}): see runs/logs/, then run the same command")
+            jobs = []
     seeds = choose_seeds(main_init) if "main" in parts else SEEDS
     if "main" in parts:
         jobs += [sweep("configs/cooking.yaml", str(RESULTS / "algo_reward.jsonl"), [f"algo={algo}", f"reward.kind={r}"],

@@ -143,3 +143,32 @@ def test_design_table_shows_the_sampled_numbers_beside_the_greedy_ones(tmp_path,
     lines = findings.design_table().splitlines()
     assert lines[0].endswith("| sampled at T = 0.7: success | invalid |")
     assert lines[2:4] == ["| 1 | 64@6e-06 | 47% | 51% | 6% | 81% |", "| 1 | 64@9e-06 | 80% | — | — | — |"]
+
+
+def test_pilot_rows_at_a_learning_rate_leave_the_other_rates_out(monkeypatch):
+    """With lr= only records of that RL learning rate are listed (a 3e-5 pilot record beside 1e-5 ones would mix
+    two designs in one table: the planted bug this catches)."""
+    def rec(seed, lr):
+        return {"cell": {"algo": "ppo", "reward.kind": "dense"}, "seed": seed,
+                "config": {"model": {"name": "runs/sft/chosen"}, "train": {"lr": lr}},
+                "eval": {"success_rate": 0.5, "mean_turns": 6.0, "invalid_rate": 0.25}}
+
+    monkeypatch.setattr(findings, "load_results", lambda path: [rec(0, 3e-5), rec(1, 1e-5)])
+    rows = findings.pilot_rows(ROOT / "results" / "algo_reward.jsonl", "runs/sft/chosen", lr=1e-5)
+    assert rows[0].startswith("\nThe pilot's runs (1 of 4;") and rows[3:] == ["| PPO, dense | 1 | 50% | 6.0 | 25% |"]
+    assert len(findings.pilot_rows(ROOT / "results" / "algo_reward.jsonl", "runs/sft/chosen")) == 5  # control
+
+
+def test_lr_rows_give_the_first_update_kl_the_largest_drop_and_the_curve():
+    def rec(lr, success, kl, games="games/cooking-valid", algo="ppo", seed=0):
+        return {"cell": {"algo": algo, "reward.kind": "dense"}, "seed": seed,
+                "config": {"model": {"name": "runs/sft/chosen"}, "train": {"lr": lr, "eval_games": games}},
+                "steps": [{"step": i + 1, "success_rate": s, "approx_kl": kl if i == 0 else 0.01}
+                          for i, s in enumerate(success)], "eval": {"success_rate": 0.75}}
+
+    records = [rec(1e-5, [0.5, 0.25, 0.75], 0.07), rec(3e-5, [0.5, 0.9375, 0.0, 0.5], 0.27, "games/cooking-heldout"),
+               rec(3e-5, [0.0], 0.9), rec(1e-5, [0.0], 0.9, algo="rloo"), rec(1e-5, [0.0], 0.9, seed=1)]
+    lines = findings.lr_rows(records, "runs/sft/chosen")
+    assert lines[3:] == ["| 3e-05 | 0.270 | 94 points | 50 94 0 50 | cooking-heldout | 75% |",
+                         "| 1e-05 | 0.070 | 25 points | 50 25 75 | cooking-valid | 75% |"]
+    assert findings.lr_rows(records, "runs/sft/other") == []

@@ -134,7 +134,7 @@ def test_cell_means_and_runs_label_axes_and_keep_legends_off_the_data():
     assert not _overlaps(fig, ax.get_legend())
     fig = plots.plot_runs(recs, ["success_rate", "entropy"], status=lambda r: "collapsed" if r["seed"] else None)
     assert [ax.get_ylabel() for ax in fig.axes] == ["success rate (%)", "entropy (nats/token)"]
-    legend = fig.axes[-1].get_legend()
+    (legend,) = fig.legends  # one legend for the figure, under the panels
     labels = [t.get_text() for t in legend.get_texts()]
     assert labels == [plots.run_name(r) + (" (collapsed)" if r["seed"] else "") for r in recs]  # each run named
     assert not _overlaps(fig, legend)

@@ -142,6 +142,10 @@ def test_cell_figure_labels_every_axis():
     assert [ax.get_ylabel() for ax in fig.axes] == ["success rate (%)", "entropy (nats/token)"]
     assert all(ax.get_xlabel() == plots.STEP_LABEL for ax in fig.axes)
     plt.close(fig)
+    fig = widgets.cell_figure(_records()[:2], title="t")  # the default four metrics: 2 x 2, legible at page width
+    assert [ax.get_ylabel() for ax in fig.axes] == [plots.axis_label(m) for m in widgets.DEFAULT_METRICS]
+    assert len({round(ax.get_position().y0, 2) for ax in fig.axes}) == 2 and fig.get_size_inches()[0] <= 7.5
+    plt.close(fig)
 
 
 def test_episode_browser_prerenders_every_game_and_stage_and_links_its_controls():
