@@ -255,7 +255,9 @@ def estimate_minutes(cmd: list[str]) -> tuple[float, str]:
         if not left:
             return 0.0, "recorded"
         cell = left[0]
-        cpu = [r["wall_seconds"] for r in records if r.get("device") == "cpu" and r.get("wall_seconds")]
+        # a run recorded from its finished run dir has the recording's wall time: its training time is the floor
+        cpu = [max(r["wall_seconds"], r.get("train_seconds") or 0.0) for r in records
+               if r.get("device") == "cpu" and r.get("wall_seconds")]
         if cpu:
             return len(left) * sorted(cpu)[len(cpu) // 2] / 60, \
                 f"{len(left)} run(s) x the median of {len(cpu)} recorded CPU runs"
