@@ -174,11 +174,14 @@ def design_table() -> str:
                 lines += pilot_rows(d / "algo_reward_greedy_start.jsonl", g["chosen"])
             where = "inside" if c["inside_band"] else "outside"
             lines.append(f"\nChosen: {c['chosen_demos']}@{c['chosen_lr']:g} ({where} the band; rule: {c['rule']}).")
-            if stopped := pilot_rows(d / "algo_reward_lr3e-05.jsonl", c["chosen"], lr=3e-5):
+            if stopped := pilot_rows(d / "algo_reward_lr3e-05.jsonl", c["chosen"]):
                 lines += [stopped[0].replace("The pilot's runs", "The pilot at RL lr 3e-5, stopped"), *stopped[1:]]
-            lines += lr_rows([*load_results(d / "rl_lr.jsonl"), *load_results(d / "algo_reward_lr3e-05.jsonl")],
-                             c["chosen"])  # the probe's records first: both evaluated on the validation games
-            lines += pilot_rows(d / "algo_reward.jsonl", c["chosen"], lr=cooking_lr())
+            lines += probe_rows([*load_results(d / "ppo_probe.jsonl"),  # the probe's own runs first: validation
+                                 *load_results(d / "algo_reward_lr3e-05.jsonl")], c["chosen"])
+            settings = design_settings()
+            if rows := pilot_rows(d / "algo_reward.jsonl", c["chosen"], settings):
+                chosen = ", ".join(f"{k} {v}" for k, v in settings.items())
+                lines += [rows[0].replace("The pilot's runs", f"The pilot's runs at {chosen}"), *rows[1:]]
             break
     for d in folders:
         seeds = d / "seeds_choice.json"
@@ -191,44 +194,46 @@ def design_table() -> str:
     return "\n".join(lines)
 
 
-def lr_rows(records: list[dict], init: str) -> list[str]:
-    """The RL learning rate's evidence (regenerate.RL_LR_PROBE): PPO dense runs from `init` at seed 0, one table row
-    per learning rate (the first record of each, in the order given): the approximate KL of the first update, the largest drop of
-    training success between consecutive steps, the training success of each step (%, 16 episodes a step) and the
-    final policy's success on the games it was evaluated on (held-out for a pilot record, validation for the probe's).
-    [] when no record qualifies."""
-    by_lr: dict[float, dict] = {}
+def probe_rows(records: list[dict], init: str) -> list[str]:
+    """The evidence of the PPO settings (regenerate.PPO_PROBE): PPO dense runs from `init` at seed 0, one table row per
+    (learning rate, whitened advantages) with the first record of each, in the order given: the approximate KL of
+    the first update, the largest drop of training success between consecutive steps, the training success of each
+    step (%, 16 episodes a step) and the final policy's success on the games it was evaluated on (validation for the
+    probe's runs, held-out for a pilot record). [] when no record qualifies."""
+    by_setting: dict[tuple[float, bool], dict] = {}
     for r in records:
         labels = {k: str(v) for k, v in r["cell"].items()}
         if (labels.get("algo") == "ppo" and labels.get("reward.kind") == "dense" and r["seed"] == 0
                 and str(r["config"]["model"]["name"]).rstrip("/").endswith(init.rstrip("/"))):
-            by_lr.setdefault(float(r["config"]["train"]["lr"]), r)
-    if not by_lr:
+            setting = (float(r["config"]["train"]["lr"]), bool(r["config"]["algo"].get("normalize_advantages", True)))
+            by_setting.setdefault(setting, r)
+    if not by_setting:
         return []
-    lines = ["\nThe RL learning rate (PPO, dense, seed 0, the same start and first rollouts; "
-             f"`{REGENERATE} lr`):\n",
-             "| RL lr | first update's approx. KL | largest drop between steps | training success by step | "
-             "evaluated on | success |", "|--:|--:|--:|:--|:--|--:|"]
-    for lr, r in sorted(by_lr.items(), reverse=True):
+    lines = ["\nThe PPO settings (PPO, dense, seed 0: the same start and first rollouts; "
+             f"`{REGENERATE} probe`):\n",
+             "| RL lr | whitened advantages | first update's approx. KL | largest drop between steps | "
+             "training success by step (%) | evaluated on | success |", "|--:|:-:|--:|--:|:--|:--|--:|"]
+    for (lr, whiten), r in sorted(by_setting.items(), key=lambda kv: (-kv[0][0], not kv[0][1])):
         success = [s["success_rate"] for s in r["steps"]]
         drop = max((a - b for a, b in zip(success, success[1:])), default=0.0)
         games = Path(str(r["config"]["train"]["eval_games"])).name
-        lines.append(f"| {lr:g} | {r['steps'][0]['approx_kl']:.3f} | {100 * drop:.0f} points | "
-                     f"{' '.join(f'{100 * x:.0f}' for x in success)} | {games} | {_pct(r['eval']['success_rate'])} |")
+        lines.append(f"| {lr:g} | {'yes' if whiten else 'no'} | {r['steps'][0]['approx_kl']:.3f} | "
+                     f"{100 * drop:.0f} points | {' '.join(f'{100 * x:.0f}' for x in success)} | {games} | "
+                     f"{_pct(r['eval']['success_rate'])} |")
     return lines
 
 
-def cooking_lr() -> float:
-    from regenerate import cooking_lr as lr
+def design_settings() -> dict:
+    from regenerate import design_settings as settings
 
-    return lr()
+    return settings()
 
 
-def pilot_rows(path: Path, init: str, lr: float | None = None) -> list[str]:
-    """The pilot's runs so far (regenerate.PILOT's cells and seeds, started from `init`, at RL learning rate `lr`
-    when given, in the results file `path`): one table row per run with its held-out success, mean turns and
-    invalid-command rate; [] before the first."""
-    from regenerate import PILOT
+def pilot_rows(path: Path, init: str, settings: dict | None = None) -> list[str]:
+    """The pilot's runs so far (regenerate.PILOT's cells and seeds, started from `init`, with these values of
+    regenerate.DESIGN_FIELDS when `settings` is given, in the results file `path`): one table row per run with its
+    held-out success, mean turns and invalid-command rate; [] before the first."""
+    from regenerate import PILOT, in_design
 
     want = [dict(c.split("=", 1) for c in cell) for cell in PILOT["cells"]]
     rows = []
@@ -236,7 +241,7 @@ def pilot_rows(path: Path, init: str, lr: float | None = None) -> list[str]:
         labels = {k: str(v) for k, v in r["cell"].items()}
         if (labels in want and r["seed"] in PILOT["seeds"]
                 and str(r["config"]["model"]["name"]).rstrip("/").endswith(init.rstrip("/"))
-                and (lr is None or float(r["config"]["train"]["lr"]) == lr)):
+                and (settings is None or in_design(r, settings))):
             e = r["eval"]
             rows.append((want.index(labels), r["seed"], f"| {labels['algo'].upper()}, {labels['reward.kind']} | "
                          f"{r['seed']} | {_pct(e['success_rate'])} | {e['mean_turns']:.1f} | "

@@ -1,13 +1,14 @@
 """Regenerate every results file the chapters read, with one command; stopped, the same command resumes.
 
-    python results/regenerate.py all            # games, SFT models, evaluations, the lr probe, pilot and sweeps
+    python results/regenerate.py all            # games, SFT models, evaluations, the probe, pilot and sweeps
     python results/regenerate.py main --jobs 8  # one part; --jobs runs that many commands at once (a GPU machine)
 
 Parts (each a results file; the commands it runs are printed, and are ordinary `agentrl` commands):
 - pilot       the main sweep's PPO-dense and RLOO-dense cells x seeds 0-1 (results/algo_reward.jsonl); their
               seed-to-seed spread sets the main sweep's number of seeds (results/seeds_choice.json; seeds_for).
-- lr          results/rl_lr.jsonl: the RL learning rate, PPO dense seed 0 from the chosen start at 3e-5 and 1e-5,
-              evaluated on the VALIDATION games (RL_LR_PROBE: why configs/cooking.yaml uses 1e-5).
+- probe       results/ppo_probe.jsonl: PPO dense seed 0 from the chosen start at lr 1e-5 / 3e-5, with and without
+              whitened advantages, evaluated on the VALIDATION games (PPO_PROBE: why configs/cooking.yaml uses lr
+              1e-5 and no whitening).
 - behaviour   results/sft_behaviour.json: every SFT candidate plays the validation games once at the RL sampling
               temperature (0.7, seed 0), as its first rollouts would; the greedy numbers of the SFT rounds beside.
 - main        results/algo_reward.jsonl: {PPO, GRPO, RLOO} x {sparse, dense} x the pilot's seeds
@@ -98,13 +99,22 @@ PILOT = {"cells": [["algo=ppo", "reward.kind=dense"], ["algo=rloo", "reward.kind
 """Two cells of the main sweep x 2 seeds, run first: their seed-to-seed spread of held-out success sets the number
 of seeds (a 95% interval of a difference between two cells of at most about +-15 points). They are ordinary records
 of the main sweep: `main` skips them."""
-RL_LR_PROBE = {"cells": ["algo=ppo", "reward.kind=dense", "train.lr=1e-05,3e-05"], "seed": 0}
-"""The RL learning rate of configs/cooking.yaml (and custom.yaml), chosen on training curves and validation games.
-At 3e-5 (the earlier designs' rate) the second pilot's first update moved the policy by an approximate KL of 0.27
-(PPO) and 0.13 then 0.25 (RLOO, its first two steps), and PPO's training success swung between ~90% and 0 from one
-step to the next while the update's own KL read 0.002: the greedy held-out result of a run was whatever the last
-swing left (results/incoming/algo_reward_lr3e-05.jsonl). The probe's two runs share the start, the seed and so the
-first rollouts; the design block of book/findings.md lists their curves (findings.lr_rows)."""
+PPO_PROBE = {"cells": ["algo=ppo", "reward.kind=dense", "train.lr=1e-05,3e-05",
+                       "algo.normalize_advantages=false,true"], "seed": 0}
+"""Two settings of configs/cooking.yaml (and custom.yaml), chosen on training curves and validation games: the RL
+learning rate and whether PPO whitens its advantages. The probe's runs share the start, the seed and so the first
+rollouts; book/findings.md's design block lists their curves (findings.probe_rows).
+- At lr 3e-5 (the earlier designs' rate) the second pilot's first update moved the policy by an approximate KL of
+  0.27 (PPO) and 0.13 then 0.25 (RLOO, its first two steps), and PPO's training success swung between ~90% and 0
+  from one step to the next: the greedy held-out result of a run was whatever the last swing left
+  (results/incoming/algo_reward_lr3e-05.jsonl). At 1e-5 the first update's KL fell to 0.07.
+- At 1e-5 PPO still collapsed once, right after a step that won all 16 episodes (1.0 -> 0.06 -> 0 -> 0.12; a replay
+  of the next checkpoint on those steps' games lost them too: the policy had changed, not the games). Such a batch
+  carries no signal (every return equal), but whitening divides GAE's small leftovers A = G - V by their own small
+  std: a full-size update in a random direction (grad norm 1.19 and 2% of ratios clipped at that step). Without
+  whitening the same steps made no update (grad norm 0.13 and 0.06). The dense rewards are already on the scale of
+  the advantages (-0.1 ... 1), so configs/cooking.yaml does not whiten (GRPO and RLOO never did: their advantages
+  are normalised within a group, and an all-equal group gets 0)."""
 EXPLORE_TURNS = (5, 8, 10, 15)
 """Max turns of the exploration-budget cells: 1x, 1.6x, 2x and 3x the walkthrough (5 commands in every cooking game);
 the paper (Practitioner's Guide, exploration budget): 6 turns -> 55%, 8 (2x optimal) -> 73%, more adds little."""
@@ -460,11 +470,25 @@ def choose_sft(jobs: int) -> str:
     return choose_by_behaviour(result["candidates"])
 
 
-def cooking_lr() -> float:
-    """train.lr of configs/cooking.yaml: a pilot record counts only at the learning rate the main sweep uses."""
+DESIGN_FIELDS = (("train", "lr"), ("algo", "normalize_advantages"))
+"""The settings that PPO_PROBE chose: a pilot record counts only when it has configs/cooking.yaml's values of them."""
+
+
+def design_settings() -> dict[str, object]:
+    """configs/cooking.yaml's values of DESIGN_FIELDS, e.g. {'train.lr': 1e-05, 'algo.normalize_advantages': False}
+    (a field the file leaves out: the config default)."""
     import yaml
 
-    return float(yaml.safe_load((ROOT / "configs" / "cooking.yaml").read_text())["train"]["lr"])
+    sys.path.insert(0, str(ROOT))
+    from agentrl_lib.config import RunConfig
+
+    conf = RunConfig.from_dict(yaml.safe_load((ROOT / "configs" / "cooking.yaml").read_text())).to_dict()
+    return {f"{sec}.{key}": conf[sec][key] for sec, key in DESIGN_FIELDS}
+
+
+def in_design(record: dict, settings: dict[str, object]) -> bool:
+    """Whether a record's config has these settings (design_settings) of the design fields."""
+    return all(record["config"].get(sec, {}).get(key) == settings[f"{sec}.{key}"] for sec, key in DESIGN_FIELDS)
 
 
 def choose_seeds(main_init: str) -> tuple[int, ...]:
@@ -475,13 +499,13 @@ def choose_seeds(main_init: str) -> tuple[int, ...]:
         return tuple(range(json.loads(choice.read_text())["n_seeds"]))
     path = RESULTS / "algo_reward.jsonl"
     records = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
-    spreads, table = [], {}
+    spreads, table, settings = [], {}, design_settings()
     for cell in PILOT["cells"]:
         labels = dict(c.split("=", 1) for c in cell)
         got = {r["seed"]: r["eval"]["success_rate"] for r in records
                if r["seed"] in PILOT["seeds"] and {k: str(v) for k, v in r["cell"].items()} == labels
                and str(r["config"]["model"]["name"]).rstrip("/").endswith(main_init.rstrip("/"))
-               and float(r["config"]["train"]["lr"]) == cooking_lr()}
+               and in_design(r, settings)}
         spreads.append([got[s] for s in sorted(got)])
         table[" ".join(cell)] = got
     if any(len(x) < len(PILOT["seeds"]) for x in spreads):
@@ -621,7 +645,7 @@ def swe_part(n_jobs: int) -> list[str]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("part", choices=["all", "pilot", "lr", "behaviour", "main", "explore", "split", "complexity",
+    p.add_argument("part", choices=["all", "pilot", "probe", "behaviour", "main", "explore", "split", "complexity",
                                       "evals", "stability", "swe"])
     p.add_argument("--jobs", type=int, default=1,
                    help="commands at once (1 on a laptop; 7 on a 16-core machine with an 80 GB GPU: one RL run of "
@@ -642,11 +666,11 @@ def main() -> None:
            # pilot's validation evaluation took 133 s a game against ~1.3 s on a quiet machine; spinning OpenMP
            # threads of oversubscribed processes are one cause of such slowdowns, and PASSIVE costs a quiet run nothing
            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
-    parts = (["lr", "pilot", "main", "explore", "split", "complexity", "evals", "stability", "swe"] if a.part == "all"
-             else [a.part])
+    parts = ([a.part] if a.part != "all" else
+             ["probe", "pilot", "main", "explore", "split", "complexity", "evals", "stability", "swe"])
     t0 = time.perf_counter()
     need = [] if set(parts) <= {"stability", "swe"} else [g for g in GAMES if g.startswith("cooking")] \
-        if parts in (["pilot"], ["lr"]) else list(GAMES)
+        if parts in (["pilot"], ["probe"]) else list(GAMES)
     parallel(games([*need, *(OTHER_GAMES if "stability" in parts else ())]), a.jobs)
     if not DRY_RUN:
         subprocess.run([*AGENTRL[:1], "-c", "from agentrl_lib.models import embedded_model_dir as e; e()"], cwd=ROOT,
@@ -658,11 +682,11 @@ def main() -> None:
         else:
             log(f"the RL start: {choose_sft(a.jobs)}")
         return
-    main_init = choose_sft(a.jobs) if {"pilot", "lr", "main", "explore", "evals"} & set(parts) else None
+    main_init = choose_sft(a.jobs) if {"pilot", "probe", "main", "explore", "evals"} & set(parts) else None
     sfts, jobs, evals = [], [], []
-    if "lr" in parts:
-        jobs.append(sweep("configs/cooking.yaml", str(RESULTS / "rl_lr.jsonl"), RL_LR_PROBE["cells"],
-                          RL_LR_PROBE["seed"], main_init, "--eval-games", "games/cooking-valid"))
+    if "probe" in parts:
+        jobs.append(sweep("configs/cooking.yaml", str(RESULTS / "ppo_probe.jsonl"), PPO_PROBE["cells"],
+                          PPO_PROBE["seed"], main_init, "--eval-games", "games/cooking-valid"))
     if "pilot" in parts:
         jobs += [sweep("configs/cooking.yaml", str(RESULTS / "algo_reward.jsonl"), cell, s, main_init)
                  for s in PILOT["seeds"] for cell in PILOT["cells"]]

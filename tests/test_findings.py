@@ -145,30 +145,35 @@ def test_design_table_shows_the_sampled_numbers_beside_the_greedy_ones(tmp_path,
     assert lines[2:4] == ["| 1 | 64@6e-06 | 47% | 51% | 6% | 81% |", "| 1 | 64@9e-06 | 80% | — | — | — |"]
 
 
-def test_pilot_rows_at_a_learning_rate_leave_the_other_rates_out(monkeypatch):
-    """With lr= only records of that RL learning rate are listed (a 3e-5 pilot record beside 1e-5 ones would mix
-    two designs in one table: the planted bug this catches)."""
-    def rec(seed, lr):
+def test_pilot_rows_with_design_settings_leave_the_other_settings_out(monkeypatch):
+    """With settings= only records with those regenerate.DESIGN_FIELDS values are listed (a 3e-5 or a whitened pilot
+    record beside the chosen design's would mix two designs in one table: the planted bugs this catches)."""
+    def rec(seed, lr, whiten=False):
         return {"cell": {"algo": "ppo", "reward.kind": "dense"}, "seed": seed,
-                "config": {"model": {"name": "runs/sft/chosen"}, "train": {"lr": lr}},
+                "config": {"model": {"name": "runs/sft/chosen"}, "train": {"lr": lr},
+                           "algo": {"normalize_advantages": whiten}},
                 "eval": {"success_rate": 0.5, "mean_turns": 6.0, "invalid_rate": 0.25}}
 
-    monkeypatch.setattr(findings, "load_results", lambda path: [rec(0, 3e-5), rec(1, 1e-5)])
-    rows = findings.pilot_rows(ROOT / "results" / "algo_reward.jsonl", "runs/sft/chosen", lr=1e-5)
+    settings = {"train.lr": 1e-5, "algo.normalize_advantages": False}
+    monkeypatch.setattr(findings, "load_results", lambda path: [rec(0, 3e-5), rec(1, 1e-5), rec(0, 1e-5, True)])
+    rows = findings.pilot_rows(ROOT / "results" / "algo_reward.jsonl", "runs/sft/chosen", settings)
     assert rows[0].startswith("\nThe pilot's runs (1 of 4;") and rows[3:] == ["| PPO, dense | 1 | 50% | 6.0 | 25% |"]
-    assert len(findings.pilot_rows(ROOT / "results" / "algo_reward.jsonl", "runs/sft/chosen")) == 5  # control
+    assert len(findings.pilot_rows(ROOT / "results" / "algo_reward.jsonl", "runs/sft/chosen")) == 6  # control
 
 
-def test_lr_rows_give_the_first_update_kl_the_largest_drop_and_the_curve():
-    def rec(lr, success, kl, games="games/cooking-valid", algo="ppo", seed=0):
+def test_probe_rows_give_the_first_update_kl_the_largest_drop_and_the_curve():
+    def rec(lr, success, kl, games="games/cooking-valid", algo="ppo", seed=0, whiten=True):
         return {"cell": {"algo": algo, "reward.kind": "dense"}, "seed": seed,
-                "config": {"model": {"name": "runs/sft/chosen"}, "train": {"lr": lr, "eval_games": games}},
+                "config": {"model": {"name": "runs/sft/chosen"}, "train": {"lr": lr, "eval_games": games},
+                           "algo": {"normalize_advantages": whiten}},
                 "steps": [{"step": i + 1, "success_rate": s, "approx_kl": kl if i == 0 else 0.01}
                           for i, s in enumerate(success)], "eval": {"success_rate": 0.75}}
 
-    records = [rec(1e-5, [0.5, 0.25, 0.75], 0.07), rec(3e-5, [0.5, 0.9375, 0.0, 0.5], 0.27, "games/cooking-heldout"),
+    records = [rec(1e-5, [0.5, 0.25, 0.75], 0.07), rec(1e-5, [0.5, 0.5], 0.06, whiten=False),
+               rec(3e-5, [0.5, 0.9375, 0.0, 0.5], 0.27, "games/cooking-heldout"),
                rec(3e-5, [0.0], 0.9), rec(1e-5, [0.0], 0.9, algo="rloo"), rec(1e-5, [0.0], 0.9, seed=1)]
-    lines = findings.lr_rows(records, "runs/sft/chosen")
-    assert lines[3:] == ["| 3e-05 | 0.270 | 94 points | 50 94 0 50 | cooking-heldout | 75% |",
-                         "| 1e-05 | 0.070 | 25 points | 50 25 75 | cooking-valid | 75% |"]
-    assert findings.lr_rows(records, "runs/sft/other") == []
+    lines = findings.probe_rows(records, "runs/sft/chosen")
+    assert lines[3:] == ["| 3e-05 | yes | 0.270 | 94 points | 50 94 0 50 | cooking-heldout | 75% |",
+                         "| 1e-05 | yes | 0.070 | 25 points | 50 25 75 | cooking-valid | 75% |",
+                         "| 1e-05 | no | 0.060 | 0 points | 50 50 | cooking-valid | 75% |"]
+    assert findings.probe_rows(records, "runs/sft/other") == []

@@ -190,24 +190,28 @@ def test_choose_by_behaviour_takes_the_sampled_success_nearest_the_target(tmp_pa
     assert regen.choose_by_behaviour(cands(0.0, 0.45, 0.45, 0.9)).endswith("lr7e-06-s0")  # tie: the smaller lr
 
 
-def test_choose_seeds_counts_only_pilot_records_at_the_configs_learning_rate(tmp_path, monkeypatch):
-    """The seeds rule reads the pilot's four runs at configs/cooking.yaml's train.lr from the chosen start; a run at
-    another learning rate (the stopped 3e-5 pilot) must not complete the pilot (planted: the same four runs at 3e-5
-    leave it unfinished)."""
+def test_choose_seeds_counts_only_pilot_records_with_the_configs_probe_settings(tmp_path, monkeypatch):
+    """The seeds rule reads the pilot's four runs with configs/cooking.yaml's train.lr and whitening setting
+    (regenerate.DESIGN_FIELDS) from the chosen start; runs with another setting (the stopped 3e-5 pilot, or whitened
+    advantages) must not complete the pilot (planted: the same four runs at either leave it unfinished)."""
     import json
 
     regen = load_regenerate()
     monkeypatch.setattr(regen, "RESULTS", tmp_path)
 
-    def write(lr):
+    def write(lr, whiten=False):
         recs = [{"cell": {"algo": a, "reward.kind": "dense"}, "seed": s, "eval": {"success_rate": v},
-                 "config": {"model": {"name": "/x/runs/sft/chosen"}, "train": {"lr": lr}}}
+                 "config": {"model": {"name": "/x/runs/sft/chosen"}, "train": {"lr": lr},
+                            "algo": {"normalize_advantages": whiten}}}
                 for (a, s), v in zip([("ppo", 0), ("ppo", 1), ("rloo", 0), ("rloo", 1)], [0.5, 0.6, 0.4, 0.45])]
         (tmp_path / "algo_reward.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
 
-    write(3e-5)
-    with pytest.raises(SystemExit, match="the pilot is not finished"):
-        regen.choose_seeds("runs/sft/chosen")
-    write(regen.cooking_lr())
+    settings = regen.design_settings()
+    assert settings == {"train.lr": 1e-5, "algo.normalize_advantages": False}  # configs/cooking.yaml's
+    for planted in [(3e-5, False), (1e-5, True)]:
+        write(*planted)
+        with pytest.raises(SystemExit, match="the pilot is not finished"):
+            regen.choose_seeds("runs/sft/chosen")
+    write(1e-5, False)
     assert regen.choose_seeds("runs/sft/chosen") == (0, 1, 2)
     assert json.loads((tmp_path / "seeds_choice.json").read_text())["n_seeds"] == 3
