@@ -215,3 +215,49 @@ def test_choose_seeds_counts_only_pilot_records_with_the_configs_probe_settings(
     write(1e-5, False)
     assert regen.choose_seeds("runs/sft/chosen") == (0, 1, 2)
     assert json.loads((tmp_path / "seeds_choice.json").read_text())["n_seeds"] == 3
+
+
+@pytest.mark.subprocess
+def test_all_plans_the_probe_and_the_pilot_before_the_main_sweep(tmp_path):
+    """`regenerate.py all` on a fresh results folder: the PPO probe and the pilot come before the main sweep's
+    other cells (the main sweep's seeds come from the pilot), and the dry run assumes SEEDS until the pilot is in."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, str(ROOT / "results" / "regenerate.py"), "all", "--dry-run", "--results",
+                          str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    names = [ln.split(" ", 1)[0] for ln in out.stdout.splitlines() if " sweep --base configs/cooking.yaml" in ln]
+    assert names[0].startswith("ppo_probe-ppo-dense-1e-05,3e-05-false,true")
+    first_main = next(i for i, n in enumerate(names) if n.startswith(("algo_reward-grpo", "algo_reward-ppo-sparse")))
+    pilot = [i for i, n in enumerate(names) if n.startswith(("algo_reward-ppo-dense", "algo_reward-rloo-dense"))]
+    assert 0 < pilot[0] and pilot[3] < first_main  # the pilot's four runs, then the main sweep
+    assert "the plan below assumes 3 seeds" in out.stdout + out.stderr
+
+
+def test_all_runs_the_pilot_before_it_chooses_the_main_sweeps_seeds(tmp_path, monkeypatch):
+    """Without --dry-run, `all` runs the probe and the pilot first, then chooses the seeds, then the rest: the order
+    the seeds rule needs (before, `all` stopped on a fresh machine with "run pilot first"). Every command is
+    replaced by a recorder; the planted order (seeds chosen before the pilot ran) is what the assertion rejects."""
+    import subprocess
+    import sys
+
+    regen = load_regenerate()
+    calls = []
+    monkeypatch.setattr(regen, "parallel", lambda jobs, n: calls.append([name for name, _ in jobs]) or [])
+    monkeypatch.setattr(regen, "choose_sft", lambda jobs: "runs/sft/chosen")
+    monkeypatch.setattr(regen, "choose_seeds", lambda init: calls.append(["<seeds>"]) or (0, 1, 2))
+    monkeypatch.setattr(regen, "games", lambda names: [])
+    monkeypatch.setattr(regen, "swe_part", lambda n: [])
+    monkeypatch.setattr(regen, "collect_evals", lambda folder="evals": 0)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: None)
+    monkeypatch.setattr(sys, "argv", ["regenerate.py", "all", "--results", str(tmp_path)])
+    (tmp_path / "sft_choice.json").write_text('{"chosen": "runs/sft/chosen", "chosen_demos": 64, "chosen_lr": 7e-6}')
+    with pytest.raises(SystemExit) as stop:
+        regen.main()
+    assert stop.value.code == 0
+    flat = [n for c in calls for n in c]
+    seeds_at = flat.index("<seeds>")
+    assert any(n.startswith("ppo_probe-") for n in flat[:seeds_at])
+    assert sum(n.startswith(("algo_reward-ppo-dense", "algo_reward-rloo-dense")) for n in flat[:seeds_at]) == 4
+    assert any(n.startswith("algo_reward-grpo") for n in flat[seeds_at:])
