@@ -112,9 +112,9 @@ rollouts; book/findings.md's design block lists their curves (findings.probe_row
   of the next checkpoint on those steps' games lost them too: the policy had changed, not the games). Such a batch
   carries no signal (every return equal), but whitening divides GAE's small leftovers A = G - V by their own small
   std: a full-size update in a random direction (grad norm 1.19 and 2% of ratios clipped at that step). Without
-  whitening, that run's all-win steps made almost no update (grad norms 0.13, 0.06, 0.08, 0.42). The dense rewards are already on the scale of
-  the advantages (-0.1 ... 1), so configs/cooking.yaml does not whiten (GRPO and RLOO never did: their advantages
-  are normalised within a group, and an all-equal group gets 0)."""
+  whitening, that run's all-win steps made almost no update (grad norms 0.13, 0.06, 0.08, 0.42). The dense rewards
+  are already on the scale of the advantages (-0.1 ... 1), so configs/cooking.yaml does not whiten (GRPO and RLOO
+  never did: their advantages are normalised within a group, and an all-equal group gets 0)."""
 EXPLORE_TURNS = (5, 8, 10, 15)
 """Max turns of the exploration-budget cells: 1x, 1.6x, 2x and 3x the walkthrough (5 commands in every cooking game);
 the paper (Practitioner's Guide, exploration budget): 6 turns -> 55%, 8 (2x optimal) -> 73%, more adds little."""
