@@ -1,5 +1,5 @@
 """What every side-by-side benchmark records next to its numbers: the machine, the library versions, the commit, the
-load, the peak memory; and how a result line is written. Imported by bench_rl_step_vs_trl.py and bench_rollout.py
+load, the peak memory; and how a result line is written. Imported by the bench_*.py scripts
 (run as scripts, this folder is on sys.path)."""
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import resource
+import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -54,6 +55,24 @@ def peak_rss_gib() -> float:
     """Peak resident memory of this process so far (ru_maxrss), in GiB (1024^3 bytes); child processes (env
     workers) are not counted."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2  # Linux: ru_maxrss is in KiB
+
+
+def cpu_seconds() -> float:
+    """CPU seconds (user + system, every thread) of this process and of its descendants so far: the ended children
+    (getrusage) and every live descendant read from /proc (the env pool's workers, children of a forkserver that is
+    this process's child); Linux. Differences of two calls time a stage's work, which a shared machine's load changes
+    less than its wall time. A descendant that ended without being waited for by this process is missed."""
+    ended = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = time.process_time() + ended.ru_utime + ended.ru_stime
+    tick, todo = os.sysconf("SC_CLK_TCK"), ["self"]
+    while todo:
+        for children in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
+            for pid in _read(str(children)).split():
+                todo.append(pid)
+                fields = _read(f"/proc/{pid}/stat").rsplit(")", 1)[-1].split()  # after the command name: field 3 on
+                if len(fields) > 12:
+                    total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime (fields 14, 15) in ticks
+    return total
 
 
 def load1() -> float:

@@ -180,8 +180,55 @@ def peak_table(r: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+LEVER_WORDS = {"train.share_prefix": "`share_prefix`", "algo.old_logprobs": "`--old-logprobs behaviour`",
+               "train.group_minibatches": "`--group-minibatches`", "train.mixed_precision": "`--mixed-precision bf16`"}
+
+
+def sweep_step_table(r: dict) -> str:
+    """The whole sweep step (bench_sweep_step.py): each setting's medians and its speed-up vs baseline, of the
+    medians and pair by pair (per repeat), wall and CPU seconds; the exact levers' check; what was not measured."""
+    flags = ", ".join(r.get("cpu_flags") or []) or "no AVX-512 / bf16 flags"
+    out = [f"One `Trainer.step` of `{Path(r['config_file']).name}` ({r['episodes']} episodes: "
+           f"{r['episodes'] // r['group_size']} games × {r['group_size']}, ≤ {r['max_turns']} turns × ≤ "
+           f"{r['new_tokens']} tokens, minibatches of {r['minibatch']}) from `{Path(r['init']).name}`, a fresh Trainer "
+           f"per measurement, every one seeded alike (the same games; the exact levers sample the same tokens); "
+           f"medians of {r['repeats']}, the settings alternating; {r['cpu']} ({flags}), torch threads "
+           f"{r['torch_threads']}; {where(r)}, load {r['load_before']}–{r['load_after']}. Levers: `share_prefix`, each "
+           "group's first prompt prefilled and forwarded once; `--old-logprobs behaviour`, π_old the rollout's "
+           "log-probs (no no-grad pass); `--group-minibatches`, minibatches of whole groups; `--mixed-precision "
+           "bf16`, bf16 autocast. π_old, s: the stage between rollout and update (rewards, no-grad passes, "
+           "advantages).", "",
+           "| setting | levers on | step, s | rollout, s | π_old, s | update, s | CPU, s | speed-up: medians "
+           "| pair by pair (range) | CPU speed-up: medians |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, x in r["summary"].items():
+        on = [LEVER_WORDS[k] for k, v in r["levers"][name].items() if v not in (False, "recompute", "no")]
+        pairs = x["pair_speedups"]
+        rng = f"{x['median_pair_speedup']:.2f}× ({min(pairs):.2f}–{max(pairs):.2f})" if name != "baseline" else "—"
+        sp = "—" if name == "baseline" else f"**{x['speedup']:.2f}×**"
+        cpu = "—" if name == "baseline" else f"{x['cpu_speedup']:.2f}×"
+        out.append(f"| {name} | {'; '.join(on) or 'none: the step before the levers, fp32'} | "
+                   f"{x['median_seconds']:.1f} | {x['median_rollout_seconds']:.1f} | {x['median_old_seconds']:.1f} | "
+                   f"{x['median_update_seconds']:.1f} | {x['median_cpu_seconds']:.1f} | {sp} | {rng} | {cpu} |")
+    out.append("")
+    check = r["exact_check"]
+    if check["settings"] and check["ok"]:
+        tokens = r["runs"]["baseline"][0]["sampled_tokens"]
+        out.append(f"Exact levers ({', '.join(check['settings'])}): the same {tokens} sampled tokens as baseline in "
+                   f"every repeat, first minibatch losses within {check['rel_tol']:g} relative.")
+    elif check["settings"]:
+        out.append("**The exact levers' check failed**: " + "; ".join(check["problems"]) + ".")
+    runs = [x for name in r["runs"] for x in r["runs"][name]]
+    if n_skipped := sum(bool(x.get("skipped_update")) for x in runs):
+        out.append(f" {n_skipped} of {len(runs)} measured steps skipped their update (every group's returns were "
+                   "equal: no learning signal), so they had no first minibatch loss.")
+    if r.get("skipped"):
+        out.append(" Not measured: " + "; ".join(f"{n} ({why})" for n, why in r["skipped"].items()) + ".")
+    return "\n".join(out) + "\n"
+
+
 SECTIONS = [  # (results file, title, renderer, the script that writes it)
     ("rl_step_vs_trl", "An RL step against TRL", rl_step_table, "bench_rl_step_vs_trl.py"),
+    ("sweep_step", "The whole sweep step: each lever and all together", sweep_step_table, "bench_sweep_step.py"),
     ("rollout_speed", "The batched multi-turn rollout against simpler loops", rollout_table, "bench_rollout.py"),
     ("update_speed", "The update: padding cut, π_old from the rollout, shared prompts", update_speed_table,
      "bench_update_speed.py"),
@@ -193,15 +240,16 @@ SECTIONS = [  # (results file, title, renderer, the script that writes it)
 
 
 def benchmark_tables(level: int = 2) -> str:
-    """Markdown: one titled table per results file present (SECTIONS order; update_speed: one per algorithm,
+    """Markdown: one titled table per results file present (SECTIONS order; update_speed, sweep_step: one per algorithm,
     rl_step_vs_trl: one per agentrl π_old source, rollout_speed: one per set of methods compared), each naming its
     machine and commit; titles are headings of `level` (2: under the page's title)."""
     parts = []
     for name, title, render, script in SECTIONS:
         # one table per algo / π_old / set of rollout methods compared
-        per = {"update_speed": "algo", "rl_step_vs_trl": "old_logprobs", "rollout_speed": "comparison"}.get(name)
+        per = {"update_speed": "algo", "rl_step_vs_trl": "old_logprobs", "rollout_speed": "comparison",
+               "sweep_step": "algo"}.get(name)
         for r in newest_per(name, per):
-            variant = {"ppo": "PPO", "grpo": "GRPO", "behaviour": "agentrl's π_old from the rollout",
+            variant = {"ppo": "PPO", "grpo": "GRPO", "rloo": "RLOO", "behaviour": "agentrl's π_old from the rollout",
                        "batched,unshared": "each group's first context encoded once"}.get(
                 r.get(per) if per else None)
             heading = f"{title} ({variant})" if variant else title

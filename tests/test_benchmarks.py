@@ -1,6 +1,6 @@
-"""Smoke-run the two side-by-side benchmarks (benchmarks/bench_rl_step_vs_trl.py, benchmarks/bench_rollout.py) on a
-tiny random-weight model and real cooking games, as scripts in a subprocess: they finish, and the JSON line each
-writes has its ratio fields and positive numbers. Timings are never asserted."""
+"""Smoke-run the benchmarks (benchmarks/bench_*.py) on a tiny random-weight model and real cooking games, as scripts
+in a subprocess (bench_sweep_step.py: its main() in this process): they finish, and the JSON line each writes has
+its ratio fields and positive numbers; book/benchmarks.md's tables are report.py's. Timings are never asserted."""
 from __future__ import annotations
 
 import json
@@ -121,3 +121,77 @@ def test_bench_update_memory_tiny(tmp_path, tiny_model_dir):
     assert plain["microbatches"] == [[0, 1]] and micro["microbatches"] == [[0], [1]]  # the budget split the rows
     assert positive(micro["peak_rss_gb"], plain["step_seconds_median"])
     assert res["config"]["budget"] == 40 and res["seed"] == 0
+
+
+def load_bench(monkeypatch, name: str):
+    """benchmarks/NAME.py as a module, with benchmarks/ on sys.path (as when it runs as a script)."""
+    import importlib.util
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SWEEP_STEP_TINY = ["--repeats", "1", "--warmup", "0", "--threads", "0", "--set", "train.games_per_step=1",
+                   "--set", "algo.group_size=2", "--set", "env.max_turns=2", "--set", "train.max_new_tokens=4",
+                   "--set", "train.minibatch_size=2"]
+
+
+def test_bench_sweep_step_plan(monkeypatch):
+    """Which settings run: baseline first; π_old from the rollout only without a critic; bf16 only with bf16
+    hardware; `all` dropped when it repeats another setting's levers."""
+    bench = load_bench(monkeypatch, "bench_sweep_step")
+    names = "exact,exact+behaviour,grouped,bf16,all".split(",")
+    run, skipped = bench.plan(names, critic=True, bf16_problem="no bf16 here")
+    assert list(run) == ["baseline", "exact", "grouped"] and set(skipped) == {"exact+behaviour", "bf16", "all"}
+    assert "V_old" in skipped["exact+behaviour"] and skipped["bf16"] == "no bf16 here"
+    run, skipped = bench.plan(names, critic=False, bf16_problem=None)
+    assert list(run) == ["baseline", *names] and not skipped
+    assert run["all"] == {"train.share_prefix": True, "algo.old_logprobs": "behaviour",
+                          "train.group_minibatches": True, "train.mixed_precision": "bf16"}
+
+
+@pytest.mark.trains
+@pytest.mark.subprocess
+def test_bench_sweep_step_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_games):
+    """One step per setting on a tiny model and real cooking games: the JSON line's fields, the exact lever sampled
+    baseline's tokens with its first loss, and report.py renders the line into the book's table."""
+    bench = load_bench(monkeypatch, "bench_sweep_step")
+    out = tmp_path / "sweep_step.jsonl"
+    res = bench.main(["--init", tiny_model_dir, "--games", str(cooking_games.root), "--settings", "exact",
+                      *SWEEP_STEP_TINY, "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(res))  # the line written is the result returned
+    assert res["settings"] == ["baseline", "exact"] and res["episodes"] == 2 and res["algo"] == "ppo"
+    base, exact = res["runs"]["baseline"][0], res["runs"]["exact"][0]
+    for x in (base, exact):
+        assert positive(x["seconds"], x["cpu_seconds"], x["rollout_seconds"], x["update_seconds"],
+                        x["sampled_tokens"], x["batch_tokens"]) and x["first_loss"] is not None
+    assert exact["sampled_hash"] == base["sampled_hash"] and exact["shareable_prompt_positions"] > 0
+    assert exact["rollout_shared_positions"] > 0 and base["rollout_shared_positions"] == 0  # the lever was on
+    assert res["exact_check"] == {"ok": True, "problems": [], "rel_tol": 1e-5, "settings": ["exact"]}
+    s = res["summary"]["exact"]
+    assert positive(s["speedup"], s["cpu_speedup"], s["median_pair_speedup"]) and len(s["pair_speedups"]) == 1
+    assert res["cpu"] and "cpu_flags" in res and res["commit"] and res["config"]["repeats"] == 1
+    assert isinstance(res["load_before"], float) and res["bf16_hardware"] == (res["bf16_problem"] == "")
+    report = load_bench(monkeypatch, "report")
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    tables = report.benchmark_tables()
+    assert "## The whole sweep step: each lever and all together (PPO)" in tables
+    assert "| exact | `share_prefix` |" in tables and "the same" in tables.split("| exact |")[1]
+
+
+@pytest.mark.trains
+@pytest.mark.subprocess
+def test_bench_sweep_step_exactness_check_catches_other_tokens(monkeypatch, tiny_model_dir, cooking_games, capsys):
+    """Negative control: a setting planted as exact that samples at another temperature fails the check, which
+    names it and says why."""
+    bench = load_bench(monkeypatch, "bench_sweep_step")
+    monkeypatch.setitem(bench.LEVERS, "planted", {"train.share_prefix": True, "train.temperature": 1.3})
+    monkeypatch.setattr(bench, "EXACT", {"planted"})
+    res = bench.main(["--init", tiny_model_dir, "--games", str(cooking_games.root), "--settings", "planted",
+                      *SWEEP_STEP_TINY, "--set", "env.process_pool=false"])  # envs in this process: quicker
+    assert not res["exact_check"]["ok"]
+    assert any(p.startswith("planted, repeat 1: sampled tokens differ") for p in res["exact_check"]["problems"])
+    assert "EXACT-LEVERS CHECK FAILED" in capsys.readouterr().out
