@@ -78,3 +78,49 @@ def test_readme_run_rl_example_runs(tiny_model_dir, tmp_path, monkeypatch):
     for name in ("config.yaml", "metrics.jsonl", "eval.json"):
         assert (run_dir / name).is_file(), name
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*")), "report_to='tensorboard' wrote nothing"
+
+
+def _table_numbers(markdown: str, header: str) -> list[list[float]]:
+    """The numeric cells of each row of the markdown table whose header row starts with `header`."""
+    lines = markdown.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {header}"))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip().strip("*").rstrip("%") for c in line.strip("|").split("|")[1:]]
+        rows.append([float(c) for c in cells])
+    return rows
+
+
+def _chapter_00_stage_table() -> str | None:
+    """Chapter 00's stored stage table (base / SFT / RL on its held-out games), if it is stored in full mode."""
+    import json
+    nb = json.loads((ROOT / "notebooks" / "00_quickstart.ipynb").read_text())
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            text = "".join(out.get("text", "")) or "".join(out.get("data", {}).get("text/markdown", ""))
+            if text.startswith("| stage |") or "\n| stage |" in text:
+                return text if "(full mode)" in text else None
+    return None
+
+
+def check_demo_table(readme: str, chapter_table: str) -> None:
+    """README's demo table (and book/demo.md's) holds the three stages with chapter 00's numbers: the same budget
+    (demo.DemoBudget) and seed, so the same run."""
+    want = _table_numbers(chapter_table, "stage")
+    got = _table_numbers(readme, "held-out games (16)")
+    assert len(got) == len(want) == 3, f"README's demo table has {len(got)} rows; base, SFT and RL expected"
+    assert all(g == pytest.approx(w, abs=0.051) for g, w in zip(got, want)), (
+        f"README's demo table {got} differs from chapter 00's {want}: copy `make demo`'s table")
+
+
+def test_readme_demo_table_is_chapter_00s():
+    table = _chapter_00_stage_table()
+    if table is None:
+        pytest.skip("chapter 00 is stored in fast mode: its table is not the demo's")
+    check_demo_table(README.read_text(), table)
+    check_demo_table((ROOT / "book" / "demo.md").read_text(), table)
+    without_rl = "\n".join(line for line in README.read_text().splitlines() if not line.startswith("| after RL"))
+    with pytest.raises(AssertionError, match="has 2 rows"):  # negative control: the row this test was written for
+        check_demo_table(without_rl, table)
