@@ -217,6 +217,13 @@ def sweep_step_table(r: dict) -> str:
                    f"every repeat, first minibatch losses within {check['rel_tol']:g} relative.")
     elif check["settings"]:
         out.append("**The exact levers' check failed**: " + "; ".join(check["problems"]) + ".")
+    base_tokens = r["runs"]["baseline"][0]["sampled_tokens"]
+    other = {n: xs[0]["sampled_tokens"] for n, xs in r["runs"].items()
+             if n not in check["settings"] and n != "baseline" and xs[0]["sampled_hash"] != r["runs"]["baseline"][0]
+             ["sampled_hash"]}
+    if other:  # a setting that samples other tokens does other work: its step is not the same step
+        out.append(" Sampled other tokens than baseline's " + str(base_tokens) + ", so their rollouts and updates "
+                   "did other work: " + ", ".join(f"{n} {t}" for n, t in other.items()) + ".")
     runs = [x for name in r["runs"] for x in r["runs"][name]]
     if n_skipped := sum(bool(x.get("skipped_update")) for x in runs):
         out.append(f" {n_skipped} of {len(runs)} measured steps skipped their update (every group's returns were "
