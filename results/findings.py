@@ -189,7 +189,9 @@ def design_table() -> str:
             c = json.loads(seeds.read_text())
             half = c["half_width_by_n"][str(c["n_seeds"])]
             lines.append(f"\nPilot: pooled seed-to-seed sd {100 * c['pooled_sd']:.1f} points -> {c['n_seeds']} seeds "
-                         f"(95% half-width of a two-cell difference {100 * half:.0f} points; rule: {c['rule']}).")
+                         f"(95% half-width of a two-cell difference {100 * half:.0f} points; rule: {c['rule']})"
+                         + ("." if c["met"] else f": **not met** — the rule's largest affordable number of seeds "
+                            f"leaves differences smaller than about {100 * half:.0f} points unresolved at this scale."))
             break
     return "\n".join(lines)
 

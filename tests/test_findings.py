@@ -177,3 +177,21 @@ def test_probe_rows_give_the_first_update_kl_the_largest_drop_and_the_curve():
                          "| 1e-05 | yes | 0.070 | 25 points | 50 25 75 | cooking-valid | 75% |",
                          "| 1e-05 | no | 0.060 | 0 points | 50 50 | cooking-valid | 75% |"]
     assert findings.probe_rows(records, "runs/sft/other") == []
+
+
+@pytest.mark.parametrize("met", [True, False])
+def test_design_table_says_when_the_seeds_rule_was_not_met(tmp_path, monkeypatch, met):
+    """seeds_choice.json with met false → the design block says the interval target was not met and which
+    differences stay unresolved; with met true it says nothing of the kind (the control)."""
+    import json
+
+    inc = tmp_path / "results" / "incoming"
+    inc.mkdir(parents=True)
+    (inc / "sft_round1.json").write_text(json.dumps({"validation_success": {"64@7e-06": 0.4}}))
+    (inc / "seeds_choice.json").write_text(json.dumps({
+        "rule": "fewest seeds (3..6) with a 95% half-width of a two-cell difference <= 0.15", "n_seeds": 6,
+        "pooled_sd": 0.222 if not met else 0.1, "half_width_by_n": {"6": 0.286 if not met else 0.13}, "met": met}))
+    monkeypatch.setattr(findings, "ROOT", tmp_path)
+    line = next(x for x in findings.design_table().splitlines() if x.startswith("Pilot:"))
+    assert ("**not met**" in line) is (not met)
+    assert ("smaller than about 29 points unresolved" in line) is (not met)
