@@ -27,7 +27,7 @@ import sys
 
 from . import commands
 from .commands import MAKE_GAMES_N_MAX
-from .config import ALGO_PRESETS, CHOICES, SECTIONS, ConfigError, ModelConfig
+from .config import ALGO_PRESETS, CHOICES, MIXED_PRECISIONS, SECTIONS, ConfigError, ModelConfig
 from .flags import SFT_SECTIONS, add_config_flags, field_docs, join_negative_numbers
 
 
@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--model", default="embedded")
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--rl-steps", type=int)
+    d.add_argument("--mixed-precision", default="no", choices=MIXED_PRECISIONS,
+                   help="the RL stage under bf16 autocast (where the hardware has bf16; refused before the first stage "
+                        "otherwise); 'no': fp32, the table in the README")
     d.set_defaults(func=commands.cmd_demo)
 
     w = sub.add_parser("sweep", help="train + evaluate every grid cell × seed (run_rl); one record per run in --out",

@@ -250,7 +250,7 @@ def cmd_demo(a) -> None:
     budget = DemoBudget.fast() if fast else DemoBudget.full()
     if a.rl_steps is not None:
         budget.rl_steps = a.rl_steps
-    run_demo(a.out, budget, algo=a.algo, reward=a.reward, model=a.model, seed=a.seed)
+    run_demo(a.out, budget, algo=a.algo, reward=a.reward, model=a.model, seed=a.seed, mixed_precision=a.mixed_precision)
 
 
 def cmd_sweep(a) -> None:

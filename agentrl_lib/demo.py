@@ -12,10 +12,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import ALGO_PRESETS, AlgoConfig, EnvConfig, RewardConfig, RunConfig, TrainConfig
+import torch
+
+from .config import ALGO_PRESETS, AlgoConfig, ConfigError, EnvConfig, RewardConfig, RunConfig, TrainConfig
 from .envs.textworld import make_textworld_games
 from .evaluate import evaluate, format_eval, save_eval
-from .models import load_policy
+from .models import bf16_problem, load_policy
 from .paths import cache_root, git_commit
 
 
@@ -44,15 +46,18 @@ class DemoBudget:
         return cls(train_games=4, eval_games=4, sft_games=4, sft_epochs=1.0, rl_steps=1, games_per_step=1,
                    group_size=2, max_turns=6)
 
-    def rl_config(self, train_games: str | Path, algo: str = "ppo", reward: str = "dense", seed: int = 0) -> RunConfig:
+    def rl_config(self, train_games: str | Path, algo: str = "ppo", reward: str = "dense", seed: int = 0,
+                  mixed_precision: str = "no") -> RunConfig:
         """The demo's RL stage as a RunConfig: `algo` a preset of config.ALGO_PRESETS, `reward` a reward.kind, the
         training games dir, this budget's turns, group size, steps, games per step and lr; one checkpoint, at the end.
+        `mixed_precision`: train.mixed_precision ("no": fp32; "bf16": autocast, where the hardware has bf16).
         """
         return RunConfig(env=EnvConfig(games=str(train_games), max_turns=self.max_turns),
                          reward=RewardConfig(kind=reward),
                          algo=AlgoConfig(**ALGO_PRESETS[algo], group_size=self.group_size),
                          train=TrainConfig(steps=self.rl_steps, games_per_step=self.games_per_step, minibatch_size=4,
-                                           lr=self.rl_lr, seed=seed, checkpoint_every=max(self.rl_steps, 1)))
+                                           lr=self.rl_lr, seed=seed, checkpoint_every=max(self.rl_steps, 1),
+                                           mixed_precision=mixed_precision))
 
 
 GAME_FAMILY = {"challenge": "tw-cooking", "challenge_args": "--recipe 1 --take 1 --go 1"}
@@ -62,8 +67,11 @@ HELD_OUT_SEED = 100_000
 
 
 def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo", reward: str = "dense",
-             model: str = "embedded", seed: int = 0, progress: bool = True) -> dict:
+             model: str = "embedded", seed: int = 0, progress: bool = True, mixed_precision: str = "no") -> dict:
     """Run the whole recipe into `out` and return the summary (also out/summary.json and out/stages.png).
+
+    `mixed_precision` "bf16": the RL stage's forwards under bf16 autocast (train.mixed_precision; the evaluations and
+    SFT stay as they are). Raises ConfigError before any stage runs when the hardware has no bf16 (models.bf16_problem).
 
     Stages (held-out = games with seeds from HELD_OUT_SEED, disjoint from the training seeds):
     1. make training and held-out games;  2. evaluate the base model;  3. SFT on training walkthroughs;
@@ -74,6 +82,10 @@ def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo
     from .sft import sft
 
     budget = budget or DemoBudget.full()
+    budget.rl_config(".", algo, reward, seed, mixed_precision)  # a bad value fails here, before the first stage
+    if mixed_precision == "bf16" and (why := bf16_problem(torch.device("cpu" if not torch.cuda.is_available()
+                                                                       else "cuda"))):
+        raise ConfigError(f"--mixed-precision bf16: {why}; use --mixed-precision no")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -117,7 +129,7 @@ def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo
     # 5. RL from the SFT model
     t = time.perf_counter()
     shutil.rmtree(out / "rl", ignore_errors=True)  # a previous demo's RL run started from an older SFT model
-    rows = run_rl(budget.rl_config(train.root, algo, reward, seed), out / "rl", init=str(out / "sft"),
+    rows = run_rl(budget.rl_config(train.root, algo, reward, seed, mixed_precision), out / "rl", init=str(out / "sft"),
                   progress=progress)["rows"]
     timings["rl"] = time.perf_counter() - t
     results["RL"] = eval_stage("rl", str(out / "rl"))
@@ -127,6 +139,7 @@ def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo
         "stages": {k: {m: v[m] for m in ("success_rate", "mean_turns", "invalid_rate", "mean_score_frac", "env_errors")}
                    for k, v in results.items()},
         "budget": budget.__dict__, "algo": algo, "reward": reward, "model": model, "seed": seed,
+        "mixed_precision": mixed_precision,
         "games": GAME_FAMILY, "train_games": str(train.root), "heldout_games": str(held.root),
         "heldout_identical_to_train": len(overlap),
         "sft": {k: sft_summary[k] for k in ("examples", "seconds", "train_loss")},

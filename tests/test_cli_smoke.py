@@ -55,3 +55,27 @@ def test_demo_runs_twice_into_one_directory(tmp_path, tiny_model_dir, monkeypatc
         assert list(summary["stages"]) == ["base", "SFT", "RL"] and summary["rl"]["steps"] == 1
         assert summary["heldout_identical_to_train"] == 0
     assert (tmp_path / "demo" / "summary.json").is_file() and (tmp_path / "demo" / "stages.png").stat().st_size > 1000
+
+
+def test_demo_mixed_precision_reaches_the_rl_stage_or_is_refused_first(tmp_path, monkeypatch):
+    """`agentrl demo --mixed-precision bf16` sets the RL stage's train.mixed_precision; on hardware without bf16 it is
+    refused in one line before the first stage (no games made, nothing written). The fp32 default stays "no"."""
+    import agentrl_lib.demo as demo
+    from agentrl_lib.config import ConfigError
+
+    budget = DemoBudget(train_games=2, eval_games=2, sft_games=2, rl_steps=1, games_per_step=1, group_size=2,
+                        max_turns=6)
+    assert budget.rl_config("g", mixed_precision="bf16").train.mixed_precision == "bf16"
+    assert budget.rl_config("g").train.mixed_precision == "no"
+    with pytest.raises(ConfigError, match="mixed_precision"):
+        budget.rl_config("g", mixed_precision="fp8")
+    made = []
+    monkeypatch.setattr(demo, "make_textworld_games", lambda *a, **k: made.append(a) or pytest.fail("a stage ran"))
+    monkeypatch.setattr(demo, "bf16_problem", lambda device: "this CPU has no avx512_bf16 / amx_bf16")
+    refusal = "--mixed-precision bf16: this CPU has no avx512_bf16.*use --mixed-precision no"
+    with pytest.raises(ConfigError, match=refusal):
+        run_demo(tmp_path / "demo", budget, mixed_precision="bf16", progress=False)
+    assert made == [] and not (tmp_path / "demo").exists()
+    monkeypatch.setattr(demo, "bf16_problem", lambda device: None)  # control: with bf16 hardware the stages start
+    with pytest.raises(pytest.fail.Exception, match="a stage ran"):
+        run_demo(tmp_path / "demo", budget, mixed_precision="bf16", progress=False)
