@@ -195,3 +195,21 @@ def test_bench_sweep_step_exactness_check_catches_other_tokens(monkeypatch, tiny
     assert not res["exact_check"]["ok"]
     assert any(p.startswith("planted, repeat 1: sampled tokens differ") for p in res["exact_check"]["problems"])
     assert "EXACT-LEVERS CHECK FAILED" in capsys.readouterr().out
+
+
+def test_sweep_step_table_says_which_settings_sampled_other_tokens(monkeypatch):
+    """The committed measurement: bf16 sampled other tokens than baseline's, so its row did other work, and the table
+    says so; the control, the same line with bf16's and all's hashes set to baseline's, has no such note."""
+    import copy
+
+    report = load_bench(monkeypatch, "report")
+    line = json.loads((ROOT / "results" / "sweep_step.jsonl").read_text().splitlines()[-1])
+    base = line["runs"]["baseline"][0]
+    table = report.sweep_step_table(line)
+    assert f"Sampled other tokens than baseline's {base['sampled_tokens']}" in table
+    assert f"bf16 {line['runs']['bf16'][0]['sampled_tokens']}" in table
+    same = copy.deepcopy(line)
+    for name in ("bf16", "all"):
+        for x in same["runs"][name]:
+            x["sampled_hash"] = base["sampled_hash"]
+    assert "Sampled other tokens" not in report.sweep_step_table(same)
