@@ -12,12 +12,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from .config import ALGO_PRESETS, AlgoConfig, ConfigError, EnvConfig, RewardConfig, RunConfig, TrainConfig
 from .envs.textworld import make_textworld_games
 from .evaluate import evaluate, format_eval, save_eval
-from .models import bf16_problem, load_policy
+from .models import bf16_problem, load_policy, pick_device
 from .paths import cache_root, git_commit
 
 
@@ -82,9 +80,8 @@ def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo
     from .sft import sft
 
     budget = budget or DemoBudget.full()
-    budget.rl_config(".", algo, reward, seed, mixed_precision)  # a bad value fails here, before the first stage
-    if mixed_precision == "bf16" and (why := bf16_problem(torch.device("cpu" if not torch.cuda.is_available()
-                                                                       else "cuda"))):
+    rl_model = budget.rl_config(".", algo, reward, seed, mixed_precision).model  # bad values fail before any stage
+    if mixed_precision == "bf16" and (why := bf16_problem(pick_device(rl_model.device))):  # the Trainer's device
         raise ConfigError(f"--mixed-precision bf16: {why}; use --mixed-precision no")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -210,20 +210,17 @@ def sweep_step_table(r: dict) -> str:
                    f"{x['median_seconds']:.1f} | {x['median_rollout_seconds']:.1f} | {x['median_old_seconds']:.1f} | "
                    f"{x['median_update_seconds']:.1f} | {x['median_cpu_seconds']:.1f} | {sp} | {rng} | {cpu} |")
     out.append("")
-    check = r["exact_check"]
+    check, base = r["exact_check"], r["runs"]["baseline"][0]
     if check["settings"] and check["ok"]:
-        tokens = r["runs"]["baseline"][0]["sampled_tokens"]
-        out.append(f"Exact levers ({', '.join(check['settings'])}): the same {tokens} sampled tokens as baseline in "
-                   f"every repeat, first minibatch losses within {check['rel_tol']:g} relative.")
+        out.append(f"Exact levers ({', '.join(check['settings'])}): the same {base['sampled_tokens']} sampled tokens "
+                   f"as baseline in every repeat, first minibatch losses within {check['rel_tol']:g} relative.")
     elif check["settings"]:
         out.append("**The exact levers' check failed**: " + "; ".join(check["problems"]) + ".")
-    base_tokens = r["runs"]["baseline"][0]["sampled_tokens"]
-    other = {n: xs[0]["sampled_tokens"] for n, xs in r["runs"].items()
-             if n not in check["settings"] and n != "baseline" and xs[0]["sampled_hash"] != r["runs"]["baseline"][0]
-             ["sampled_hash"]}
+    other = [f"{n} {xs[0]['sampled_tokens']}" for n, xs in r["runs"].items()  # the exact ones are checked above
+             if n != "baseline" and n not in check["settings"] and xs[0]["sampled_hash"] != base["sampled_hash"]]
     if other:  # a setting that samples other tokens does other work: its step is not the same step
-        out.append(" Sampled other tokens than baseline's " + str(base_tokens) + ", so their rollouts and updates "
-                   "did other work: " + ", ".join(f"{n} {t}" for n, t in other.items()) + ".")
+        out.append(f" Sampled other tokens than baseline's {base['sampled_tokens']}, so their rollouts and updates "
+                   f"did other work: {', '.join(other)}.")
     runs = [x for name in r["runs"] for x in r["runs"][name]]
     if n_skipped := sum(bool(x.get("skipped_update")) for x in runs):
         out.append(f" {n_skipped} of {len(runs)} measured steps skipped their update (every group's returns were "
