@@ -1,15 +1,16 @@
-"""The "Findings at small scale" table of the book's page book/findings.md, computed from the results files (never
-typed by hand).
+"""The "Findings at small scale" tables of the book's page book/findings.md and of the README, computed from the
+results files (never typed by hand).
 
-    python results/findings.py            # print the table
-    python results/findings.py --write    # replace the tables between book/findings.md's markers (findings, design)
+    python results/findings.py            # print the tables
+    python results/findings.py --write    # replace the tables between the markers of book/findings.md and README.md
 
-tests/test_findings.py fails when the page's table differs from what this prints (re-run with --write after new
-results land); book/build.py also refreshes it in the book it builds. Each row: the finding, the paper's number, ours
-(mean over seeds, n, 95% bootstrap interval of the difference over the seeds both cells have from
-agentrl_lib.report.difference), and the verdict: "agrees" / "disagrees" when the interval excludes 0, "no difference at
-this scale" when it contains 0, "cannot tell yet" when a cell has fewer than 2 seeds. Results files are read with
-agentrl_lib.records.load_results, a collapse is diagnostics.collapse_step's.
+The rows are agentrl_lib.findings.verdict_table's (the same rows the chapters end with): the finding, the paper's
+number, ours (mean over seeds, n, the difference over the seeds both cells have and its 95% bootstrap interval), the
+verdict ("agrees" / "disagrees" when the interval excludes 0, "no difference at this scale" when it contains 0,
+"cannot tell yet" when a cell has fewer than 2 seeds or the sweep has not run) and why ours may differ.
+tests/test_findings.py fails when a page's table differs from what this prints (re-run with --write after new results
+land); book/build.py also refreshes the book's in the book it builds. This script adds the findings design's tables
+(design_table: the search for the RL start, the pilot, the seeds rule).
 """
 from __future__ import annotations
 
@@ -21,117 +22,37 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "results"))  # regenerate.py (the pilot's cells), imported as the script does
 
-from agentrl_lib.diagnostics import collapse_step  # noqa: E402
+from agentrl_lib import findings as verdicts  # noqa: E402
 from agentrl_lib.records import load_results  # noqa: E402
-from agentrl_lib.report import cell, difference  # noqa: E402
 
 PAGE = ROOT / "book" / "findings.md"
+README = ROOT / "README.md"
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 DESIGN_START, DESIGN_END = "<!-- design:start -->", "<!-- design:end -->"
-REGENERATE = "python results/regenerate.py"
+REGENERATE = verdicts.REGENERATE
 
 
 def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
-def _difference(records, compare, a, b, where: dict, expect_sign: int) -> tuple[str, str]:
-    """(ours, verdict) for mean(a) − mean(b) of held-out success between two values of `compare` within `where`,
-    over the seeds both cells have (report.difference; the seeds left out are named).
-    expect_sign: +1 if the paper found a > b, -1 if a < b, 0 if it found no difference."""
-    if not any(all(r["cell"].get(k) == v for k, v in where.items()) for r in records):
-        return "not run yet", f"cannot tell yet (`{REGENERATE}`)"
-    ca, cb = (cell(records, **where, **{compare: v}) for v in (a, b))
-    ours = "; ".join(f"{v} {_pct(c.mean)} (n={c.n})" if c.n else f"{v} not run" for v, c in ((a, ca), (b, cb)))
-    d = difference(ca, cb)
-    if d.ci is None:
-        return ours, ("cannot tell yet (fewer than 2 seeds in a cell)" if min(ca.n, cb.n) < 2 else
-                      "cannot tell yet (fewer than 2 seeds common to both cells)")
-    diff, (lo, hi) = d.diff, d.ci
-    ours += f"; Δ {100 * diff:+.0f} pts [{100 * lo:+.0f}, {100 * hi:+.0f}]"
-    if d.dropped_a or d.dropped_b:
-        left = [f"{v} seed {s}" for v, seeds in ((a, d.dropped_a), (b, d.dropped_b)) for s in seeds]
-        ours += f" over the {d.n} seeds both have (left out: {', '.join(left)})"
-    if lo <= 0 <= hi:
-        return ours, "no difference at this scale" + (" (agrees)" if expect_sign == 0 else "")
-    return ours, "agrees" if (diff > 0) == (expect_sign > 0) and expect_sign != 0 else "disagrees"
-
-
-def _collapse(records) -> tuple[str, str]:
-    """RAGEN's Echo Trap signature in the training curves, by the library's one definition: the run raised the
-    collapse detector's `reward_std_collapse` alert (diagnostics.collapse_step: the within-group return std at
-    most 0.05 for 5 consecutive steps while training success is below 0.9; records written before the detector
-    existed are replayed through it)."""
-    if not records:
-        return "not run yet", f"cannot tell yet (`{REGENERATE}`)"
-    fired = sorted(s for s in map(collapse_step, records) if s is not None)
-    where = f" (steps {fired[0]}-{fired[-1]})" if fired else ""
-    return (f"{len(fired)} of {len(records)} runs raised the reward-std collapse alert{where}: group return std "
-            "<= 0.05 for 5 steps before success converged", "agrees (a collapse is seen)" if fired else
-            "not seen at this scale")
-
-
-def findings_table() -> str:
-    """The Markdown table (finding · paper · ours · verdict), from results/*.jsonl."""
-    main = load_results("algo_reward")
-    split = load_results("sft_rl_split")
-    complexity = load_results("complexity")
-    stability = load_results("stability")
-    rows = []
-    for finding, paper, args in [
-        ("PPO (critic, GAE) beats GRPO, dense reward", "PPO 88% vs GRPO ≈ base (1.5B, cooking)",
-         ("algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)),
-        ("PPO beats RLOO, dense reward", "PPO 88% vs RLOO 51%", ("algo", "ppo", "rloo", {"reward.kind": "dense"}, 1)),
-        ("Dense turn rewards help PPO", "PPO 41% sparse → 58% dense (cooking)",
-         ("reward.kind", "dense", "sparse", {"algo": "ppo"}, 1)),
-        ("Dense rewards do not help RLOO", "RLOO flat", ("reward.kind", "dense", "sparse", {"algo": "rloo"}, 0)),
-    ]:
-        compare, a, b, where, sign = args
-        ours, verdict = _difference(main, compare, a, b, where, sign) if main else ("not run yet", "cannot tell yet")
-        rows.append((finding, paper, ours, verdict, "03_policy" if compare == "algo" else "02_reward"))
-    ours, verdict = _collapse(main)
-    rows.append(("Echo Trap: reward spread collapses", "RAGEN: group reward std falls before reward, collapse",
-                 ours, verdict, "03_policy"))
-    for finding, paper, args in [
-        ("Bandit: GRPO falls behind PPO (critic)", "RAGEN: GRPO collapses earlier than PPO on Bandit and Sokoban",
-         ("algo.advantage", "gae", "grpo", {"algo.keep_top_std": 1.0}, 1)),
-        ("Bandit: StarPO-S filter (keep 25%) rescues GRPO", "RAGEN: keeping 50% removed collapse (FrozenLake)",
-         ("algo.keep_top_std", 0.25, 1.0, {"algo.advantage": "grpo"}, 1)),
-        ("Bandit: StarPO-S filter (keep 50%) rescues GRPO", "RAGEN: keeping 50% removed collapse (FrozenLake)",
-         ("algo.keep_top_std", 0.5, 1.0, {"algo.advantage": "grpo"}, 1)),
-    ]:
-        compare, a, b, where, sign = args
-        ours, verdict = (_difference(stability, compare, a, b, where, sign) if stability else
-                         ("not run yet", f"cannot tell yet (`{REGENERATE} stability`)"))
-        rows.append((finding, paper, ours, verdict, "05_stability"))
-    long = load_results("stability_long")  # the 25-step GRPO run: the 10-step runs drift but are too short to close
-    ours, verdict = (_collapse(stability + long) if stability else
-                     ("not run yet", f"cannot tell yet (`{REGENERATE} stability`)"))
-    rows.append(("Echo Trap on the bandit", "RAGEN: group reward std falls before reward, collapse", ours, verdict,
-                 "05_stability"))
-    rows.append(("SFT then RL under a fixed budget", "60 demos + 400 episodes → 85% in-domain, 59% harder games",
-                 f"{len(split)} runs" if split else "not run yet",
-                 "see chapter" if split else f"cannot tell yet (`{REGENERATE} split`)", "04_sft_then_rl"))
-    rows.append(("Success falls as the world grows", "PPO 88% at w2-o3-q4 vs 51% at w8-o12-q4",
-                 f"{len(complexity)} runs" if complexity else "not run yet",
-                 "see chapter" if complexity else f"cannot tell yet (`{REGENERATE} complexity`)", "01_environment"))
-    swe = load_results("swe")
-    ours, verdict = (_difference(swe, "env.swe_reward", "pass_ratio", "resolved", {}, 1) if swe else
-                     ("not run yet", f"cannot tell yet (`{REGENERATE} swe`)"))
-    rows.append(("SWE: the test-pass-ratio reward beats the binary one", "GRPO, Qwen3-8B: 22% resolved (pass ratio) vs "
-                 "4.2% (binary)", ours, verdict, "06_swe"))
-    lines = ["| finding | paper | ours (held-out success, mean over seeds) | verdict | chapter |",
-             "|:--|:--|:--|:--|:--|"]
-    lines += [f"| {f} | {p} | {o} | {v} | [{c}](../notebooks/{c}.ipynb) |" for f, p, o, v, c in rows]
-    devices = sorted({(r.get("machine") or {}).get("gpu") or r.get("device")
-                      for r in main + split + complexity + stability + swe if r.get("device")})
-    secs = sum(r.get("train_seconds") or 0 for r in main + split + complexity + stability + swe)
-    lines += ["", f"From {len(main)} + {len(split)} + {len(complexity)} + {len(stability)} + {len(swe)} runs (algo × "
-              "reward, SFT:RL split, complexity, bandit stability, SWE reward) "
-              f"on {', '.join(devices) or 'no device yet'}; {secs / 60:.0f} min of training in total "
-              "(Σ train_seconds). "
-              "Intervals: 95% percentile bootstrap over seeds (agentrl_lib.report)."]
-    return "\n".join(lines)
+def findings_table(link: str = "../notebooks/", why: bool = True) -> str:
+    """The Markdown table (finding · paper · ours · verdict · why it may differ · chapter) of every finding
+    (agentrl_lib.findings.verdict_table, the chapters' closing tables row for row), then one line on the runs it
+    rests on. `link`: the path from the page to notebooks/ ("notebooks/" from the README); why=False: without the
+    why column (the README's)."""
+    results = {name: load_results(name) for name in verdicts.RESULTS_FILES}
+    runs = [r for name in ("algo_reward", "sft_rl_split", "exploration", "complexity", "stability", "swe")
+            for r in results[name]]
+    devices = sorted({(r.get("machine") or {}).get("gpu") or r.get("device") for r in runs if r.get("device")})
+    secs = sum(r.get("train_seconds") or 0 for r in runs)
+    counts = " + ".join(str(len(results[n])) for n in ("algo_reward", "sft_rl_split", "exploration", "complexity",
+                                                        "stability", "swe"))
+    return "\n".join([verdicts.verdict_table(results=results, link=link, why=why), "",
+                      f"From {counts} runs (algo × reward, SFT:RL split, exploration budget, complexity, bandit "
+                      f"stability, SWE reward) on {', '.join(devices) or 'no device yet'}; {secs / 60:.0f} min of "
+                      "training in total (Σ train_seconds). Intervals: 95% percentile bootstrap over seeds "
+                      "(agentrl_lib.report); the base-model row's is over games."])
 
 
 def design_table() -> str:
@@ -256,36 +177,37 @@ def pilot_rows(path: Path, init: str, settings: dict | None = None) -> list[str]
             *(row for *_, row in sorted(rows))]
 
 
-def page_block(text: str) -> str:
-    """The text between the findings markers of a page's text (stripped), or raise ValueError when they are
-    missing."""
+def page_block(text: str, page: Path = PAGE) -> str:
+    """The text between the findings markers of a page's text (stripped), or raise ValueError naming `page` when
+    they are missing."""
     if START not in text or END not in text:
-        raise ValueError(f"{PAGE.relative_to(ROOT)} lacks the markers {START} / {END}")
+        raise ValueError(f"{page.name} lacks the markers {START} / {END}")
     return text.split(START, 1)[1].split(END, 1)[0].strip()
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--write", action="store_true", help="replace the table of book/findings.md")
+    p.add_argument("--write", action="store_true", help="replace the tables of book/findings.md and README.md")
     a = p.parse_args()
     table, design = findings_table(), design_table()
     if not a.write:
         print(table + "\n\n" + design)
         return
     PAGE.write_text(with_block(with_table(PAGE.read_text(), table), design, DESIGN_START, DESIGN_END))
-    print(f"{PAGE.relative_to(ROOT)}: findings and design tables updated")
+    README.write_text(with_table(README.read_text(), findings_table(link="notebooks/", why=False), README))
+    print(f"{PAGE.relative_to(ROOT)}: findings and design tables updated; {README.relative_to(ROOT)}: findings table")
 
 
-def with_table(text: str, table: str) -> str:
-    """`text` with `table` between its findings markers."""
-    page_block(text)  # the markers exist
-    return with_block(text, table, START, END)
+def with_table(text: str, table: str, page: Path = PAGE) -> str:
+    """`text` (of `page`) with `table` between its findings markers."""
+    page_block(text, page)  # the markers exist
+    return with_block(text, table, START, END, page)
 
 
-def with_block(text: str, block: str, start: str, end: str) -> str:
-    """`text` with `block` between the markers `start` and `end`; ValueError when they are missing."""
+def with_block(text: str, block: str, start: str, end: str, page: Path = PAGE) -> str:
+    """`text` with `block` between the markers `start` and `end`; ValueError naming `page` when they are missing."""
     if start not in text or end not in text:
-        raise ValueError(f"{PAGE.relative_to(ROOT)} lacks the markers {start} / {end}")
+        raise ValueError(f"{page.name} lacks the markers {start} / {end}")
     head, rest = text.split(start, 1)
     return head + start + "\n" + block + "\n" + end + rest.split(end, 1)[1]
 

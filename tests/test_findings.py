@@ -1,6 +1,6 @@
-"""The "Findings at small scale" table of book/findings.md is computed from results/*.jsonl (results/findings.py): the
-committed table equals a fresh computation, and the verdicts follow the bootstrap intervals (negative controls
-included)."""
+"""The "Findings at small scale" tables of book/findings.md and README.md are computed from results/*.jsonl
+(results/findings.py over agentrl_lib.findings, whose rows the chapters end with): the committed tables equal a fresh
+computation, and the verdicts follow the bootstrap intervals (negative controls included)."""
 import importlib.util
 from pathlib import Path
 
@@ -10,12 +10,20 @@ ROOT = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("findings", ROOT / "results" / "findings.py")
 findings = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(findings)
+from agentrl_lib import findings as lib  # noqa: E402
 
 
 def test_book_table_is_the_one_the_results_give():
     block = findings.page_block((ROOT / "book" / "findings.md").read_text())
     assert block == findings.findings_table(), ("book/findings.md's findings table is stale: run "
                                                 "`python results/findings.py --write` after new results")
+
+
+def test_readme_table_is_the_one_the_results_give():
+    block = findings.page_block((ROOT / "README.md").read_text(), ROOT / "README.md")
+    assert block == findings.findings_table(link="notebooks/", why=False), (
+        "README.md's findings table is stale: run `python results/findings.py --write` after new results")
+    assert "](notebooks/02_reward.ipynb)" in block and "](../notebooks/" not in block  # links from the repo root
 
 
 def test_book_design_table_is_the_one_the_sft_rounds_give():
@@ -62,7 +70,7 @@ def _recs(values: dict):
 ])
 def test_verdicts_follow_the_interval(ppo, grpo, sign, verdict):
     recs = _recs({("ppo", "dense"): ppo, ("grpo", "dense"): grpo})
-    _, got = findings._difference(recs, "algo", "ppo", "grpo", {"reward.kind": "dense"}, sign)
+    _, got = lib.compare(recs, "algo", "ppo", "grpo", {"reward.kind": "dense"}, sign)
     assert got.startswith(verdict)
 
 
@@ -70,24 +78,24 @@ def test_a_difference_uses_the_seeds_both_cells_have_and_names_the_rest():
     """ppo's seed 3 has no grpo partner: the Δ is over seeds 0-2 and the row says so; negative control: with the same
     seeds nothing is named."""
     recs = _recs({("ppo", "dense"): [0.8, 0.9, 0.85, 0.0], ("grpo", "dense"): [0.1, 0.2, 0.15]})
-    ours, verdict = findings._difference(recs, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)
+    ours, verdict = lib.compare(recs, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)
     assert "ppo 64% (n=4)" in ours and "Δ +70 pts" in ours and ours.endswith("over the 3 seeds both have "
                                                                                 "(left out: ppo seed 3)")
     assert verdict == "agrees"
     same = _recs({("ppo", "dense"): [0.8, 0.9, 0.85], ("grpo", "dense"): [0.1, 0.2, 0.15]})
-    assert "left out" not in findings._difference(same, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)[0]
+    assert "left out" not in lib.compare(same, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)[0]
     apart = _recs({("ppo", "dense"): [0.8, 0.9], ("grpo", "dense"): [0.1, 0.2]})
     for r in apart[2:]:
         r["seed"] += 2  # grpo ran seeds 2 and 3 only
-    assert findings._difference(apart, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)[1] == \
+    assert lib.compare(apart, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)[1] == \
         "cannot tell yet (fewer than 2 seeds common to both cells)"
 
 
 def test_collapse_counts_runs_stuck_at_zero_spread():
     recs = _recs({("ppo", "dense"): [0.0, 0.5], ("grpo", "dense"): [0.0]})
-    ours, verdict = findings._collapse(recs)
+    ours, verdict = lib.collapse(recs)
     assert ours.startswith("2 of 3 runs") and "(steps 4-4)" in ours and verdict.startswith("agrees")
-    ours, verdict = findings._collapse(_recs({("ppo", "dense"): [0.5, 0.6]}))
+    ours, verdict = lib.collapse(_recs({("ppo", "dense"): [0.5, 0.6]}))
     assert ours.startswith("0 of 2") and verdict == "not seen at this scale"
 
 
@@ -96,8 +104,8 @@ def test_a_converged_run_is_not_a_collapse():
     the same flat spread at 0% success is counted."""
     won = [{"step": i, "group_return_std": 0.0, "success_rate": 1.0} for i in range(8)]
     lost = [{"step": i, "group_return_std": 0.0, "success_rate": 0.0} for i in range(8)]
-    assert findings._collapse([{"steps": won}])[0].startswith("0 of 1")
-    assert findings._collapse([{"steps": lost}])[0].startswith("1 of 1")
+    assert lib.collapse([{"steps": won}])[0].startswith("0 of 1")
+    assert lib.collapse([{"steps": lost}])[0].startswith("1 of 1")
 
 
 def test_collapse_uses_the_alerts_a_run_logged():
@@ -105,7 +113,7 @@ def test_collapse_uses_the_alerts_a_run_logged():
     alert = {"step": 3, "kind": "reward_std_collapse", "message": "m", "evidence": {}}
     rows = [{"step": i, "group_return_std": 0.3, "success_rate": 0.5, "alerts": [alert] if i == 3 else []}
             for i in range(1, 6)]
-    assert findings._collapse([{"steps": rows}])[0].startswith("1 of 1 runs raised the reward-std collapse alert "
+    assert lib.collapse([{"steps": rows}])[0].startswith("1 of 1 runs raised the reward-std collapse alert "
                                                                "(steps 3-3)")
 
 
@@ -195,3 +203,93 @@ def test_design_table_says_when_the_seeds_rule_was_not_met(tmp_path, monkeypatch
     line = next(x for x in findings.design_table().splitlines() if x.startswith("Pilot:"))
     assert ("**not met**" in line) is (not met)
     assert ("smaller than about 29 points unresolved" in line) is (not met)
+
+
+def _run(cell: dict, seed: int, success: float, **more) -> dict:
+    return {"cell": cell, "seed": seed, "base_hash": "b", "eval": {"success_rate": success}, "steps": [], **more}
+
+
+def test_each_chapter_gets_its_own_rows_and_an_unknown_chapter_is_refused():
+    rows = lib.verdicts("02_reward", results={})
+    assert [v.finding for v in rows] == ["Dense turn rewards help PPO", "Dense rewards do not help RLOO"]
+    assert all(v.verdict == "cannot tell yet (`python results/regenerate.py main`)" and v.why for v in rows)
+    every = lib.verdicts(results={})
+    assert {v.chapter for v in every} == {"01_environment", "02_reward", "03_policy", "04_sft_then_rl",
+                                         "05_stability", "06_swe"}
+    with pytest.raises(ValueError, match="no finding belongs to chapter '07_x'"):
+        lib.verdicts("07_x", results={})
+    table = lib.verdict_table("02_reward", results={}).splitlines()
+    assert table[0].endswith("| verdict | why it may differ |") and len(table) == 4  # no chapter column without link
+    assert table[1] == "|:--" * 5 + "|"
+    short = lib.verdict_table("02_reward", results={}, link="x/", why=False).splitlines()
+    assert short[0].endswith("| verdict | chapter |") and short[1] == "|:--" * 5 + "|"
+    assert short[2].endswith("| cannot tell yet (`python results/regenerate.py main`) | "
+                             "[02_reward](x/02_reward.ipynb) |")
+
+
+def test_split_rows_read_the_harder_games_and_the_in_domain_games_apart():
+    """The generalisation row compares `evals.hard`, the in-domain row `eval`: planted so that the two disagree,
+    each row must follow its own metric (a row reading the other metric would flip its verdict)."""
+    recs = [_run({"sft.demos": d, "rl.episodes": 400 - 10 * d}, s, ind, evals={"hard": {"success_rate": hard}})
+            for d, ind, hard in [(4, 0.9, 0.1), (20, 0.5, 0.6), (36, 0.95, 0.6)] for s in range(3)
+            for ind, hard in [(ind + 0.01 * s, hard + 0.01 * s)]]
+    rows = {v.finding: v for v in lib.verdicts("04_sft_then_rl", results={"sft_rl_split": recs})}
+    assert rows["Mostly RL generalises worse to harder games than an SFT:RL mix"].verdict == "agrees"   # 60% vs 10%
+    assert rows["More SFT, more in-domain success"].verdict == "agrees"                               # 95% vs 50%
+    assert rows["On harder games the mix is about as good as mostly SFT"].verdict == \
+        "no difference at this scale (agrees)"
+
+
+def test_exploration_rows_compare_turn_budgets():
+    recs = [_run({"env.max_turns": t, "algo": "ppo"}, s, v + 0.01 * s) for t, v in [(5, 0.2), (10, 0.7), (15, 0.7)]
+            for s in range(3)]
+    rows = lib.verdicts("03_policy", results={"exploration": recs})
+    got = {v.finding: v.verdict for v in rows}
+    assert got["A 2× turn budget beats 1× (exploration)"] == "agrees"
+    assert got["More than 2× the turns adds little"] == "no difference at this scale (agrees)"
+    worse = [{**r, "eval": {"success_rate": 0.9 - r["eval"]["success_rate"]}} for r in recs]  # negative control
+    assert {v.finding: v.verdict for v in lib.verdicts("03_policy", results={"exploration": worse})}[
+        "A 2× turn budget beats 1× (exploration)"] == "disagrees"
+
+
+def test_transfer_compares_the_small_worlds_policy_on_the_large_games_with_the_large_worlds_own():
+    """The w2-o3-q4 runs' `evals.w8` against the w8-o12-q4 runs' own evaluation, seed by seed; the w2 runs' own
+    (in-domain) evaluation must not be used: planted at 100%, it would make the rows differ."""
+    small = [_run({"level": "w2-o3-q4"}, s, 1.0, evals={"w8": {"success_rate": 0.3 + 0.01 * s}}) for s in range(3)]
+    large = [_run({"level": "w8-o12-q4"}, s, 0.3 + 0.02 * s) for s in range(3)]
+    row = next(v for v in lib.verdicts("01_environment", results={"complexity": small + large})
+               if v.finding.startswith("Simple worlds"))
+    assert row.ours.startswith("trained at w2-o3-q4 31% (n=3); trained at w8-o12-q4 32% (n=3)")
+    assert row.verdict == "no difference at this scale (agrees)"
+    lacking = [_run({"level": "w2-o3-q4"}, s, 1.0) for s in range(3)] + large
+    row = next(v for v in lib.verdicts("01_environment", results={"complexity": lacking})
+               if v.finding.startswith("Simple worlds"))
+    assert row.verdict.startswith("cannot tell yet")
+
+
+def test_base_model_row_bootstraps_over_games_of_one_evaluation():
+    def ev(level, wins):
+        return {"stage": "base", "level": level, "eval": {"per_game": [[f"g{i}", w, 8] for i, w in enumerate(wins)]}}
+
+    far = [ev("w2-o3-q4", [True] * 20 + [False] * 44), ev("w8-o12-q4", [False] * 64)]
+    ours, verdict = lib.compare_evaluations(far, {"stage": "base", "level": "w2-o3-q4"},
+                                            {"stage": "base", "level": "w8-o12-q4"}, 1, ("w2", "w8"))
+    assert ours.startswith("w2 31% (64 games); w8 0% (64 games); Δ +31 pts") and verdict == "agrees"
+    near = [ev("w2-o3-q4", [True] * 2 + [False] * 62), ev("w8-o12-q4", [True] + [False] * 63)]
+    assert lib.compare_evaluations(near, {"level": "w2-o3-q4"}, {"level": "w8-o12-q4"}, 1, ("w2", "w8"))[1] == \
+        "no difference at this scale"
+
+
+def test_hyperparameter_table_reads_the_run_config_and_names_a_missing_field():
+    config = {"model": {"name": "runs/sft/x"}, "train": {"lr": 1e-5, "games_per_step": 4, "steps": 25,
+                                                         "eval_temperature": 0.0},
+              "algo": {"group_size": 4, "normalize_advantages": False}}
+    table = lib.hyperparameter_table(config, {"model": "7B", "train.lr": "1e-6", "episodes per step": "256",
+                                              "RL episodes": "400", "train.eval_temperature": "0.4",
+                                              "algo.normalize_advantages": "yes"})
+    assert table.splitlines()[2:] == ["| model | SmolLM2-135M-Instruct (from `runs/sft/x`) | 7B |",
+                                      "| train.lr | 1e-05 | 1e-6 |", "| episodes per step | 16 | 256 |",
+                                      "| RL episodes | 400 | 400 |", "| train.eval_temperature | 0 (greedy) | 0.4 |",
+                                      "| algo.normalize_advantages | no | yes |"]
+    with pytest.raises(KeyError, match="algo.kl_coef"):
+        lib.hyperparameter_table(config, {"algo.kl_coef": "0.01"})

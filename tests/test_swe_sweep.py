@@ -174,8 +174,10 @@ def _records(pass_ratio, resolved):
     ([0.25], [0.0], "cannot tell yet"),
 ])
 def test_findings_swe_row_follows_the_interval(pass_ratio, resolved, verdict):
+    from agentrl_lib import findings as lib
+
     findings = _module("findings", ROOT / "results" / "findings.py")
-    _, got = findings._difference(_records(pass_ratio, resolved), "env.swe_reward", "pass_ratio", "resolved", {}, 1)
-    assert got.startswith(verdict)
-    row = next(ln for ln in findings.findings_table().splitlines() if ln.startswith("| SWE:"))
-    assert "22%" in row and "4.2%" in row and "06_swe" in row
+    row = lib.verdicts("06_swe", results={"swe": _records(pass_ratio, resolved)})[0]
+    assert row.verdict.startswith(verdict)
+    line = next(ln for ln in findings.findings_table().splitlines() if ln.startswith("| SWE:"))
+    assert "22%" in line and "4.2%" in line and "06_swe" in line
