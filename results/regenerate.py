@@ -20,7 +20,7 @@ Parts (each a results file; the commands it runs are printed, and are ordinary `
 - split       results/sft_rl_split.jsonl: SFT:RL split of one budget (a demonstration costs 10 units, an episode 1;
               the paper's accounting), PPO dense, seeds 0-1, evaluated in-domain and on harder games (2 ingredients).
 - complexity  results/complexity.jsonl: SFT + PPO on TextWorld custom games of growing size (the paper's w/o/q
-              knobs), seeds 0-1.
+              knobs), seeds 0-1; the w2-o3-q4 policies are also evaluated on the larger levels (transfer_evals).
 - evals       results/stage_evals.jsonl: the base and SFT models (no RL) on every held-out set.
 - swe         results/swe.jsonl (chapter 06): swe tasks (toolz + boltons, one planted bug each; 32 training tasks,
               8 held-out tasks of other functions at statement levels 1-3), SFT on the 32 walkthroughs, then GRPO
@@ -164,6 +164,20 @@ COMPLEXITY_SFT = {"demos": 16, "epochs": 2.0}
 COMPLEXITY_SEEDS = (0, 1)
 COMPLEXITY_STEPS = 15
 """RL steps of a complexity run (240 episodes): the CPU budget."""
+COMPLEXITY_TURNS = 10  # configs/custom.yaml's env.max_turns
+
+
+def transfer_evals(level: str) -> list[str]:
+    """`--also-eval` flags of a complexity run: the policy trained at the smallest level is also evaluated on the
+    larger levels' held-out games (record `evals.w4` / `evals.w8`), at the training max turns, for the finding
+    "simple environments predict generalisation" (agentrl_lib.findings: trained at w2-o3-q4 vs trained at
+    w8-o12-q4, both on the w8-o12-q4 held-out games); [] for the other levels."""
+    smallest, *larger = LEVELS
+    if level != smallest:
+        return []
+    return ["--also-eval", *(f"{lvl.split('-')[0]}=games/{lvl}-heldout@{COMPLEXITY_TURNS}" for lvl in larger)]
+
+
 HARD_TURNS = 12  # cooking2 walkthroughs are longer than the 8 turns of training
 STABILITY_SFT = {"demos": 4, "seed": 0}
 """Chapter 05's format-only warm-up: the first 4 walkthroughs of bandit (Dragon) and of bandit-reversed (Phoenix),
@@ -720,7 +734,8 @@ def main() -> None:
                 jobs.append(sweep("configs/custom.yaml", str(RESULTS / "complexity.jsonl"),
                                   [f"env.games=games/{lvl}-train", f"train.steps={COMPLEXITY_STEPS}"],
                                   s, sft_dir(f"{lvl}-train", COMPLEXITY_SFT["demos"], COMPLEXITY_SFT["epochs"], s),
-                                  "--eval-games", f"games/{lvl}-heldout", "--tag", f"level={lvl}"))
+                                  "--eval-games", f"games/{lvl}-heldout", "--tag", f"level={lvl}",
+                                  *transfer_evals(lvl)))
     if "evals" in parts:
         for g, turns in [("cooking-heldout", 8), ("cooking2-heldout", HARD_TURNS)]:
             evals += stage_eval("embedded", g, turns, "base")

@@ -261,3 +261,17 @@ def test_all_runs_the_pilot_before_it_chooses_the_main_sweeps_seeds(tmp_path, mo
     assert any(n.startswith("ppo_probe-") for n in flat[:seeds_at])
     assert sum(n.startswith(("algo_reward-ppo-dense", "algo_reward-rloo-dense")) for n in flat[:seeds_at]) == 4
     assert any(n.startswith("algo_reward-grpo") for n in flat[seeds_at:])
+
+
+def test_only_the_smallest_worlds_complexity_runs_are_evaluated_on_the_larger_worlds():
+    """The transfer finding reads `evals.w8` of the w2-o3-q4 runs: their sweep command evaluates the larger levels'
+    held-out games at the training max turns; a larger level's runs get no extra evaluation (each would cost ~10 CPU
+    minutes and answer nothing)."""
+    regen = load_regenerate()
+    assert regen.transfer_evals("w2-o3-q4") == ["--also-eval", "w4=games/w4-o6-q4-heldout@10",
+                                                "w8=games/w8-o12-q4-heldout@10"]
+    assert regen.transfer_evals("w4-o6-q4") == regen.transfer_evals("w8-o12-q4") == []
+    import yaml
+
+    assert yaml.safe_load((ROOT / "configs" / "custom.yaml").read_text())["env"]["max_turns"] == \
+        regen.COMPLEXITY_TURNS
