@@ -128,9 +128,9 @@ class TrainConfig:
     stop_kinds: str = "reward_std_collapse"
     """Alert kinds that stop the run under stop_on_collapse: comma-separated diagnostics.KINDS (reward_std_collapse,
     grad_norm_spike, invalid_rising, repetition_rising) or 'all' (the behaviour before this field). Default
-    reward_std_collapse: in results/algo_reward.jsonl the first alert of all 5 collapsed runs, raised on neither run
-    that took off; no recorded run calibrates the spike rule (a lone spike is clipped by max_grad_norm), so the other
-    kinds are only logged unless named."""
+    reward_std_collapse: in results/algo_reward_first_design.jsonl the first alert of all 5 collapsed runs, raised on
+    neither run that took off; no recorded run calibrates the spike rule (a lone spike is clipped by max_grad_norm),
+    so the other kinds are only logged unless named."""
     eval_games: str = ""
     """Optional held-out games directory (e.g. games/heldout) evaluated at the end of training into eval.json; '' =
     none."""

@@ -12,7 +12,7 @@ replies stop depending on the input. This module gives
 - `CollapseDetector`: fed one metrics row per step (`update(row) -> list[Alert]`), it raises an alert once per
   episode of each of three signatures: (a) `reward_std_collapse`, (b) `grad_norm_spike`, (c) `invalid_rising` /
   `repetition_rising`. Its thresholds are constructor parameters whose defaults were chosen on the 7 real runs of
-  results/algo_reward.jsonl (5 collapsed, 2 took off; tests/test_diagnostics.py replays them);
+  results/algo_reward_first_design.jsonl (5 collapsed, 2 took off; tests/test_diagnostics.py replays them);
 - `alerts_markdown(run_dir | rows | record)`: the alerts of a run as a Markdown table for a notebook;
 - `collapse_step(run_dir | metrics.jsonl | rows | record)`: the step of the run's first reward_std_collapse alert,
   or None: what "collapsed" means everywhere (the notebooks, results/findings.py).
@@ -178,7 +178,7 @@ class CollapseDetector:
     (c) invalid_rising / repetition_rising: mean of invalid_rate (repetition_rate) over the last `window` steps
         ≥ `rise_by` above the lowest mean of any earlier, non-overlapping `window`-step span, and ≥ `rise_level`.
 
-    Defaults, from results/algo_reward.jsonl (7 real 25-step runs; tests/test_diagnostics.py replays them):
+    Defaults, from results/algo_reward_first_design.jsonl (7 real 25-step runs; tests/test_diagnostics.py replays them):
     window 5 = the collapse rule of notebooks/03_policy.md; std_floor 0.05: one episode of a group losing the −0.1
     format penalty gives a within-group std ≤ 0.05 (group of 4: 0.043), the collapsed runs' blips were ≤ 0.043 and
     the two that took off had at most 4 steps in a row under it (so window 5 is a thin margin: their groups often

@@ -45,8 +45,13 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
+NOT_IN_RESULTS = "not in results/ yet"
+"""`ours` of a finding whose sweep has no records in results/: not run, or running (a sweep that runs from a pinned
+worktree writes into results/incoming/, and moves up when it is complete, with the chapter that reads it)."""
+
+
 def _not_run(part: str) -> tuple[str, str]:
-    return "not run yet", f"{CANNOT_TELL} (`{REGENERATE} {part}`)"
+    return NOT_IN_RESULTS, f"{CANNOT_TELL} (`{REGENERATE} {part}`)"
 
 
 def _judge(diff: float, lo: float, hi: float, expect_sign: int) -> str:
@@ -102,7 +107,7 @@ def compare_evaluations(evals: list[dict], a: dict, b: dict, expect_sign: int, n
 
     ea, eb = pick(a), pick(b)
     if ea is None or eb is None:
-        return "not run yet", f"{CANNOT_TELL} (`{REGENERATE} evals`)"
+        return NOT_IN_RESULTS, f"{CANNOT_TELL} (`{REGENERATE} evals`)"
     wins = [[float(won) for _, won, _ in e["eval"]["per_game"]] for e in (ea, eb)]
     ours = "; ".join(f"{n} {_pct(sum(w) / len(w))} ({len(w)} games)" for n, w in zip(names, wins))
     diff = sum(wins[0]) / len(wins[0]) - sum(wins[1]) / len(wins[1])
@@ -162,8 +167,7 @@ def _transfer(res):
         return _not_run("complexity")
     small = [r for r in recs if r["cell"].get("level") == "w2-o3-q4"]
     if not any(metric_value(r, "evals.w8.success_rate") is not None for r in small):
-        return "not run yet (the w2-o3-q4 runs lack their w8-o12-q4 evaluation)", f"{CANNOT_TELL} " \
-            f"(`{REGENERATE} complexity`)"
+        return "the w2-o3-q4 runs lack their w8-o12-q4 evaluation", f"{CANNOT_TELL} (`{REGENERATE} complexity`)"
     moved = [{**r, "cell": {"trained at": "w2-o3-q4"}, "eval": r["evals"]["w8"]} for r in small if r.get("evals")]
     home = [{**r, "cell": {"trained at": "w8-o12-q4"}} for r in recs if r["cell"].get("level") == "w8-o12-q4"]
     return compare(moved + home, "trained at", "w2-o3-q4", "w8-o12-q4", {}, 0,
@@ -210,9 +214,9 @@ FINDINGS: list[tuple[str, str, str, str, Callable[[dict], tuple[str, str]]]] = [
      _main("algo", "ppo", "rloo", {"reward.kind": "dense"}, 1)),
     ("03_policy", "Echo Trap: reward spread collapses", "RAGEN: group reward std falls before reward, collapse",
      "25 steps per run (RAGEN: 200)", _collapse_main),
-    ("03_policy", "A 2× turn budget beats 1× (exploration)", "max turns 6 → 55%, 8 (2× optimal) → 73%",
+    ("01_environment", "A 2× turn budget beats 1× (exploration)", "max turns 6 → 55%, 8 (2× optimal) → 73%",
      "15 RL steps, 2 seeds; the walkthrough is 5 commands, so 10 turns is 2×", _explore(10, 5, 1)),
-    ("03_policy", "More than 2× the turns adds little", "more than 8 turns adds little",
+    ("01_environment", "More than 2× the turns adds little", "more than 8 turns adds little",
      "15 RL steps, 2 seeds; 15 turns is 3× the walkthrough", _explore(15, 10, 0)),
     ("04_sft_then_rl", "Mostly RL generalises worse to harder games than an SFT:RL mix",
      "all-RL ≈ 11% on harder games vs 59% for 60 demos + 400 episodes", "a budget of 400 units (paper 1,000); the "
@@ -281,6 +285,13 @@ PAPER_SETTINGS = {  # Practitioner's Guide (arXiv 2510.01132, appendix and scrip
     "env.max_turns": "8–12 (small TextWorld), 24 (cooking)", "algo.normalize_advantages": "yes (veRL's GAE whitens)",
 }
 """The paper's settings for the hyperparameter table of chapters 02–04 (../shared/REFERENCE.md's summary)."""
+RAGEN_SETTINGS = {  # RAGEN (arXiv 2504.20073, §3-4 and its defaults): chapter 05's table
+    "model": "Qwen2.5-0.5B-Instruct", "algo.group_size": "16 rollouts per prompt", "episodes per step": "8 × 16 = 128",
+    "RL episodes": "200 steps × 128", "train.temperature": "1.0", "train.eval_temperature": "0.5",
+    "algo.clip_low": "0.2 (StarPO-S)", "algo.clip_high": "0.28 (StarPO-S)", "algo.kl_coef": "0 (StarPO-S)",
+    "algo.entropy_coef": "0.001 (StarPO-S)", "reward.format_penalty": "0.1",
+}
+"""RAGEN's settings for chapter 05's hyperparameter table (../shared/REFERENCE.md's summary)."""
 
 
 def hyperparameter_table(config: dict, paper: dict[str, str] | None = None) -> str:

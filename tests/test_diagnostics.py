@@ -1,7 +1,7 @@
 """Echo-Trap diagnostics (agentrl_lib/diagnostics.py): the per-step signals on made-up episodes, the collapse detector
 on synthetic metric streams (firing and not, with negative controls) and replayed on the 7 real runs of
-results/algo_reward.jsonl, its wiring into Trainer.train (alerts in the rows, --stop-on-collapse stops resumably),
-the notebook table and the diagnostics plot."""
+results/algo_reward_first_design.jsonl, its wiring into Trainer.train (alerts in the rows, --stop-on-collapse stops
+resumably), the notebook table and the diagnostics plot."""
 import json
 import logging
 import random
@@ -31,7 +31,7 @@ from agentrl_lib.trainer import Trainer
 
 from helpers import ParityEnv, scripted_games
 
-RECORDS = Path(__file__).resolve().parent.parent / "results" / "algo_reward.jsonl"
+RECORDS = Path(__file__).resolve().parent.parent / "results" / "algo_reward_first_design.jsonl"
 
 
 # ------------------------------------------------------------------------------------ per-step signals
