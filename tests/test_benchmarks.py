@@ -213,3 +213,45 @@ def test_sweep_step_table_says_which_settings_sampled_other_tokens(monkeypatch):
         for x in same["runs"][name]:
             x["sampled_hash"] = base["sampled_hash"]
     assert "Sampled other tokens" not in report.sweep_step_table(same)
+
+
+def test_bf16_rollout_paired_difference_follows_the_steps(monkeypatch):
+    """bench_bf16_rollout's verdict comes from the per-step differences: bf16 replies longer at every step → "bf16
+    higher"; differences of both signs → no difference (the negative control); one step → no interval."""
+    bench = load_bench(monkeypatch, "bench_bf16_rollout")
+
+    def steps(pairs):
+        return [{"no": {"tokens_per_turn": a}, "bf16": {"tokens_per_turn": b}} for a, b in pairs]
+
+    longer = bench.paired(steps([(5, 9), (6, 9.5), (5.5, 10), (6, 11)]), "tokens_per_turn")
+    assert longer["verdict"] == "bf16 higher" and longer["mean_diff"] == 4.25 and longer["ci"][0] > 0
+    mixed = bench.paired(steps([(5, 6), (6, 5), (5.5, 5.4), (6, 6.3)]), "tokens_per_turn")
+    assert mixed["verdict"] == "no difference at this number of steps"
+    assert bench.paired(steps([(5, 9)]), "tokens_per_turn")["verdict"] == "n/a (fewer than 2 steps)"
+
+
+@pytest.mark.trains
+@pytest.mark.subprocess
+def test_bench_bf16_rollout_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_games):
+    """Two steps' rollouts on a tiny model in both precisions: the line has both precisions' statistics per step and
+    the paired summary; on a CPU without bf16 it is refused in one line instead."""
+    import torch
+
+    from agentrl_lib.models import bf16_problem
+
+    bench = load_bench(monkeypatch, "bench_bf16_rollout")
+    args = ["--init", tiny_model_dir, "--games", str(cooking_games.root), "--steps", "2", "--threads", "1",
+            "--set", "train.games_per_step=1", "--set", "algo.group_size=2", "--set", "env.max_turns=2",
+            "--set", "train.max_new_tokens=4", "--set", "env.process_pool=false", "--out", str(tmp_path / "b.jsonl")]
+    if bf16_problem(torch.device("cpu")):
+        with pytest.raises(SystemExit, match="cannot run bf16"):
+            bench.main(args)
+        return
+    res = bench.main(args)
+    assert json.loads((tmp_path / "b.jsonl").read_text()) == json.loads(json.dumps(res))
+    assert [r["step"] for r in res["per_step"]] == [0, 1] and res["episodes"] == 2
+    for r in res["per_step"]:
+        assert set(r) == {"step", "no", "bf16", "same_tokens"}
+        assert 0 < r["no"]["tokens_per_turn"] <= 4 and 0 < r["bf16"]["tokens_per_turn"] <= 4
+    assert set(res["summary"]) == {"tokens_per_turn", "success_rate", "invalid_rate", "turns"}
+    assert res["commit"] and res["config"]["steps"] == 2 and res["seed"] == 0
