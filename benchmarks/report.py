@@ -230,9 +230,34 @@ def sweep_step_table(r: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def bf16_rollout_table(r: dict) -> str:
+    """bench_bf16_rollout.py: the same steps' rollouts in fp32 and under bf16 autocast, per step and the paired
+    differences over the steps with their bootstrap intervals."""
+    out = [f"The rollout of `{Path(r['config_file']).name}`'s step ({r['episodes']} episodes, ≤ {r['max_turns']} turns "
+           f"× ≤ {r['new_tokens']} tokens, T = {r['temperature']:g}) from `{Path(r['init']).name}`, steps 0–"
+           f"{r['steps'] - 1} (each its own games and seed), once in fp32 and once under bf16 autocast at the same "
+           f"weights; {r['cpu']}, torch threads {r['torch_threads']}; {where(r)}, load {r['load_before']}–"
+           f"{r['load_after']}. {r['same_tokens_steps']} of {r['steps']} steps sampled identical tokens in both.", "",
+           "| step | reply tokens / turn: fp32 | bf16 | success: fp32 | bf16 | invalid: fp32 | bf16 |",
+           "|---|---|---|---|---|---|---|"]
+    for x in r["per_step"]:
+        a, b = x["no"], x["bf16"]
+        out.append(f"| {x['step']} | {a['tokens_per_turn']:.1f} | {b['tokens_per_turn']:.1f} | "
+                   f"{a['success_rate']:.0%} | {b['success_rate']:.0%} | {a['invalid_rate']:.0%} | "
+                   f"{b['invalid_rate']:.0%} |")
+    out += ["", "| bf16 − fp32, mean over steps | difference | 95% bootstrap interval | verdict |", "|---|---|---|---|"]
+    for key, label in (("tokens_per_turn", "reply tokens / turn"), ("success_rate", "success rate"),
+                       ("invalid_rate", "invalid-command rate"), ("turns", "turns")):
+        x = r["summary"][key]
+        ci = f"[{x['ci'][0]:+.3f}, {x['ci'][1]:+.3f}]" if x["ci"] else "—"
+        out.append(f"| {label} | {x['mean_diff']:+.3f} | {ci} | {x['verdict']} |")
+    return "\n".join(out) + "\n"
+
+
 SECTIONS = [  # (results file, title, renderer, the script that writes it)
     ("rl_step_vs_trl", "An RL step against TRL", rl_step_table, "bench_rl_step_vs_trl.py"),
     ("sweep_step", "The whole sweep step: each lever and all together", sweep_step_table, "bench_sweep_step.py"),
+    ("bf16_rollout", "Does bf16 change what the rollout samples?", bf16_rollout_table, "bench_bf16_rollout.py"),
     ("rollout_speed", "The batched multi-turn rollout against simpler loops", rollout_table, "bench_rollout.py"),
     ("update_speed", "The update: padding cut, π_old from the rollout, shared prompts", update_speed_table,
      "bench_update_speed.py"),

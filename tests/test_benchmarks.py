@@ -242,16 +242,22 @@ def test_bench_bf16_rollout_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_
     bench = load_bench(monkeypatch, "bench_bf16_rollout")
     args = ["--init", tiny_model_dir, "--games", str(cooking_games.root), "--steps", "2", "--threads", "1",
             "--set", "train.games_per_step=1", "--set", "algo.group_size=2", "--set", "env.max_turns=2",
-            "--set", "train.max_new_tokens=4", "--set", "env.process_pool=false", "--out", str(tmp_path / "b.jsonl")]
+            "--set", "train.max_new_tokens=4", "--set", "env.process_pool=false",
+            "--out", str(tmp_path / "bf16_rollout.jsonl")]
     if bf16_problem(torch.device("cpu")):
         with pytest.raises(SystemExit, match="cannot run bf16"):
             bench.main(args)
         return
     res = bench.main(args)
-    assert json.loads((tmp_path / "b.jsonl").read_text()) == json.loads(json.dumps(res))
+    assert json.loads((tmp_path / "bf16_rollout.jsonl").read_text()) == json.loads(json.dumps(res))
     assert [r["step"] for r in res["per_step"]] == [0, 1] and res["episodes"] == 2
     for r in res["per_step"]:
         assert set(r) == {"step", "no", "bf16", "same_tokens"}
         assert 0 < r["no"]["tokens_per_turn"] <= 4 and 0 < r["bf16"]["tokens_per_turn"] <= 4
     assert set(res["summary"]) == {"tokens_per_turn", "success_rate", "invalid_rate", "turns"}
     assert res["commit"] and res["config"]["steps"] == 2 and res["seed"] == 0
+    report = load_bench(monkeypatch, "report")
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    table = report.benchmark_tables()
+    assert "## Does bf16 change what the rollout samples?" in table and "| reply tokens / turn |" in table
+    assert table.count("\n| 0 | ") == 1 and table.count("\n| 1 | ") == 1  # one row per step
