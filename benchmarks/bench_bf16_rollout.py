@@ -3,7 +3,8 @@ episodes, T = 0.7), at the same weights, in fp32 and under train.mixed_precision
 seeds:
 
     python benchmarks/bench_bf16_rollout.py --init RUN_OR_MODEL_DIR [--config configs/cooking.yaml] [--games DIR]
-        [--steps 6] [--threads 2] [--set section.field=value ...] [--machine TEXT] [--out results/bf16_rollout.jsonl]
+        [--steps 6] [--base MODEL] [--threads 2] [--set section.field=value ...] [--machine TEXT]
+        [--out results/bf16_rollout.jsonl]
 
 Why: in bench_sweep_step's one bf16 step the rollout sampled 1,390 tokens against fp32's 644 at the same weights and
 seed. Under autocast the output layer's logits are computed in bf16 (about 3 significant digits: at a logit of 20 the
@@ -14,6 +15,11 @@ length), turns, won, the share of invalid commands. Per step: the two precisions
 same tokens. Then, over the steps: the mean paired difference bf16 − fp32 of the reply length and of the success
 rate with a 95% bootstrap interval (agentrl_lib.report.bootstrap_mean_ci over the per-step differences; steps are
 independent draws of games and seeds). An interval that holds 0 says no difference at this number of steps.
+With `--base MODEL` (the model --init was fine-tuned from, e.g. embedded), also why: of the weights the fine-tuning
+changed, the share a cast to bf16 maps back onto the base's bf16 value (the change is lost in the forward under
+autocast), and the median relative change |Δw| / |w| (median over tensors of the per-tensor median); bf16 keeps 8
+significant bits, so a change below about 2^-9 ≈ 2e-3 of a weight rounds away. `--steps 0 --base MODEL` measures
+only that (kind "weights"; the rollout comparison is kind "rollout").
 Appends one JSON line to --out. A CPU without bf16 (models.bf16_problem) is refused in one line.
 """
 from __future__ import annotations
@@ -64,6 +70,38 @@ def paired(per_step: list[dict], key: str) -> dict:
             ("bf16 higher" if ci[0] > 0 else "bf16 lower")}
 
 
+def weights_lost_in_bf16(init: str, base: str) -> dict:
+    """Of the weights that differ between `init` and `base` (both loaded in fp32), the share whose bf16 casts are
+    equal (the change vanishes under autocast), and the median over tensors of the median relative change
+    |w_init − w_base| / |w_base| (where w_base ≠ 0). Raises ValueError when the two models' parameters differ in
+    names or shapes."""
+    import torch
+
+    from agentrl_lib.models import load_start_policy
+
+    a, _ = load_start_policy(base, device="cpu", dtype="float32")
+    b, _ = load_start_policy(init, device="cpu", dtype="float32")
+    pa, pb = dict(a.named_parameters()), dict(b.named_parameters())
+    if {k: v.shape for k, v in pa.items()} != {k: v.shape for k, v in pb.items()}:
+        raise ValueError(f"{init} and {base} are not the same architecture: --base must be the model --init was "
+                         "fine-tuned from")
+    changed = lost = total = 0
+    rel = []
+    with torch.no_grad():
+        for name, wa in pa.items():
+            wb = pb[name]
+            moved = wb != wa
+            changed += int(moved.sum())
+            total += wa.numel()
+            lost += int(((wa.bfloat16() == wb.bfloat16()) & moved).sum())
+            nz = moved & (wa != 0)
+            if nz.any():
+                rel.append(float(((wb - wa).abs()[nz] / wa.abs()[nz]).median()))
+    return {"base": base, "changed_share": round(changed / total, 4),
+            "lost_in_bf16_share": round(lost / max(changed, 1), 4),
+            "median_relative_change": float(f"{statistics.median(rel):.3g}") if rel else None}
+
+
 def play(a, precision: str, step: int, pool) -> tuple[list[dict], list]:
     """Trainer step `step`'s rollout (its games and seed) at the weights of --init, in one precision."""
     from bench_sweep_step import KeepOpen, build_config
@@ -87,6 +125,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--games", default="", help="games dir (default: the config's env.games)")
     p.add_argument("--algo", default="ppo", help="an algorithm preset (only the rollout runs; it sets the config)")
     p.add_argument("--steps", type=int, default=6, help="rollouts per precision: the games and seeds of steps 0..N-1")
+    p.add_argument("--base", default="", help="the model --init was fine-tuned from (e.g. embedded): also measure the "
+                   "share of its weight changes a cast to bf16 erases")
     p.add_argument("--threads", type=int, default=2, help="torch threads (0: torch's own)")
     p.add_argument("--set", action="append", default=[], help="a config override, e.g. train.games_per_step=1")
     p.add_argument("--machine", default="", help='how the results name this machine, e.g. "2-core shared CPU"')
@@ -102,17 +142,26 @@ def main(argv: list[str] | None = None) -> dict:
 
     if why := bf16_problem(torch.device("cpu")):
         raise SystemExit(f"bench_bf16_rollout: this CPU cannot run bf16 ({why}); nothing to compare")
-    if a.steps < 1:
-        raise SystemExit("--steps must be >= 1")
+    if a.steps < 0 or (a.steps == 0 and not a.base):
+        raise SystemExit("--steps must be >= 1 (or 0 with --base: the weights only)")
     if a.threads:
         torch.set_num_threads(a.threads)
     cfg = build_config(a, {})
     games = load_game_set(cfg.env.games)
     n_episodes = cfg.train.games_per_step * cfg.algo.group_size
-    result = {"bench": "bf16_rollout", "init": a.init, "config_file": a.config, "games": str(games.root),
+    result = {"bench": "bf16_rollout", "kind": "rollout" if a.steps else "weights", "init": a.init,
+              "config_file": a.config, "games": str(games.root),
               "episodes": n_episodes, "max_turns": cfg.env.max_turns, "new_tokens": cfg.train.max_new_tokens,
               "temperature": cfg.train.temperature, "steps": a.steps, **machine_info(a.machine),
               "load_before": load1()}
+    if a.base:
+        result["weights"] = w = weights_lost_in_bf16(a.init, a.base)
+        print(f"weights: {w['changed_share']:.1%} changed from {a.base}; {w['lost_in_bf16_share']:.1%} of the changes "
+              f"vanish in a cast to bf16 (median relative change {w['median_relative_change']})", flush=True)
+    if not a.steps:
+        result["load_after"] = load1()
+        write_result(a.out, result, a, seed=cfg.train.seed)
+        return result
     per_step = []
     pool = open_pool(cfg.env, n_episodes, games)
     try:

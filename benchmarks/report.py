@@ -230,9 +230,21 @@ def sweep_step_table(r: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def bf16_weights_text(r: dict) -> str:
+    """bench_bf16_rollout.py --base: the share of the fine-tuning's weight changes a cast to bf16 erases."""
+    w = r["weights"]
+    return (f"Of the weights `{Path(r['init']).name}` changed from `{w['base']}` ({w['changed_share']:.1%} of them), "
+            f"**{w['lost_in_bf16_share']:.1%}** have the same bf16 value as before the change: under autocast the "
+            f"forward does not see them. The median relative change was {w['median_relative_change']:.2g}, "
+            f"{'below' if w['median_relative_change'] < 2 ** -9 else 'above'} half of bf16's relative step (8 "
+            f"significant bits: about 2⁻⁹ ≈ 0.002 rounds away); {where(r)}.\n")
+
+
 def bf16_rollout_table(r: dict) -> str:
     """bench_bf16_rollout.py: the same steps' rollouts in fp32 and under bf16 autocast, per step and the paired
-    differences over the steps with their bootstrap intervals."""
+    differences over the steps with their bootstrap intervals (kind "weights": bf16_weights_text alone)."""
+    if r.get("kind") == "weights":
+        return bf16_weights_text(r)
     out = [f"The rollout of `{Path(r['config_file']).name}`'s step ({r['episodes']} episodes, ≤ {r['max_turns']} turns "
            f"× ≤ {r['new_tokens']} tokens, T = {r['temperature']:g}) from `{Path(r['init']).name}`, steps 0–"
            f"{r['steps'] - 1} (each its own games and seed), once in fp32 and once under bf16 autocast at the same "
@@ -251,7 +263,7 @@ def bf16_rollout_table(r: dict) -> str:
         x = r["summary"][key]
         ci = f"[{x['ci'][0]:+.3f}, {x['ci'][1]:+.3f}]" if x["ci"] else "—"
         out.append(f"| {label} | {x['mean_diff']:+.3f} | {ci} | {x['verdict']} |")
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n" + ("\n" + bf16_weights_text(r) if r.get("weights") else "")
 
 
 SECTIONS = [  # (results file, title, renderer, the script that writes it)
@@ -276,10 +288,11 @@ def benchmark_tables(level: int = 2) -> str:
     for name, title, render, script in SECTIONS:
         # one table per algo / π_old / set of rollout methods compared
         per = {"update_speed": "algo", "rl_step_vs_trl": "old_logprobs", "rollout_speed": "comparison",
-               "sweep_step": "algo"}.get(name)
+               "sweep_step": "algo", "bf16_rollout": "kind"}.get(name)
         for r in newest_per(name, per):
             variant = {"ppo": "PPO", "grpo": "GRPO", "rloo": "RLOO", "behaviour": "agentrl's π_old from the rollout",
-                       "batched,unshared": "each group's first context encoded once"}.get(
+                       "batched,unshared": "each group's first context encoded once",
+                       "weights": "why: the fine-tuning's weight changes in bf16"}.get(
                 r.get(per) if per else None)
             heading = f"{title} ({variant})" if variant else title
             parts.append(f"{'#' * level} {heading}\n\n`results/{name}.jsonl` (`benchmarks/{script}`). {render(r)}")

@@ -261,3 +261,27 @@ def test_bench_bf16_rollout_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_
     table = report.benchmark_tables()
     assert "## Does bf16 change what the rollout samples?" in table and "| reply tokens / turn |" in table
     assert table.count("\n| 0 | ") == 1 and table.count("\n| 1 | ") == 1  # one row per step
+
+
+def test_bf16_weights_measure_counts_the_changes_a_bf16_cast_erases(monkeypatch, tmp_path, tiny_model_dir, tokenizer):
+    """A fine-tune that moved every weight by 1e-5 of its size is invisible in bf16 (~all its changes lost); one that
+    moved them by 5% is not (none lost: the negative control)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    bench = load_bench(monkeypatch, "bench_bf16_rollout")
+
+    def moved(factor: float, name: str) -> str:
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(1 + factor)
+        model.save_pretrained(tmp_path / name)
+        tokenizer.save_pretrained(tmp_path / name)
+        return str(tmp_path / name)
+
+    tiny = bench.weights_lost_in_bf16(moved(1e-5, "tiny_step"), tiny_model_dir)
+    assert tiny["changed_share"] > 0.9 and tiny["lost_in_bf16_share"] > 0.95
+    assert tiny["median_relative_change"] == pytest.approx(1e-5, rel=0.2)
+    big = bench.weights_lost_in_bf16(moved(0.05, "big_step"), tiny_model_dir)
+    assert big["lost_in_bf16_share"] == 0.0 and big["median_relative_change"] == pytest.approx(0.05, rel=0.01)
