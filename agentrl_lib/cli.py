@@ -117,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--rl-steps", type=int)
     d.add_argument("--mixed-precision", default="no", choices=MIXED_PRECISIONS,
                    help="the RL stage under bf16 autocast (where the hardware has bf16; refused before the first stage "
-                        "otherwise); 'no': fp32, the table in the README")
+                        "otherwise; it rounds away weight changes below ~2e-3 of a weight: book/benchmarks.md); "
+                        "'no': fp32, the table in the README")
     d.set_defaults(func=commands.cmd_demo)
 
     w = sub.add_parser("sweep", help="train + evaluate every grid cell × seed (run_rl); one record per run in --out",

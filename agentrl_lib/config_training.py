@@ -94,7 +94,11 @@ class TrainConfig:
     The update ran 2.35x faster on a Xeon with AMX-BF16 (benchmarks/bench_peak.py). Needs bf16 hardware: a GPU, or
     a CPU with avx512_bf16 / amx_bf16 (checked at start; refused elsewhere, where bf16 is emulated and slower).
     With 'bf16', algo.tis 'auto' turns truncated importance sampling on (the rollout's and the update's bf16
-    log-probs differ; logprob_mismatch logs by how much). A sweep keeps one value: it is part of a run's identity."""
+    log-probs differ; logprob_mismatch logs by how much). A sweep keeps one value: it is part of a run's identity.
+    Caution: autocast casts the weights to bf16 (8 significant bits) for every matmul, so fine-tuning changes below
+    ~2e-3 of a weight vanish from the forward: at the findings' RL start (SFT at lr 7e-6) 82% of the SFT's changes
+    did, and the bf16 rollouts wrote replies twice as long and won ~40 points less often than fp32's at the same
+    weights (results/bf16_rollout.jsonl, benchmarks/bench_bf16_rollout.py). Use it on weights moved further."""
     group_minibatches: bool = False
     """Minibatches made of whole groups (rows that share their first prompt) in random order instead of random rows,
     so the update's forward and backward share each group's prompt too (share_prefix). It changes which episodes
