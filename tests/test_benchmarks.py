@@ -240,7 +240,9 @@ def test_bench_bf16_rollout_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_
     from agentrl_lib.models import bf16_problem
 
     bench = load_bench(monkeypatch, "bench_bf16_rollout")
-    args = ["--init", tiny_model_dir, "--games", str(cooking_games.root), "--steps", "2", "--threads", "1",
+    # --threads 0 leaves torch's thread count alone: main() runs in this process, and a later test that compares a
+    # subprocess's run with an in-process one bit for bit needs both at torch's default (test_checkpoint)
+    args = ["--init", tiny_model_dir, "--games", str(cooking_games.root), "--steps", "2", "--threads", "0",
             "--set", "train.games_per_step=1", "--set", "algo.group_size=2", "--set", "env.max_turns=2",
             "--set", "train.max_new_tokens=4", "--set", "env.process_pool=false",
             "--out", str(tmp_path / "bf16_rollout.jsonl")]

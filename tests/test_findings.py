@@ -243,12 +243,12 @@ def test_split_rows_read_the_harder_games_and_the_in_domain_games_apart():
 def test_exploration_rows_compare_turn_budgets():
     recs = [_run({"env.max_turns": t, "algo": "ppo"}, s, v + 0.01 * s) for t, v in [(5, 0.2), (10, 0.7), (15, 0.7)]
             for s in range(3)]
-    rows = lib.verdicts("03_policy", results={"exploration": recs})
+    rows = lib.verdicts("01_environment", results={"exploration": recs})
     got = {v.finding: v.verdict for v in rows}
     assert got["A 2× turn budget beats 1× (exploration)"] == "agrees"
     assert got["More than 2× the turns adds little"] == "no difference at this scale (agrees)"
     worse = [{**r, "eval": {"success_rate": 0.9 - r["eval"]["success_rate"]}} for r in recs]  # negative control
-    assert {v.finding: v.verdict for v in lib.verdicts("03_policy", results={"exploration": worse})}[
+    assert {v.finding: v.verdict for v in lib.verdicts("01_environment", results={"exploration": worse})}[
         "A 2× turn budget beats 1× (exploration)"] == "disagrees"
 
 

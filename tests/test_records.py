@@ -102,7 +102,9 @@ def test_load_results_reads_plain_evaluation_files_and_refuses_damage(tmp_path, 
 def test_committed_results_files_load_by_name():
     root = Path(__file__).resolve().parent.parent / "results"
     assert records.RESULTS_DIR == root
-    assert records.load_results("algo_reward") == records.load_records(root / "algo_reward.jsonl") != []
+    assert records.load_results("stability") == records.load_records(root / "stability.jsonl") != []
+    assert records.load_results("algo_reward_first_design") == \
+        records.load_records(root / "algo_reward_first_design.jsonl") != []
     stage = records.load_results("stage_evals")
     assert stage and all("stage" in r and "eval" in r for r in stage)
 
