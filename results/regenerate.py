@@ -369,7 +369,8 @@ def collect_evals(folder: str = "evals") -> int:
         config = {"command": "agentrl eval", "model": meta["model"],
                   "games": f"games/{meta['games']}", "max_turns": meta["max_turns"], "dtype": "float32",
                   "temperature": 0.0, "max_new_tokens": meta["max_new_tokens"] if swe else 24}
-        fields = {k: meta[k] for k in ("stage", "model", "games", "level", "max_turns")} if swe else meta
+        fields = ({**{k: meta[k] for k in ("stage", "model", "games", "level", "max_turns")},
+                   "seed": meta.get("seed", 0)} if swe else meta)  # greedy: `agentrl eval`'s default seed 0
         ev = {**compact_eval(res), "mean_score_frac": res.get("mean_score_frac")} if swe else compact_eval(res)
         append_record(path, {**fields, "config": config, "commit": git_commit(), "device": machine["torch_device"],
                              "machine": machine, "eval": ev})
