@@ -119,6 +119,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the RL stage under bf16 autocast (where the hardware has bf16; refused before the first stage "
                         "otherwise; it rounds away weight changes below ~2e-3 of a weight: book/benchmarks.md); "
                         "'no': fp32, the table in the README")
+    d.add_argument("--lora-rank", type=int, default=0,
+                   help="SFT trains a LoRA adapter of this rank and RL keeps training it (0: every weight); LoRA "
+                        "usually wants ~10x the learning rates: set --sft-lr / --rl-lr with it")
+    d.add_argument("--sft-lr", type=float, help="SFT learning rate (default 5e-5)")
+    d.add_argument("--rl-lr", type=float, help="RL learning rate (default 3e-5)")
+    d.add_argument("--record", metavar="FILE",
+                   help="also append the run's summary as one JSON line to FILE, e.g. results/demo_variants.jsonl "
+                        "(book/benchmarks.md renders it: python benchmarks/report.py --write)")
     d.set_defaults(func=commands.cmd_demo)
 
     w = sub.add_parser("sweep", help="train + evaluate every grid cell × seed (run_rl); one record per run in --out",

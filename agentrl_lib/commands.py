@@ -244,13 +244,25 @@ def _check_train_inputs(a, cfg: RunConfig):
 
 
 def cmd_demo(a) -> None:
-    from .demo import DemoBudget, run_demo
+    from .demo import DemoBudget, record_demo, run_demo
 
     fast = a.fast or os.environ.get("AGENTRL_FAST") == "1"
     budget = DemoBudget.fast() if fast else DemoBudget.full()
+    _require(a.lora_rank >= 0, f"--lora-rank must be >= 0 (got {a.lora_rank}); 0 is full fine-tuning")
+    for flag, value in (("--sft-lr", a.sft_lr), ("--rl-lr", a.rl_lr)):
+        _require(value is None or value > 0, f"{flag} must be > 0 (got {value})")
+    if a.record:
+        check_out_path("--record", a.record)
     if a.rl_steps is not None:
         budget.rl_steps = a.rl_steps
-    run_demo(a.out, budget, algo=a.algo, reward=a.reward, model=a.model, seed=a.seed, mixed_precision=a.mixed_precision)
+    budget.lora_rank = a.lora_rank
+    budget.sft_lr = a.sft_lr or budget.sft_lr
+    budget.rl_lr = a.rl_lr or budget.rl_lr
+    summary = run_demo(a.out, budget, algo=a.algo, reward=a.reward, model=a.model, seed=a.seed,
+                       mixed_precision=a.mixed_precision)
+    if a.record:
+        record_demo(summary, a.record)
+        print(f"recorded in {a.record}")
 
 
 def cmd_sweep(a) -> None:

@@ -12,11 +12,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import ALGO_PRESETS, AlgoConfig, ConfigError, EnvConfig, RewardConfig, RunConfig, TrainConfig
+from .config import ALGO_PRESETS, AlgoConfig, ConfigError, EnvConfig, ModelConfig, RewardConfig, RunConfig, TrainConfig
 from .envs.textworld import make_textworld_games
 from .evaluate import evaluate, format_eval, save_eval
-from .models import bf16_problem, load_policy, pick_device
+from .models import bf16_problem, cpu_model, load_policy, pick_device
 from .paths import cache_root, git_commit
+from .records import compact_eval, machine_info
 
 
 @dataclass
@@ -34,6 +35,12 @@ class DemoBudget:
     rl_lr: float = 3e-5
     """RL learning rate. Measured on the full budget: 1e-5 left held-out success at the SFT level (68.8%); 3e-5 raised
     it to 81.2% (one seed, before the correctness fixes) and 87.5% after them (one seed: 14 vs 13 of 16 games)."""
+    sft_lr: float = 5e-5
+    """SFT learning rate (TRL SFTTrainer, constant)."""
+    lora_rank: int = 0
+    """0: SFT and RL fine-tune every weight. r > 0: SFT trains a peft LoRA adapter of rank r (alpha 32) and RL keeps
+    training it (model.lora_rank); LoRA usually wants a ~10x higher learning rate than full fine-tuning (Schulman et
+    al. 2025, "LoRA Without Regret"), so set sft_lr / rl_lr with it."""
 
     @classmethod
     def full(cls) -> "DemoBudget":
@@ -50,7 +57,8 @@ class DemoBudget:
         training games dir, this budget's turns, group size, steps, games per step and lr; one checkpoint, at the end.
         `mixed_precision`: train.mixed_precision ("no": fp32; "bf16": autocast, where the hardware has bf16).
         """
-        return RunConfig(env=EnvConfig(games=str(train_games), max_turns=self.max_turns),
+        return RunConfig(model=ModelConfig(lora_rank=self.lora_rank),
+                         env=EnvConfig(games=str(train_games), max_turns=self.max_turns),
                          reward=RewardConfig(kind=reward),
                          algo=AlgoConfig(**ALGO_PRESETS[algo], group_size=self.group_size),
                          train=TrainConfig(steps=self.rl_steps, games_per_step=self.games_per_step, minibatch_size=4,
@@ -117,7 +125,8 @@ def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo
     # 3. SFT warm-up on the training games' walkthroughs
     t = time.perf_counter()
     sft_games = train if budget.sft_games >= len(train) else _subset(train, budget.sft_games)
-    sft_summary = sft(model, sft_games, out / "sft", epochs=budget.sft_epochs, seed=seed, max_turns=budget.max_turns)
+    sft_summary = sft(model, sft_games, out / "sft", epochs=budget.sft_epochs, lr=budget.sft_lr, seed=seed,
+                      max_turns=budget.max_turns, lora_rank=budget.lora_rank)
     timings["sft"] = time.perf_counter() - t
     say(f"SFT on {sft_summary['examples']} walkthroughs: loss {sft_summary['train_loss'][0]:.2f} → "
         f"{sft_summary['train_loss'][-1]:.2f} in {sft_summary['seconds']:.0f}s")
@@ -126,8 +135,8 @@ def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo
     # 5. RL from the SFT model
     t = time.perf_counter()
     shutil.rmtree(out / "rl", ignore_errors=True)  # a previous demo's RL run started from an older SFT model
-    rows = run_rl(budget.rl_config(train.root, algo, reward, seed, mixed_precision), out / "rl", init=str(out / "sft"),
-                  progress=progress)["rows"]
+    rl_config = budget.rl_config(train.root, algo, reward, seed, mixed_precision)
+    rows = run_rl(rl_config, out / "rl", init=str(out / "sft"), progress=progress)["rows"]
     timings["rl"] = time.perf_counter() - t
     results["RL"] = eval_stage("rl", str(out / "rl"))
     save_and_close(plot_stage_comparison(results, title=f"held-out cooking games ({len(held)})"), out / "stages.png")
@@ -135,6 +144,8 @@ def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo
     summary = {
         "stages": {k: {m: v[m] for m in ("success_rate", "mean_turns", "invalid_rate", "mean_score_frac", "env_errors")}
                    for k, v in results.items()},
+        "per_game": {k: compact_eval(v)["per_game"] for k, v in results.items()},  # [[game, won, turns], ...]
+        "variant": variant_name(budget, mixed_precision), "config": rl_config.to_dict(),
         "budget": budget.__dict__, "algo": algo, "reward": reward, "model": model, "seed": seed,
         "mixed_precision": mixed_precision,
         "games": GAME_FAMILY, "train_games": str(train.root), "heldout_games": str(held.root),
@@ -149,11 +160,34 @@ def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo
         "timings_seconds": {k: round(v, 1) for k, v in timings.items()},
         "total_seconds": round(time.perf_counter() - t0, 1),
         "peak_rss_gb": _peak_rss_gb(), "commit": git_commit(), "cpu_threads": os.cpu_count(),
+        "machine": (machine := {**machine_info(), "cpu": cpu_model()}), "device": machine["torch_device"],
+        "date": time.strftime("%Y-%m-%d"),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     if progress:
         print(format_table(summary))
     return summary
+
+
+def variant_name(budget: DemoBudget, mixed_precision: str = "no") -> str:
+    """The demo variant a summary belongs to, e.g. 'fp32', 'bf16', 'fp32, LoRA r16 (SFT lr 0.0005, RL lr 0.0003)'
+    (the learning rates named when they are not DemoBudget's defaults)."""
+    default = DemoBudget()
+    name = "bf16" if mixed_precision == "bf16" else "fp32"
+    if budget.lora_rank:
+        name += f", LoRA r{budget.lora_rank}"
+    if (budget.sft_lr, budget.rl_lr) != (default.sft_lr, default.rl_lr):
+        name += f" (SFT lr {budget.sft_lr:g}, RL lr {budget.rl_lr:g})"
+    return name
+
+
+def record_demo(summary: dict, results_file: str | Path) -> dict:
+    """Append one demo run's summary (run_demo's: its variant, the RL config, seed, commit, machine, per-game outcomes
+    of each stage) as one JSON line to `results_file` (records.append_record), e.g. results/demo_variants.jsonl,
+    which book/benchmarks.md renders (benchmarks/report.py). Returns the line as written."""
+    from .records import append_record
+
+    return append_record(results_file, summary)
 
 
 def format_table(summary: dict) -> str:

@@ -86,8 +86,17 @@ def bf16_problem(device: torch.device) -> str | None:
     flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
     if {"avx512_bf16", "amx_bf16"} & set(flags):
         return None
-    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "")
-    return f"this CPU ({model or 'unknown model'}) has neither avx512_bf16 nor amx_bf16, so bf16 is emulated and slower"
+    return (f"this CPU ({cpu_model() or 'unknown model'}) has neither avx512_bf16 nor amx_bf16, so bf16 is emulated "
+            "and slower")
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo ('' where it cannot be read), e.g. 'Intel(R) Xeon(R) Platinum ...'."""
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return ""
+    return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "")
 
 
 def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:

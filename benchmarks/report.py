@@ -266,6 +266,38 @@ def bf16_rollout_table(r: dict) -> str:
     return "\n".join(out) + "\n" + ("\n" + bf16_weights_text(r) if r.get("weights") else "")
 
 
+def demo_variants_table(rows: list[dict]) -> str:
+    """`agentrl demo --record`: the newest run of each demo variant (fp32, bf16, LoRA ...) side by side on the same 16
+    held-out games; each variant's RL result minus the fp32 run's of the same seed, paired over the games (a bootstrap
+    of the per-game differences: one run each, so the interval is over games, not seeds)."""
+    from agentrl_lib.report import bootstrap_mean_ci
+
+    def won(r: dict, stage: str) -> dict:
+        return {g: float(w) for g, w, _ in r["per_game"][stage]}
+
+    fp32 = {r["seed"]: r for r in rows if r["variant"] == "fp32"}
+    out = ["| variant | seed | SFT held-out | RL held-out | RL − fp32 RL (paired over games) | RL step (median) | "
+           "update (median) | peak RSS | wall | where |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        st, rl = r["stages"], r["rl"]
+        ref = fp32.get(r["seed"])
+        if ref is None or ref is r:
+            diff = "—" if ref is r else "no fp32 run of this seed"
+        else:
+            a, b = won(r, "RL"), won(ref, "RL")
+            d = [a[g] - b[g] for g in a if g in b]
+            ci = bootstrap_mean_ci(d) if len(d) > 1 else None
+            diff = f"{100 * sum(d) / len(d):+.0f} pts" + (f" [{100 * ci[0]:+.0f}, {100 * ci[1]:+.0f}]" if ci else "")
+        out.append(f"| {r['variant']} | {r['seed']} | {st['SFT']['success_rate']:.1%} | "
+                   f"**{st['RL']['success_rate']:.1%}** | {diff} | {rl['step_seconds_median']:.0f} s | "
+                   f"{rl['update_seconds_median']:.0f} s | "
+                   f"{r['peak_rss_gb']:.1f} GiB | {r['total_seconds'] / 60:.0f} min | "
+                   f"{r['machine'].get('cpu') or r['machine'].get('torch_device')}, {where(r)} |")
+    return ("One `agentrl demo` run per variant (16 training games, SFT, 12 PPO steps, 16 held-out games, greedy "
+            "evaluation), recorded with `--record`. Times are wall seconds on a shared machine: read them beside "
+            "the load named in the note that made them, not as a benchmark.\n\n" + "\n".join(out) + "\n")
+
+
 SECTIONS = [  # (results file, title, renderer, the script that writes it)
     ("rl_step_vs_trl", "An RL step against TRL", rl_step_table, "bench_rl_step_vs_trl.py"),
     ("sweep_step", "The whole sweep step: each lever and all together", sweep_step_table, "bench_sweep_step.py"),
@@ -276,6 +308,7 @@ SECTIONS = [  # (results file, title, renderer, the script that writes it)
     ("bench_update_memory", "The update: memory", update_memory_table, "bench_update_memory.py"),
     ("peak", "The update against the machine's peak (fp32, bf16)", peak_table, "bench_peak.py"),
     ("vllm_vs_hf", "vLLM against HF generation", vllm_table, "bench_vllm_vs_hf.py"),
+    ("demo_variants", "The demo in fp32, in bf16, with LoRA", demo_variants_table, "agentrl demo --record"),
     ("env_step", "Env step time of each family", env_step_table, "bench_env_step.py"),
 ]
 
@@ -289,6 +322,10 @@ def benchmark_tables(level: int = 2) -> str:
         # one table per algo / π_old / set of rollout methods compared
         per = {"update_speed": "algo", "rl_step_vs_trl": "old_logprobs", "rollout_speed": "comparison",
                "sweep_step": "algo", "bf16_rollout": "kind"}.get(name)
+        if name == "demo_variants":  # one table over every variant
+            if rows := newest_per(name, "variant"):
+                parts.append(f"{'#' * level} {title}\n\n`results/{name}.jsonl` (`{script}`). {render(rows)}")
+            continue
         for r in newest_per(name, per):
             variant = {"ppo": "PPO", "grpo": "GRPO", "rloo": "RLOO", "behaviour": "agentrl's π_old from the rollout",
                        "batched,unshared": "each group's first context encoded once",

@@ -287,3 +287,32 @@ def test_bf16_weights_measure_counts_the_changes_a_bf16_cast_erases(monkeypatch,
     assert tiny["median_relative_change"] == pytest.approx(1e-5, rel=0.2)
     big = bench.weights_lost_in_bf16(moved(0.05, "big_step"), tiny_model_dir)
     assert big["lost_in_bf16_share"] == 0.0 and big["median_relative_change"] == pytest.approx(0.05, rel=0.01)
+
+
+def test_demo_variants_table_pairs_each_variant_with_the_fp32_run_of_its_seed(monkeypatch, tmp_path):
+    """results/demo_variants.jsonl (`agentrl demo --record`) renders one table: each variant's RL result minus the fp32
+    run's of the same seed, paired over the held-out games. bf16 lost 2 of 4 games that fp32 won → −50 pts; a LoRA
+    run with fp32's outcomes → +0 (the negative control); a variant of a seed without an fp32 run says so."""
+    report = load_bench(monkeypatch, "report")
+
+    def summary(variant, seed, rl_wins):
+        games = [f"g{i}" for i in range(len(rl_wins))]
+        stage = {"success_rate": sum(rl_wins) / len(rl_wins)}
+        return {"variant": variant, "seed": seed, "stages": {"SFT": stage, "RL": stage},
+                "per_game": {"RL": [[g, w, 5] for g, w in zip(games, rl_wins)]},
+                "rl": {"step_seconds_median": 30.0, "update_seconds_median": 15.0}, "peak_rss_gb": 9.0,
+                "total_seconds": 660.0, "machine": {"cpu": "Test CPU"}, "device": "cpu", "commit": "abcdef1234",
+                "date": "2026-11-26"}
+
+    lines = [summary("fp32", 0, [1, 1, 1, 0]), summary("bf16", 0, [0, 1, 0, 0]),
+             summary("fp32, LoRA r16", 0, [1, 1, 1, 0]), summary("bf16", 1, [1, 1, 1, 1])]
+    table = report.demo_variants_table(lines)
+    rows = {(r.split("|")[1].strip(), r.split("|")[2].strip()): r.split("|")[5].strip()
+            for r in table.splitlines() if r.startswith("| ") and "variant" not in r}
+    assert rows[("fp32", "0")] == "—"
+    assert rows[("bf16", "0")].startswith("-50 pts [")
+    assert rows[("fp32, LoRA r16", "0")].startswith("+0 pts")
+    assert rows[("bf16", "1")] == "no fp32 run of this seed"
+    monkeypatch.setattr(report, "RESULTS", tmp_path)  # rendered into the page as one section, newest per variant
+    (tmp_path / "demo_variants.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines[:3]))
+    assert report.benchmark_tables().count("## The demo in fp32, in bf16, with LoRA") == 1

@@ -57,6 +57,41 @@ def test_demo_runs_twice_into_one_directory(tmp_path, tiny_model_dir, monkeypatc
     assert (tmp_path / "demo" / "summary.json").is_file() and (tmp_path / "demo" / "stages.png").stat().st_size > 1000
 
 
+def test_demo_lora_trains_an_adapter_in_both_stages_and_records_its_variant(tmp_path, tiny_model_dir, monkeypatch,
+                                                                           capsys):
+    """`agentrl demo --lora-rank 4 --sft-lr .. --rl-lr .. --record FILE`: SFT saves a LoRA adapter, the RL run keeps
+    training it (model.lora_rank 4 in the recorded config), and FILE gets one line with the variant, per-game outcomes
+    of every stage, the commit and the machine. Control: the fp32 default records as 'fp32' with lora_rank 0."""
+    from agentrl_lib.cli import main
+    from agentrl_lib.demo import record_demo
+    from agentrl_lib.models import is_adapter
+
+    monkeypatch.setenv("AGENTRL_HOME", str(tmp_path / "home"))
+    budget = DemoBudget(train_games=2, eval_games=2, sft_games=2, rl_steps=1, games_per_step=1, group_size=2,
+                        max_turns=6, lora_rank=4, sft_lr=5e-4, rl_lr=3e-4)
+    summary = run_demo(tmp_path / "lora", budget, model=tiny_model_dir, progress=False)
+    assert is_adapter(str(tmp_path / "lora" / "sft")) and is_adapter(str(tmp_path / "lora" / "rl"))
+    assert summary["variant"] == "fp32, LoRA r4 (SFT lr 0.0005, RL lr 0.0003)"
+    assert summary["config"]["model"]["lora_rank"] == 4 and summary["config"]["train"]["lr"] == 3e-4
+    assert summary["budget"]["sft_lr"] == 5e-4
+    record_demo(summary, tmp_path / "variants.jsonl")
+    plain = run_demo(tmp_path / "plain", DemoBudget(train_games=2, eval_games=2, sft_games=2, rl_steps=1,
+                                                    games_per_step=1, group_size=2, max_turns=6),
+                     model=tiny_model_dir, progress=False)
+    assert not is_adapter(str(tmp_path / "plain" / "sft")) and plain["variant"] == "fp32"
+    record_demo(plain, tmp_path / "variants.jsonl")
+    lines = [json.loads(x) for x in (tmp_path / "variants.jsonl").read_text().splitlines()]
+    assert [x["variant"] for x in lines] == [summary["variant"], "fp32"]
+    assert [x["config"]["model"]["lora_rank"] for x in lines] == [4, 0]
+    for x in lines:
+        assert set(x["per_game"]) == {"base", "SFT", "RL"} and all(len(g) == 2 for g in x["per_game"].values())
+        assert x["commit"] and x["machine"]["torch_device"] == "cpu" and x["seed"] == 0
+    for flags, line in ((["--lora-rank", "-1"], "--lora-rank must be >= 0"), (["--rl-lr", "0"], "--rl-lr must be > 0")):
+        assert main(["demo", *flags, "--out", str(tmp_path / "bad")]) == 2  # bad input: one line, before any stage
+        assert line in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+
 def test_demo_mixed_precision_reaches_the_rl_stage_or_is_refused_first(tmp_path, monkeypatch):
     """`agentrl demo --mixed-precision bf16` sets the RL stage's train.mixed_precision; on hardware without bf16 it is
     refused in one line before the first stage (no games made, nothing written). The fp32 default stays "no"."""
