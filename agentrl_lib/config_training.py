@@ -99,6 +99,10 @@ class TrainConfig:
     ~2e-3 of a weight vanish from the forward: at the findings' RL start (SFT at lr 7e-6) 82% of the SFT's changes
     did, and the bf16 rollouts wrote replies twice as long and won ~40 points less often than fp32's at the same
     weights (results/bf16_rollout.jsonl, benchmarks/bench_bf16_rollout.py). Use it on weights moved further."""
+    bf16_max_logprob_gap: float = 0.0
+    """With mixed_precision 'bf16': the largest mean |log π_bf16 − log π_fp32| (nats per action token) allowed on the
+    first batch (Trainer._bf16_guard, two extra no-grad passes once per run); above it the run stops before its first
+    update with one line. Always logged as bf16_logprob_gap. 0 = log only. (>= 0)"""
     group_minibatches: bool = False
     """Minibatches made of whole groups (rows that share their first prompt) in random order instead of random rows,
     so the update's forward and backward share each group's prompt too (share_prefix). It changes which episodes
@@ -169,6 +173,9 @@ class TrainConfig:
             raise ConfigError(f"train.temperature must be > 0 for training (got {self.temperature}): the update needs "
                               "the sampling distribution softmax(logits / T); use 0.7 (the paper). Greedy (0) is for "
                               "evaluation: train.eval_temperature")
+        if not self.bf16_max_logprob_gap >= 0:
+            raise ConfigError(f"train.bf16_max_logprob_gap must be >= 0 (got {self.bf16_max_logprob_gap}; "
+                              "0 = log only)")
         if self.eval_temperature < 0:
             raise ConfigError(f"train.eval_temperature must be >= 0 (got {self.eval_temperature}; 0 = greedy)")
         if self.report_to not in REPORT_TO:

@@ -2,7 +2,7 @@
 tokens), `Trainer.step` from a fresh Trainer per measurement, with each performance lever toggled and all together:
 
     python benchmarks/bench_sweep_step.py --init RUN_OR_MODEL_DIR [--config configs/cooking.yaml] [--games DIR]
-        [--algo ppo|grpo|rloo] [--settings baseline,exact,exact+behaviour,grouped,bf16,all] [--repeats 3]
+        [--algo ppo|grpo|rloo] [--settings baseline,exact,exact+behaviour,grouped,bf16,all,lora] [--repeats 3]
         [--warmup 1] [--threads 2] [--set section.field=value ...] [--machine TEXT] [--out results/sweep_step.jsonl]
 
 Settings (each over the config; `baseline` always runs first):
@@ -14,7 +14,9 @@ Settings (each over the config; `baseline` always runs first):
                    critic still needs the pass for V_old, so it saves nothing there and is skipped);
 - grouped:         exact + train.group_minibatches (other rows share a minibatch: other losses, not exact);
 - bf16:            the best exact setting + train.mixed_precision bf16 (skipped on a CPU without avx512_bf16/amx_bf16);
-- all:             the best exact setting + grouped + bf16 where the CPU has it (skipped when it repeats another).
+- all:             the best exact setting + grouped + bf16 where the CPU has it (skipped when it repeats another);
+- lora:            the best exact setting + model.lora_rank 16 (only a LoRA adapter trains: another update; at step 0
+                   the adapter adds nothing, so the rollout samples baseline's tokens).
 
 Every measurement seeds alike (train.seed, step 0), so each setting plays the same games and, for the exact
 settings, samples the same tokens; after an untimed short step of each setting (--warmup), the settings alternate
@@ -48,6 +50,8 @@ LEVERS = {  # setting → the levers it turns on over BASELINE ("bf16" and "all"
     "exact+behaviour": {"train.share_prefix": True, "algo.old_logprobs": "behaviour"},
     "grouped": {"train.share_prefix": True, "train.group_minibatches": True},
 }
+LORA_RANK = 16  # `lora`: the best exact setting + a peft LoRA adapter of this rank (alpha 32): at step 0 its
+# adapter adds 0 (B = 0), so it samples baseline's tokens, but only the adapter trains: another update, not exact
 EXACT = {"exact", "exact+behaviour"}  # must sample baseline's tokens and match its first minibatch loss
 REL_TOL = 1e-5
 
@@ -56,6 +60,7 @@ def plan(names: list[str], critic: bool, bf16_problem: str | None) -> tuple[dict
     """The settings to run: ({name: levers}, {name: why skipped}), baseline first."""
     best = LEVERS["exact"] if critic else LEVERS["exact+behaviour"]
     table = {**LEVERS, "bf16": {**best, "train.mixed_precision": "bf16"},
+             "lora": {**best, "model.lora_rank": LORA_RANK},
              "all": {**best, "train.group_minibatches": True,
                      **({} if bf16_problem else {"train.mixed_precision": "bf16"})}}
     run, skipped = {}, {}

@@ -23,11 +23,14 @@ import subprocess
 import sys
 import time
 
-SETTINGS = {"plain": (False, False), "checkpointing": (True, False), "microbatch": (False, True),
-            "microbatch+checkpointing": (True, True)}
+SETTINGS = {"plain": (False, False, 0), "checkpointing": (True, False, 0), "microbatch": (False, True, 0),
+            "microbatch+checkpointing": (True, True, 0), "lora": (False, False, 16)}
+"""setting → (gradient checkpointing, token-budget micro-batches, LoRA rank: 0 = every weight trains; 16 = a peft
+adapter on every linear projection, alpha 32, as `--lora-rank 16`: only the adapter has gradients and AdamW state)."""
 
 
-def one_setting(model: str, lengths: list[int], budget: int, repeats: int, checkpointing: bool) -> dict:
+def one_setting(model: str, lengths: list[int], budget: int, repeats: int, checkpointing: bool,
+                lora_rank: int = 0) -> dict:
     import resource
 
     import torch
@@ -38,11 +41,12 @@ def one_setting(model: str, lengths: list[int], budget: int, repeats: int, check
     from agentrl_lib.update import accumulate_microbatches, microbatches
 
     torch.manual_seed(0)
-    policy, tok = load_policy(model, device="cpu")
+    policy, tok = load_policy(model, device="cpu", lora_rank=lora_rank)
     if checkpointing:
         enable_gradient_checkpointing(policy)
     head = ValueHead(base_model(policy).config.hidden_size)
-    opt = torch.optim.AdamW(list(policy.parameters()) + list(head.parameters()), lr=1e-6)
+    trainable = [p for p in policy.parameters() if p.requires_grad]  # LoRA: the adapter's only
+    opt = torch.optim.AdamW(trainable + list(head.parameters()), lr=1e-6)
     B, T = len(lengths), max(lengths)
     ids = torch.randint(0, len(tok), (B, T))
     attn = torch.zeros(B, T, dtype=torch.long)
@@ -64,7 +68,8 @@ def one_setting(model: str, lengths: list[int], budget: int, repeats: int, check
         accumulate_microbatches(forward, batch, AlgoConfig(), budget)
         opt.step()
         times.append(time.perf_counter() - t)
-    return {"checkpointing": checkpointing, "budget": budget, "microbatches": microbatches(lengths, budget),
+    return {"checkpointing": checkpointing, "budget": budget, "lora_rank": lora_rank,
+            "trainable_params": sum(p.numel() for p in trainable), "microbatches": microbatches(lengths, budget),
             "step_seconds": times, "step_seconds_median": statistics.median(times),
             "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2,
             "policy_tokens": int(mask.sum()), "tokens": int(attn.sum()), "padded_tokens": B * T,
@@ -84,8 +89,8 @@ def main() -> None:
     a = p.parse_args()
     lengths = [int(x) for x in a.lengths.split(",")]
     if a._one:
-        ckpt, micro = SETTINGS[a._one]
-        print(json.dumps(one_setting(a.model, lengths, a.budget if micro else 0, a.repeats, ckpt)))
+        ckpt, micro, rank = SETTINGS[a._one]
+        print(json.dumps(one_setting(a.model, lengths, a.budget if micro else 0, a.repeats, ckpt, rank)))
         return
     res = {}
     for name in a.settings.split(","):

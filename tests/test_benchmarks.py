@@ -114,10 +114,13 @@ def test_bench_env_step_tiny(tmp_path):
 @pytest.mark.subprocess
 def test_bench_update_memory_tiny(tmp_path, tiny_model_dir):
     res = run_script("bench_update_memory.py", ["--model", tiny_model_dir, "--lengths", "40,20", "--budget", "40",
-                                                "--repeats", "1", "--settings", "plain,microbatch"],
+                                                "--repeats", "1", "--settings", "plain,microbatch,lora"],
                      tmp_path / "memory.jsonl")
-    plain, micro = res["settings"]["plain"], res["settings"]["microbatch"]
-    assert set(res["settings"]) == {"plain", "microbatch"}
+    plain, micro, lora = res["settings"]["plain"], res["settings"]["microbatch"], res["settings"]["lora"]
+    assert set(res["settings"]) == {"plain", "microbatch", "lora"}
+    # LoRA trains the adapter only: far fewer parameters than every weight (the control: plain trains them all)
+    assert lora["lora_rank"] == 16 and plain["lora_rank"] == 0
+    assert 0 < lora["trainable_params"] < plain["trainable_params"] / 2
     assert plain["microbatches"] == [[0, 1]] and micro["microbatches"] == [[0], [1]]  # the budget split the rows
     assert positive(micro["peak_rss_gb"], plain["step_seconds_median"])
     assert res["config"]["budget"] == 40 and res["seed"] == 0
@@ -151,6 +154,8 @@ def test_bench_sweep_step_plan(monkeypatch):
     assert list(run) == ["baseline", *names] and not skipped
     assert run["all"] == {"train.share_prefix": True, "algo.old_logprobs": "behaviour",
                           "train.group_minibatches": True, "train.mixed_precision": "bf16"}
+    run, _ = bench.plan(["lora"], critic=True, bf16_problem=None)  # LoRA over the best exact setting of a critic
+    assert run["lora"] == {"train.share_prefix": True, "model.lora_rank": 16}
 
 
 @pytest.mark.trains

@@ -35,12 +35,13 @@ def test_bf16_hardware_is_read_from_the_cpu_flags(monkeypatch, tmp_path):
         TrainConfig(mixed_precision="fp8").validate()
 
 
-def _trainer(tiny_model_dir, tmp_path, name: str, mixed: str) -> Trainer:
+def _trainer(tiny_model_dir, tmp_path, name: str, mixed: str, gap_limit: float = 0.0) -> Trainer:
     cfg = RunConfig(env=EnvConfig(games=str(scripted_games(tmp_path / "games")), max_turns=2),
                     reward=RewardConfig(kind="dense"), algo=AlgoConfig.from_preset("ppo", group_size=4),
                     model=ModelConfig(device="cpu", dtype="float32"),
                     train=TrainConfig(steps=1, games_per_step=2, minibatch_size=8, lr=1e-3, max_new_tokens=6,
-                                      temperature=1.0, seed=1, mixed_precision=mixed))
+                                      temperature=1.0, seed=1, mixed_precision=mixed,
+                                      bf16_max_logprob_gap=gap_limit))
     return Trainer(cfg, tmp_path / name, init=tiny_model_dir, pool=SerialPool(8, factory=ParityEnv), progress=False)
 
 
@@ -66,8 +67,9 @@ def test_bf16_autocast_trains_with_fp32_weights_and_tis(tiny_model_dir, tmp_path
     assert row["skipped_update"] == 0.0 and all(p.dtype == torch.float32 for p in trainer.policy.parameters())
     assert any(not torch.equal(b, p) for b, p in zip(before, trainer.policy.parameters()))
     assert {grad for grad, _ in seen} == {True, False}  # the no-grad pass and the update both ran
-    if mixed == "bf16":
-        assert all(amp for _, amp in seen) and trainer.use_tis and "tis_weight_mean" in row
+    if mixed == "bf16":  # every pass under autocast but the bf16 guard's fp32 pass (no grad, once)
+        assert [amp for grad, amp in seen].count(False) == 1 and all(amp for grad, amp in seen if grad)
+        assert trainer.use_tis and "tis_weight_mean" in row and row["bf16_logprob_gap"] > 0
         assert row["logprob_mismatch"] > 0  # the rollout's and the update's bf16 log-probs differ
     else:  # control: nothing under autocast, no TIS
         assert not any(amp for _, amp in seen) and not trainer.use_tis
@@ -79,3 +81,50 @@ def test_bf16_without_hardware_is_refused_in_one_line(tiny_model_dir, tmp_path, 
                                                                     "amx_bf16, so bf16 is emulated and slower")
     with pytest.raises(ConfigError, match=r"mixed_precision bf16: this CPU \(Test\).*--mixed-precision no"):
         _trainer(tiny_model_dir, tmp_path, "refused", "bf16")
+
+
+@pytest.mark.trains
+def test_bf16_guard_stops_before_the_first_update_when_bf16_changes_the_policy(tiny_model_dir, tmp_path, monkeypatch):
+    """train.bf16_max_logprob_gap: the first batch's mean |log π_bf16 − log π_fp32| above the limit stops the run in
+    one line before any weight moves; the gap is the one a direct bf16 / fp32 forward of the same batch gives (to 1e-3:
+    bf16 rounds the shared-prefix chunks differently from one padded forward). Control:
+    a limit above the gap lets the step train; 0 logs the gap only; a negative limit is refused."""
+    monkeypatch.setattr(trainer_mod, "bf16_problem", lambda device: None)
+    seen: list[float] = []
+    real = trainer_mod.Trainer._bf16_guard
+    monkeypatch.setattr(trainer_mod.Trainer, "_bf16_guard", lambda self, batch: seen.append(
+        _direct_gap(self, batch)) or real(self, batch))
+    trainer = _trainer(tiny_model_dir, tmp_path, "stopped", "bf16", gap_limit=1e-9)
+    before = [p.detach().clone() for p in trainer.policy.parameters()]
+    try:
+        with pytest.raises(ConfigError, match=r"mixed_precision bf16 changes this policy: .* nats per token on the "
+                                              r"first batch \(limit train.bf16_max_logprob_gap 1e-09\).*"
+                                              r"--mixed-precision no"):
+            trainer.step(0)
+        assert all(torch.equal(b, p) for b, p in zip(before, trainer.policy.parameters()))
+    finally:
+        trainer.close()
+    trainer = _trainer(tiny_model_dir, tmp_path, "trains", "bf16", gap_limit=10.0)
+    try:
+        row = trainer.step(0)
+        assert row["skipped_update"] == 0.0 and row["bf16_logprob_gap"] == pytest.approx(seen[-1], rel=1e-3)
+        assert "bf16_logprob_gap" not in trainer.step(1)  # once per process
+    finally:
+        trainer.close()
+    with pytest.raises(ConfigError, match="bf16_max_logprob_gap must be >= 0"):
+        TrainConfig(bf16_max_logprob_gap=-1.0).validate()
+
+
+def _direct_gap(trainer, batch) -> float:
+    """The guard's number computed independently: one plain forward of the padded batch in fp32 and one under bf16
+    autocast, log-softmax at the training temperature, mean |difference| over the policy tokens."""
+    model, T = trainer.policy, trainer.cfg.train.temperature
+    ids, attn, mask = batch["input_ids"], batch["attention_mask"], batch["mask"].float()
+    with torch.no_grad():
+        out = []
+        for amp in (True, False):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+                logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float() / T
+            lp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
+            out.append(torch.cat([torch.zeros_like(lp[:, :1]), lp], 1))
+    return (((out[0] - out[1]).abs() * mask).sum() / mask.sum()).item()
