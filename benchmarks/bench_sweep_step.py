@@ -2,7 +2,8 @@
 tokens), `Trainer.step` from a fresh Trainer per measurement, with each performance lever toggled and all together:
 
     python benchmarks/bench_sweep_step.py --init RUN_OR_MODEL_DIR [--config configs/cooking.yaml] [--games DIR]
-        [--algo ppo|grpo|rloo] [--settings baseline,exact,exact+behaviour,grouped,bf16,all,lora] [--repeats 3]
+        [--algo ppo|grpo|rloo] [--settings baseline,exact,exact+behaviour,grouped,bf16,all,lora,vllm]
+        [--repeats 3]
         [--warmup 1] [--threads 2] [--set section.field=value ...] [--machine TEXT] [--out results/sweep_step.jsonl]
 
 Settings (each over the config; `baseline` always runs first):
@@ -16,7 +17,9 @@ Settings (each over the config; `baseline` always runs first):
 - bf16:            the best exact setting + train.mixed_precision bf16 (skipped on a CPU without avx512_bf16/amx_bf16);
 - all:             the best exact setting + grouped + bf16 where the CPU has it (skipped when it repeats another);
 - lora:            the best exact setting + model.lora_rank 16 (only a LoRA adapter trains: another update; at step 0
-                   the adapter adds nothing, so the rollout samples baseline's tokens).
+                   the adapter adds nothing, so the rollout samples baseline's tokens);
+- vllm:            the best exact setting + model.generator vllm: rollouts from the vLLM engine (weights synced
+                   after the update); other kernels, so other sampled tokens: not exact. Needs .venv-vllm/bin/python.
 
 Every measurement seeds alike (train.seed, step 0), so each setting plays the same games and, for the exact
 settings, samples the same tokens; after an untimed short step of each setting (--warmup), the settings alternate
@@ -43,7 +46,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # no spinning threads on a 
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = {"train.share_prefix": False, "algo.old_logprobs": "recompute", "train.group_minibatches": False,
-            "train.mixed_precision": "no"}
+            "train.mixed_precision": "no", "train.bf16_max_logprob_gap": 0.0}  # bf16: timed, never refused here
 LEVERS = {  # setting → the levers it turns on over BASELINE ("bf16" and "all" are built by plan())
     "baseline": {},
     "exact": {"train.share_prefix": True},
@@ -56,11 +59,20 @@ EXACT = {"exact", "exact+behaviour"}  # must sample baseline's tokens and match 
 REL_TOL = 1e-5
 
 
+def vllm_problem() -> str | None:
+    """Why the `vllm` setting cannot run in this Python, or None (it needs vLLM: run the script with
+    .venv-vllm/bin/python, which `make vllm` builds)."""
+    import importlib.util
+
+    return None if importlib.util.find_spec("vllm") else "no vllm in this Python: run with .venv-vllm/bin/python"
+
+
 def plan(names: list[str], critic: bool, bf16_problem: str | None) -> tuple[dict, dict]:
     """The settings to run: ({name: levers}, {name: why skipped}), baseline first."""
     best = LEVERS["exact"] if critic else LEVERS["exact+behaviour"]
     table = {**LEVERS, "bf16": {**best, "train.mixed_precision": "bf16"},
              "lora": {**best, "model.lora_rank": LORA_RANK},
+             "vllm": {**best, "model.generator": "vllm"},
              "all": {**best, "train.group_minibatches": True,
                      **({} if bf16_problem else {"train.mixed_precision": "bf16"})}}
     run, skipped = {}, {}
@@ -71,6 +83,8 @@ def plan(names: list[str], critic: bool, bf16_problem: str | None) -> tuple[dict
             skipped[name] = "the critic needs the no-grad forward for V_old: π_old from the rollout saves no pass"
         elif name == "bf16" and bf16_problem:
             skipped[name] = bf16_problem
+        elif name == "vllm" and (why := vllm_problem()):
+            skipped[name] = why
         elif same := next((n for n, levers in run.items() if levers == table[name]), None):
             skipped[name] = f"the same levers as {same}"
         else:

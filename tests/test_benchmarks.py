@@ -156,6 +156,11 @@ def test_bench_sweep_step_plan(monkeypatch):
                           "train.group_minibatches": True, "train.mixed_precision": "bf16"}
     run, _ = bench.plan(["lora"], critic=True, bf16_problem=None)  # LoRA over the best exact setting of a critic
     assert run["lora"] == {"train.share_prefix": True, "model.lora_rank": 16}
+    monkeypatch.setattr(bench, "vllm_problem", lambda: "no vllm in this Python")  # vLLM only where it is installed
+    run, skipped = bench.plan(["vllm"], critic=False, bf16_problem=None)
+    assert list(run) == ["baseline"] and skipped == {"vllm": "no vllm in this Python"}
+    monkeypatch.setattr(bench, "vllm_problem", lambda: None)
+    assert bench.plan(["vllm"], critic=False, bf16_problem=None)[0]["vllm"]["model.generator"] == "vllm"
 
 
 @pytest.mark.trains
