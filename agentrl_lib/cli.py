@@ -117,8 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--rl-steps", type=int)
     d.add_argument("--mixed-precision", default="no", choices=MIXED_PRECISIONS,
                    help="the RL stage under bf16 autocast (where the hardware has bf16; refused before the first stage "
-                        "otherwise; it rounds away weight changes below ~2e-3 of a weight: book/benchmarks.md); "
-                        "'no': fp32, the table in the README")
+                        "otherwise; it rounds away weight changes below ~2e-3 of a weight, and its RL stage won 0%% of "
+                        "the held-out games here: book/benchmarks.md); 'no': fp32, the table in the README")
     d.add_argument("--lora-rank", type=int, default=0,
                    help="SFT trains a LoRA adapter of this rank and RL keeps training it (0: every weight); LoRA "
                         "usually wants ~10x the learning rates: set --sft-lr / --rl-lr with it")

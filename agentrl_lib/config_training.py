@@ -98,7 +98,10 @@ class TrainConfig:
     Caution: autocast casts the weights to bf16 (8 significant bits) for every matmul, so fine-tuning changes below
     ~2e-3 of a weight vanish from the forward: at the findings' RL start (SFT at lr 7e-6) 82% of the SFT's changes
     did, and the bf16 rollouts wrote replies twice as long and won ~40 points less often than fp32's at the same
-    weights (results/bf16_rollout.jsonl, benchmarks/bench_bf16_rollout.py). Use it on weights moved further."""
+    weights (results/bf16_rollout.jsonl, benchmarks/bench_bf16_rollout.py). bf16_max_logprob_gap stops such a start.
+    Even a start that passes that check can fail: the demo's RL stage under bf16 (its SFT at lr 5e-5, first-batch gap
+    0.005) won 0% of the held-out games against fp32's table in the README (results/demo_variants.jsonl; training
+    success fell from 0.38 to 0 by step 4, cause not diagnosed). Keep RL on a CPU in fp32."""
     bf16_max_logprob_gap: float = 0.03
     """With mixed_precision 'bf16': the largest mean |log π_bf16 − log π_fp32| (nats per action token) allowed on the
     first batch (Trainer._bf16_guard, two extra no-grad passes once per run); above it the run stops before its first
