@@ -66,7 +66,7 @@ from .prompts import ChatFormat, system_prompt_for
 from .rewards import place_on_tokens, turn_rewards
 from .rollout import RolloutStats, Trajectory, collate, rollout
 from .tracking import open_tracker
-from .update import accumulate_microbatches, make_optimizer, no_grad_forward, select, tis_applies
+from .update import accumulate_microbatches, bf16_logprob_gap, make_optimizer, no_grad_forward, select, tis_applies
 
 log = logging.getLogger(__name__)
 
@@ -149,11 +149,10 @@ class Trainer:
         # ALGO: the frozen reference policy of the KL term (None: this run's LoRA adapter is switched off instead)
         self.ref = reference_policy(self.policy, mc, state is not None) if config.algo.kl_coef > 0 else None
         # plumbing: train.mixed_precision bf16: every forward under autocast (weights and AdamW stay in their dtype)
-        self.autocast = functools.partial(torch.autocast, self.device.type, dtype=torch.bfloat16,
-                                          enabled=config.train.mixed_precision == "bf16")
-        if config.train.mixed_precision == "bf16" and (why := bf16_problem(self.device)):
+        self.bf16_unchecked = config.train.mixed_precision == "bf16"  # update.bf16_logprob_gap on the first batch
+        self.autocast = functools.partial(torch.autocast, self.device.type, torch.bfloat16, self.bf16_unchecked)
+        if self.bf16_unchecked and (why := bf16_problem(self.device)):
             raise ConfigError(f"train.mixed_precision bf16: {why}; use --mixed-precision no")
-        self.bf16_unchecked = config.train.mixed_precision == "bf16"  # _bf16_guard runs on the first batch
         self.use_tis = tis_applies(config, next(self.policy.parameters()).dtype)
         self.opt = make_optimizer(self.policy, self.value_head, config.train)
         if config.train.gradient_checkpointing:  # active in train() mode only: rollouts keep their KV cache
@@ -250,9 +249,6 @@ class Trainer:
         # ALGO: 4. π_old, V_old, π_ref: forward passes without gradients (see _old_forward); added to the batch
         with self.autocast():
             passes = self._old_forward(batch)
-        if self.bf16_unchecked:  # plumbing: bf16 on the first batch this process trains: does it change the policy?
-            self.bf16_unchecked = False
-            passes["bf16_logprob_gap"] = self._bf16_guard(batch)
 
         # ALGO: 5. advantages (and the critic's value targets) from the chosen estimator
         with torch.no_grad():
@@ -320,7 +316,7 @@ class Trainer:
     @torch.no_grad()
     def _old_forward(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """Adds old_logprobs (π_old), old_values (V_old, with a critic), ref_logprobs (kl_coef > 0) and is_weights
-        (TIS on) to the batch; returns their metrics.
+        (TIS on) to the batch; returns their metrics (with bf16, once: update.bf16_logprob_gap, which may stop the run).
 
         π_old comes from the training forward: the ratio of the first minibatch starts at exactly 1, whatever kernels
         or precision the rollout used; the rollout's own log-probs are the behaviour policy (their gap is logged, and
@@ -348,33 +344,9 @@ class Trainer:
             m["tis_weight_mean"] = masked_mean(batch["is_weights"], mask).item()
         if cfg.algo.kl_coef > 0:
             batch["ref_logprobs"] = self._ref_logprobs(batch)
+        if self.bf16_unchecked:  # plumbing: does bf16 change this policy?
+            self.bf16_unchecked, m["bf16_logprob_gap"] = False, bf16_logprob_gap(self.policy, batch, cfg.train, self.dp)
         return m
-
-    @torch.no_grad()
-    def _bf16_guard(self, batch: dict[str, torch.Tensor]) -> float:
-        """train.mixed_precision bf16: the mean over the batch's policy tokens of |log π_bf16 − log π_fp32|, the same
-        weights forwarded under bf16 autocast and without it (two no-grad passes, once per process). Autocast rounds
-        every weight to bf16 (8 significant bits), so fine-tuning changes below ~2e-3 of a weight vanish from the
-        forward: at the findings' SFT start 82% did and the bf16 policy won ~40 points less often than the fp32 one
-        (results/bf16_rollout.jsonl). Returns the gap (nats per token; logged as bf16_logprob_gap).
-        Raises: ConfigError when the gap exceeds train.bf16_max_logprob_gap (> 0), before any update, so nothing
-        is trained under a policy that bf16 has changed."""
-        cfg = self.cfg
-        self.policy.train()
-        with self.autocast():
-            low = no_grad_forward(self.policy, batch, cfg.train, self.dp)["logprobs"]
-        full = no_grad_forward(self.policy, batch, cfg.train, self.dp)["logprobs"]
-        gap = masked_mean((low - full).abs(), batch["mask"]).item()
-        limit = cfg.train.bf16_max_logprob_gap
-        if self.progress:
-            print(f"bf16 check: action log-probs under bf16 autocast differ from fp32's by {gap:.3g} nats per token "
-                  f"on the first batch (limit {limit:g})", flush=True)
-        if limit > 0 and gap > limit:
-            raise ConfigError(
-                f"train.mixed_precision bf16 changes this policy: its action log-probs differ from fp32's by {gap:.3g} "
-                f"nats per token on the first batch (limit train.bf16_max_logprob_gap {limit:g}); the weights' "
-                "fine-tuning changes are below bf16's resolution (book/benchmarks.md); use --mixed-precision no")
-        return gap
 
     def _ref_logprobs(self, batch) -> torch.Tensor:
         """π_ref's log-probs (B, T) float32: the frozen reference's, or the policy's with its LoRA adapter off."""

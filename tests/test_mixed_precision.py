@@ -91,9 +91,9 @@ def test_bf16_guard_stops_before_the_first_update_when_bf16_changes_the_policy(t
     a limit above the gap lets the step train; 0 logs the gap only; a negative limit is refused."""
     monkeypatch.setattr(trainer_mod, "bf16_problem", lambda device: None)
     seen: list[float] = []
-    real = trainer_mod.Trainer._bf16_guard
-    monkeypatch.setattr(trainer_mod.Trainer, "_bf16_guard", lambda self, batch: seen.append(
-        _direct_gap(self, batch)) or real(self, batch))
+    real = trainer_mod.bf16_logprob_gap
+    monkeypatch.setattr(trainer_mod, "bf16_logprob_gap", lambda model, batch, train, dp: seen.append(
+        _direct_gap(model, batch, train.temperature)) or real(model, batch, train, dp))
     trainer = _trainer(tiny_model_dir, tmp_path, "stopped", "bf16", gap_limit=1e-9)
     before = [p.detach().clone() for p in trainer.policy.parameters()]
     try:
@@ -115,15 +115,14 @@ def test_bf16_guard_stops_before_the_first_update_when_bf16_changes_the_policy(t
         TrainConfig(bf16_max_logprob_gap=-1.0).validate()
 
 
-def _direct_gap(trainer, batch) -> float:
+def _direct_gap(model, batch, T: float) -> float:
     """The guard's number computed independently: one plain forward of the padded batch in fp32 and one under bf16
-    autocast, log-softmax at the training temperature, mean |difference| over the policy tokens."""
-    model, T = trainer.policy, trainer.cfg.train.temperature
+    autocast, log-softmax at the training temperature T, mean |difference| over the policy tokens."""
     ids, attn, mask = batch["input_ids"], batch["attention_mask"], batch["mask"].float()
     with torch.no_grad():
         out = []
         for amp in (True, False):
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):  # the caller's autocast is on
                 logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float() / T
             lp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
             out.append(torch.cat([torch.zeros_like(lp[:, :1]), lp], 1))
