@@ -79,24 +79,34 @@ def bf16_problem(device: torch.device) -> str | None:
         return None if torch.cuda.is_bf16_supported() else f"the GPU {torch.cuda.get_device_name(device)} has no bf16"
     if device.type != "cpu":
         return f"bf16 autocast is not set up for {device.type}"
-    try:
-        text = open("/proc/cpuinfo").read()
-    except OSError:
+    flags = cpu_flags()
+    if flags is None:
         return "cannot read /proc/cpuinfo to find bf16 instructions (avx512_bf16 / amx_bf16)"
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
     if {"avx512_bf16", "amx_bf16"} & set(flags):
         return None
     return (f"this CPU ({cpu_model() or 'unknown model'}) has neither avx512_bf16 nor amx_bf16, so bf16 is emulated "
             "and slower")
 
 
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo ('' where it cannot be read), e.g. 'Intel(R) Xeon(R) Platinum ...'."""
+def _cpuinfo_field(name: str) -> str | None:
+    """The first `name : value` line's value in /proc/cpuinfo ('' where absent), or None where it cannot be read."""
     try:
         text = open("/proc/cpuinfo").read()
     except OSError:
-        return ""
-    return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "")
+        return None
+    return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.split(":", 1)[0].strip() == name),
+                "")
+
+
+def cpu_flags() -> list[str] | None:
+    """The CPU's feature flags from /proc/cpuinfo (e.g. 'avx512_bf16', 'amx_bf16'), or None where it cannot be read."""
+    flags = _cpuinfo_field("flags")
+    return None if flags is None else flags.split()
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo ('' where it cannot be read), e.g. 'Intel(R) Xeon(R) Platinum ...'."""
+    return _cpuinfo_field("model name") or ""
 
 
 def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:

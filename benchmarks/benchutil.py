@@ -20,6 +20,7 @@ def machine_info(machine: str = "") -> dict:
     OMP_WAIT_POLICY, git commit, UTC time."""
     import torch
 
+    from agentrl_lib.models import cpu_flags, cpu_model
     from agentrl_lib.paths import git_commit
 
     def ver(pkg: str) -> str:
@@ -28,10 +29,8 @@ def machine_info(machine: str = "") -> dict:
         except PackageNotFoundError:
             return ""
 
-    cpu = next((line.split(":", 1)[1].strip() for line in _read("/proc/cpuinfo").splitlines()
-                if line.startswith("model name")), platform.processor())
-    flags = next((line.split(":", 1)[1].split() for line in _read("/proc/cpuinfo").splitlines()
-                  if line.startswith("flags")), [])
+    cpu = cpu_model() or platform.processor()
+    flags = cpu_flags() or []
     mem_kb = next((int(line.split()[1]) for line in _read("/proc/meminfo").splitlines()
                    if line.startswith("MemTotal:")), 0)
     return {"device": machine or f"{os.cpu_count()}-core CPU", "cpu": cpu,
