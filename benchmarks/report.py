@@ -20,12 +20,13 @@ PAGE = ROOT / "book" / "benchmarks.md"
 START, END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
 
 
-def newest_per(name: str, key: str | None = None) -> list[dict]:
-    """The last line of results/NAME.jsonl for each value of `key` (in order of first appearance); key None: the
-    last line only. [] when the file is absent or empty."""
+def newest_per(name: str, key: str | tuple[str, ...] | None = None) -> list[dict]:
+    """The last line of results/NAME.jsonl for each value of `key` (several keys: each combination of their values),
+    in order of first appearance; key None: the last line only. [] when the file is absent or empty."""
     path = RESULTS / f"{name}.jsonl"
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
-    last = {r.get(key): r for r in rows}
+    keys = key if isinstance(key, tuple) else (key,)
+    last = {tuple(r.get(k) for k in keys): r for r in rows}
     return list(last.values())
 
 
@@ -270,9 +271,9 @@ def bf16_rollout_table(r: dict) -> str:
 
 
 def demo_variants_table(rows: list[dict]) -> str:
-    """`agentrl demo --record`: the newest run of each demo variant (fp32, bf16, LoRA ...) side by side on the same 16
-    held-out games; each variant's RL result minus the fp32 run's of the same seed, paired over the games (a bootstrap
-    of the per-game differences: one run each, so the interval is over games, not seeds)."""
+    """`agentrl demo --record`: the newest run of each demo variant (fp32, bf16, LoRA ...) and seed side by side on
+    the same 16 held-out games; each variant's RL result minus the fp32 run's of the same seed, paired over the games
+    (a bootstrap of the per-game differences: one run each, so the interval is over games, not seeds)."""
     from agentrl_lib.report import bootstrap_mean_ci
 
     def won(r: dict, stage: str) -> dict:
@@ -326,7 +327,7 @@ def benchmark_tables(level: int = 2) -> str:
         per = {"update_speed": "algo", "rl_step_vs_trl": "old_logprobs", "rollout_speed": "comparison",
                "sweep_step": "algo", "bf16_rollout": "kind"}.get(name)
         if name == "demo_variants":  # one table over every variant
-            if rows := newest_per(name, "variant"):
+            if rows := newest_per(name, ("variant", "seed")):
                 parts.append(f"{'#' * level} {title}\n\n`results/{name}.jsonl` (`{script}`). {render(rows)}")
             continue
         for r in newest_per(name, per):

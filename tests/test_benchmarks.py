@@ -323,6 +323,10 @@ def test_demo_variants_table_pairs_each_variant_with_the_fp32_run_of_its_seed(mo
     assert rows[("bf16", "0")].startswith("-50 pts [")
     assert rows[("fp32, LoRA r16", "0")].startswith("+0 pts")
     assert rows[("bf16", "1")] == "no fp32 run of this seed"
-    monkeypatch.setattr(report, "RESULTS", tmp_path)  # rendered into the page as one section, newest per variant
-    (tmp_path / "demo_variants.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines[:3]))
-    assert report.benchmark_tables().count("## The demo in fp32, in bf16, with LoRA") == 1
+    monkeypatch.setattr(report, "RESULTS", tmp_path)  # one section, the newest run per (variant, seed)
+    rerun = summary("bf16", 0, [1, 1, 1, 0])  # a later bf16 seed-0 run replaces the first; seed 1 stays
+    (tmp_path / "demo_variants.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines + [rerun]))
+    page = report.benchmark_tables()
+    assert page.count("## The demo in fp32, in bf16, with LoRA") == 1
+    bf16 = [r.split("|")[5].strip() for r in page.splitlines() if r.startswith("| bf16 |")]
+    assert bf16 == ["+0 pts [+0, +0]", "no fp32 run of this seed"]  # per variant only: seed 1's row would be gone
