@@ -93,6 +93,31 @@ def rollout_table(r: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def rollout_profile_table(r: dict) -> str:
+    """bench_rollout_profile.py: the rollout's wall time by part (medians over repeats), the decoded row-steps
+    spent on rows already past their reply, and the decode step's time by batch rows."""
+    labels = {"first_prefill": "first prefill (each group's first context, once)",
+              "turn_prefill": "turn prefill (each live row's new environment turn)",
+              "decode": "decode steps (one position per row per step)",
+              "sampling": "the rest of `generate` (logits processors, sampling, stopping) and the log-prob read-out",
+              "env": "environment steps and resets", "python": "Python around them (templates, tokenization, parsing)"}
+    runs = r["runs"]
+    turns = statistics.median(len(x["turns"]) for x in runs)
+    steps = statistics.median(sum(t["steps"] for t in x["turns"]) for x in runs)
+    games = r["episodes"] // r["group_size"]
+    out = [f"One batched rollout (`rollout` + `HFGenerator`) of {r['episodes']} episodes ({games} games × "
+           f"{r['group_size']}), ≤ {r['max_turns']} turns × ≤ {r['new_tokens']} tokens, T = {r['temperature']}, "
+           f"from `{Path(r['model']).name}`; medians of {r['repeats']} (the rollout: {r['median_seconds']:.1f} s, "
+           f"{turns:.0f} generate calls, {steps:.0f} token steps in all); {r.get('cpu', '')}, torch threads "
+           f"{r.get('torch_threads')}; {where(r)}.", "", "| part | seconds | share |", "|---|---|---|"]
+    out += [f"| {labels[k]} | {v:.1f} | **{r['median_shares'][k]:.0%}** |" for k, v in r["median_parts"].items()]
+    by_rows = ", ".join(f"{rows} rows {d['median_ms']:.0f} ms" for rows, d in r["decode_step_by_rows"].items()
+                        if d["n"] >= 10)
+    return ("\n".join(out) + f"\n\n{r['median_idle_row_steps']:.0%} of the decoded row-steps went to rows that "
+            "had already ended their reply (a batched `generate` steps every row until the turn's longest reply "
+            f"stops). One decode step, median by live rows (≥ 10 steps seen): {by_rows}.\n")
+
+
 def update_speed_table(r: dict) -> str:
     n_runs = len(r["cut"]["runs"])
     out = [f"The update stage of one {r['algo'].upper()} step on a real rollout batch's lengths ({r['episodes']} "
@@ -307,6 +332,7 @@ SECTIONS = [  # (results file, title, renderer, the script that writes it)
     ("sweep_step", "The whole sweep step: each lever and all together", sweep_step_table, "bench_sweep_step.py"),
     ("bf16_rollout", "Does bf16 change what the rollout samples?", bf16_rollout_table, "bench_bf16_rollout.py"),
     ("rollout_speed", "The batched multi-turn rollout against simpler loops", rollout_table, "bench_rollout.py"),
+    ("rollout_profile", "Where the rollout's time goes", rollout_profile_table, "bench_rollout_profile.py"),
     ("update_speed", "The update: padding cut, π_old from the rollout, shared prompts", update_speed_table,
      "bench_update_speed.py"),
     ("bench_update_memory", "The update: memory", update_memory_table, "bench_update_memory.py"),

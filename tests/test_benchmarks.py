@@ -64,6 +64,31 @@ def test_bench_rollout_tiny(tmp_path, tiny_model_dir, cooking_games):
 
 
 @pytest.mark.subprocess
+def test_bench_rollout_profile_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_games):
+    """The profile's parts add up to the rollout's wall time, every turn has a prefill and one decode forward per
+    further sampled token step, and the idle share counts the row-steps past each row's reply."""
+    res = run_script("bench_rollout_profile.py", ["--games", str(cooking_games.root), "--model", tiny_model_dir,
+                                                  *TINY_WORKLOAD], tmp_path / "profile.jsonl")
+    run = res["runs"][0]
+    assert sum(run["parts"].values()) == pytest.approx(run["seconds"], abs=0.01) and run["parts"]["python"] > 0
+    # the decode part is the one-position forwards' time, one forward per sampled token step after the first
+    assert run["parts"]["decode"] == pytest.approx(sum(s for _, _, s in run["decode_forwards"]), abs=1e-4)
+    assert all(q_rows >= 1 and past > 0 for q_rows, past, _ in run["decode_forwards"])
+    assert all(run["parts"][k] > 0 for k in ("first_prefill", "turn_prefill", "decode", "sampling", "env"))
+    assert res["median_seconds"] == run["seconds"] and positive(res["peak_rss_gib"], res["weight_bytes"])
+    # every turn's decode steps: its longest reply (≤ --new-tokens 4); its rows decoded in all of them
+    assert all(1 <= t["steps"] <= 4 and t["rows"] <= 4 for t in run["turns"]) and run["turns"][0]["rows"] == 4
+    steps = sum(t["rows"] * (t["steps"] - 1) for t in run["turns"])
+    used = sum(t["reply_tokens"] for t in run["turns"]) - sum(t["rows"] for t in run["turns"])
+    assert run["decode_row_steps"] == steps and run["idle_row_steps"] == pytest.approx(1 - used / steps, abs=1e-3)
+    assert len(run["decode_forwards"]) == sum(t["steps"] - 1 for t in run["turns"])
+    assert sum(d["n"] for d in res["decode_step_by_rows"].values()) == len(run["decode_forwards"])
+    table = load_bench(monkeypatch, "report").rollout_profile_table(res)  # the book's table: one row per part
+    assert [line.split("|")[3].strip() for line in table.splitlines() if line.startswith("| ") and "%" in line] == [
+        f"**{res['median_shares'][k]:.0%}**" for k in res["median_parts"]]
+
+
+@pytest.mark.subprocess
 def test_bench_update_speed_tiny(tmp_path, tiny_model_dir):
     res = run_script("bench_update_speed.py", ["--model", tiny_model_dir, "--lengths", "40,31,22,12",
                                                "--policy-tokens", "8,6,5,3", "--minibatch", "2", "--group-size", "2",
