@@ -18,7 +18,9 @@ A rollout's wall seconds split into:
 Also per turn: decode steps (the longest reply of the turn, up to --new-tokens) against the live rows' reply
 lengths: `idle_row_steps` is the share of decoded row-steps spent on rows that had already ended their reply (a
 batched `generate` steps every row until the last one stops); and the median decode step by batch rows, with the
-weight bytes it reads (fp32 parameters / step seconds: a memory-bound step reads every weight once).
+weight bytes it reads (fp32 parameters / step seconds: a memory-bound step reads every weight once); and, apart
+from the rollout, one decode step at a fixed cache length (--decode-cache; default: the median cache length of the
+rollout's decode steps) for each of --decode-rows rows: what a step costs with fewer live rows, everything else equal.
 After one short untimed warm-up, `repeats` rollouts (torch seed r for repeat r); medians over repeats. Appends one
 JSON line to --out (book/benchmarks.md: python benchmarks/report.py --write).
 """
@@ -124,6 +126,24 @@ def profile_once(model, tok, pool, games, groups, system_prompt, max_turns, new_
             "decode_forwards": [(r, past, round(s, 6)) for r, past, s in decodes]}
 
 
+@torch.no_grad()
+def decode_step_ms(model, rows: int, cache_len: int, steps: int = 10) -> float:
+    """Median milliseconds of one decode forward (1 new position per row) over `rows` rows whose KV cache holds
+    `cache_len` positions (random token ids: the cost does not depend on them); the first 2 steps are not counted."""
+    from transformers import DynamicCache
+
+    gen = torch.Generator().manual_seed(0)
+    cache = DynamicCache()
+    model(input_ids=torch.randint(100, 1000, (rows, cache_len), generator=gen), use_cache=True, logits_to_keep=1,
+          **{CACHE_ARG: cache})
+    times = []
+    for _ in range(steps + 2):
+        t0 = time.perf_counter()
+        model(input_ids=torch.randint(100, 1000, (rows, 1), generator=gen), use_cache=True, **{CACHE_ARG: cache})
+        times.append(time.perf_counter() - t0)
+    return round(1000 * statistics.median(times[2:]), 2)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--games", required=True, help="a games dir (agentrl make-games), e.g. the sweep's cooking games")
@@ -134,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--new-tokens", type=int, default=24)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=2, help="torch threads (0: torch's own)")
+    p.add_argument("--decode-rows", default="16,4,1", help="rows of the fixed-cache decode-step measurement ('' to "
+                   "skip it)")
+    p.add_argument("--decode-cache", type=int, default=0, help="its cache length (0: the median cache length of the "
+                   "rollout's decode steps)")
     p.add_argument("--machine", default="", help='how the results name this machine, e.g. "2-core shared CPU"')
     p.add_argument("--out", help="append one JSON line here (e.g. results/rollout_profile.jsonl)")
     a = p.parse_args(argv)
@@ -164,6 +188,12 @@ def main(argv: list[str] | None = None) -> int:
                                         a.new_tokens, r), "load_before": before, "load_after": load1()})
     finally:
         pool.close()
+    cache_len = a.decode_cache or int(statistics.median(past for x in runs for _, past, _ in x["decode_forwards"]))
+    rows_list = [int(x) for x in a.decode_rows.split(",") if x.strip()]
+    fixed = {rows: [] for rows in rows_list}
+    for _ in range(2):  # twice, alternating: each row count sees the same load
+        for rows in rows_list:
+            fixed[rows].append(decode_step_ms(model, rows, cache_len))
     median = {k: round(statistics.median(x["parts"][k] for x in runs), 3) for k in PARTS}
     wall = statistics.median(x["seconds"] for x in runs)
     by_rows: dict[int, list[float]] = {}
@@ -181,12 +211,16 @@ def main(argv: list[str] | None = None) -> int:
               "median_seconds": wall, "median_parts": median,
               "median_shares": {k: round(v / sum(median.values()), 3) for k, v in median.items()},
               "median_idle_row_steps": statistics.median(x["idle_row_steps"] for x in runs),
-              "decode_step_by_rows": decode_step, "peak_rss_gib": round(peak_rss_gib(), 2)}
+              "decode_step_by_rows": decode_step, "fixed_cache_decode": {
+                  "cache_len": cache_len, "median_ms_by_rows": {r: statistics.median(v) for r, v in fixed.items()},
+                  "runs_ms": fixed}, "peak_rss_gib": round(peak_rss_gib(), 2)}
     for k in PARTS:
         print(f"{k:14s} {median[k]:8.2f} s  {result['median_shares'][k]:6.1%}")
     print(f"rollout {wall:.1f} s (median of {a.repeats}); decoded row-steps idle (row already past its reply): "
           f"{result['median_idle_row_steps']:.0%}; decode step by rows: "
-          + ", ".join(f"{r}: {d['median_ms']} ms" for r, d in decode_step.items()))
+          + ", ".join(f"{r}: {d['median_ms']} ms" for r, d in decode_step.items())
+          + f"; at a fixed {cache_len}-position cache: "
+          + ", ".join(f"{r} rows {statistics.median(v)} ms" for r, v in fixed.items()))
     write_result(a.out, result, a, seed="per repeat")
     return 0
 
