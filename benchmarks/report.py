@@ -347,14 +347,15 @@ SECTIONS = [  # (results file, title, renderer, the script that writes it)
 
 
 def benchmark_tables(level: int = 2) -> str:
-    """Markdown: one titled table per results file present (SECTIONS order; update_speed, sweep_step: one per algorithm,
-    rl_step_vs_trl: one per agentrl π_old source, rollout_speed: one per set of methods compared), each naming its
-    machine and commit; titles are headings of `level` (2: under the page's title)."""
+    """Markdown: one titled table per results file present (SECTIONS order; update_speed: one per algorithm,
+    sweep_step: one per algorithm and set of settings compared, rl_step_vs_trl: one per agentrl π_old source,
+    rollout_speed: one per set of methods compared), each naming its machine and commit; titles are headings of
+    `level` (2: under the page's title)."""
     parts = []
     for name, title, render, script in SECTIONS:
         # one table per algo / π_old / set of rollout methods compared
         per = {"update_speed": "algo", "rl_step_vs_trl": "old_logprobs", "rollout_speed": "comparison",
-               "sweep_step": "algo", "bf16_rollout": "kind"}.get(name)
+               "sweep_step": ("algo", "comparison"), "bf16_rollout": "kind"}.get(name)
         if name == "demo_variants":  # one table over every variant
             if rows := newest_per(name, ("variant", "seed")):
                 parts.append(f"{'#' * level} {title}\n\n`results/{name}.jsonl` (`{script}`). {render(rows)}")
@@ -363,7 +364,10 @@ def benchmark_tables(level: int = 2) -> str:
             variant = {"ppo": "PPO", "grpo": "GRPO", "rloo": "RLOO", "behaviour": "agentrl's π_old from the rollout",
                        "batched,unshared": "each group's first context encoded once",
                        "weights": "why: the fine-tuning's weight changes in bf16"}.get(
-                r.get(per) if per else None)
+                r.get(per[0] if isinstance(per, tuple) else per) if per else None)
+            if name == "sweep_step":  # one table per algorithm and set of settings compared
+                variant = "; ".join([variant or "", *(label for s, label in (
+                    ("vllm", "rollouts from vLLM"), ("lora", "LoRA")) if s in r.get("settings", []))])
             heading = f"{title} ({variant})" if variant else title
             parts.append(f"{'#' * level} {heading}\n\n`results/{name}.jsonl` (`benchmarks/{script}`). {render(r)}")
     return "\n".join(parts)

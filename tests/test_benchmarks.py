@@ -241,7 +241,8 @@ def test_sweep_step_table_says_which_settings_sampled_other_tokens(monkeypatch):
     import copy
 
     report = load_bench(monkeypatch, "report")
-    line = json.loads((ROOT / "results" / "sweep_step.jsonl").read_text().splitlines()[-1])
+    line = [x for x in map(json.loads, (ROOT / "results" / "sweep_step.jsonl").read_text().splitlines())
+            if "bf16" in x["settings"]][-1]
     base = line["runs"]["baseline"][0]
     table = report.sweep_step_table(line)
     assert f"Sampled other tokens than baseline's {base['sampled_tokens']}" in table
@@ -251,6 +252,21 @@ def test_sweep_step_table_says_which_settings_sampled_other_tokens(monkeypatch):
         for x in same["runs"][name]:
             x["sampled_hash"] = base["sampled_hash"]
     assert "Sampled other tokens" not in report.sweep_step_table(same)
+
+
+def test_sweep_step_tables_one_per_algorithm_and_set_of_settings(monkeypatch, tmp_path):
+    """A later sweep_step line that compares other settings (vLLM) gets its own table beside the earlier one of the
+    same algorithm, instead of replacing it; a rerun of the same settings replaces its own (newest per key)."""
+    report = load_bench(monkeypatch, "report")
+    line = [x for x in map(json.loads, (ROOT / "results" / "sweep_step.jsonl").read_text().splitlines())
+            if "bf16" in x["settings"]][-1]
+    old = {k: v for k, v in line.items() if k != "comparison"}  # written before the key existed
+    vllm = {**line, "settings": ["baseline", "exact", "vllm"], "comparison": "baseline,exact,vllm"}
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    (tmp_path / "sweep_step.jsonl").write_text("".join(json.dumps(x) + "\n" for x in (old, vllm, vllm)))
+    headings = [h for h in report.benchmark_tables().splitlines() if h.startswith("## The whole sweep step")]
+    assert headings == ["## The whole sweep step: each lever and all together (PPO)",
+                        "## The whole sweep step: each lever and all together (PPO; rollouts from vLLM)"]
 
 
 def test_bf16_rollout_paired_difference_follows_the_steps(monkeypatch):
