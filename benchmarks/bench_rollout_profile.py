@@ -212,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
               "median_shares": {k: round(v / sum(median.values()), 3) for k, v in median.items()},
               "median_idle_row_steps": statistics.median(x["idle_row_steps"] for x in runs),
               "decode_step_by_rows": decode_step, "fixed_cache_decode": {
-                  "cache_len": cache_len, "median_ms_by_rows": {r: statistics.median(v) for r, v in fixed.items()},
+                  "cache_len": cache_len,
+                  "median_ms_by_rows": {r: round(statistics.median(v), 2) for r, v in fixed.items()},
                   "runs_ms": fixed}, "peak_rss_gib": round(peak_rss_gib(), 2)}
     for k in PARTS:
         print(f"{k:14s} {median[k]:8.2f} s  {result['median_shares'][k]:6.1%}")

@@ -115,7 +115,8 @@ def rollout_profile_table(r: dict) -> str:
                         if d["n"] >= 10)
     fixed = r.get("fixed_cache_decode")  # absent from lines written before it existed
     fixed_text = (f" The same step at a fixed {fixed['cache_len']}-position cache, everything else equal: " + ", ".join(
-        f"{rows} rows {ms:.0f} ms" for rows, ms in fixed["median_ms_by_rows"].items()) + "." if fixed else "")
+        f"{rows} row{'' if int(rows) == 1 else 's'} {ms:.0f} ms" for rows, ms in fixed["median_ms_by_rows"].items())
+        + "." if fixed else "")
     return ("\n".join(out) + f"\n\n{r['median_idle_row_steps']:.0%} of the decoded row-steps went to rows that "
             "had already ended their reply (a batched `generate` steps every row until the turn's longest reply "
             f"stops). One decode step, median by live rows (≥ 10 steps seen): {by_rows}." + fixed_text + "\n")
