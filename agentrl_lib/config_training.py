@@ -38,8 +38,9 @@ class ModelConfig:
     """LoRA alpha (the adapter's scale is alpha / rank; 16-64, 32 is typical; unused without LoRA)."""
     generator: str = "hf"
     """Generation backend of rollouts and evaluation, a key of generation.GENERATORS: 'hf' (transformers `generate`,
-    KV cache kept across turns), 'vllm' (vLLM engine, weights synced after each update; needs `make vllm` and
-    .venv-vllm/bin/agentrl), or one you registered."""
+    KV cache kept across turns), 'hf-live' (the same state, a decode loop that steps only the rows still writing
+    their reply: the same distribution, other random draws), 'vllm' (vLLM engine, weights synced after each update;
+    needs `make vllm` and .venv-vllm/bin/agentrl), or one you registered."""
 
     def validate(self) -> None:
         if self.dtype not in DTYPES:

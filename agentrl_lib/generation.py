@@ -214,6 +214,14 @@ def vllm_generator(model, tokenizer):
     return VLLMGenerator(model, tokenizer)
 
 
+def live_rows_generator(model, tokenizer):
+    """`generation_live.LiveRowsGenerator(model, tokenizer)`: HFGenerator's state, a decode loop over the rows still
+    writing their reply (imported when used: generation_live imports this module)."""
+    from .generation_live import LiveRowsGenerator
+
+    return LiveRowsGenerator(model, tokenizer)
+
+
 def check_generator(name: str) -> None:
     """Fail early, with one line, when backend `name` needs a package this environment lacks (the CLI calls it before
     games or models load). Only 'vllm' has one: vLLM, found without importing it.
@@ -229,6 +237,7 @@ def check_generator(name: str) -> None:
         raise ModuleNotFoundError(INSTALL_HINT, name="vllm")
 
 
-GENERATORS = {"hf": HFGenerator, "vllm": vllm_generator}
+GENERATORS = {"hf": HFGenerator, "hf-live": live_rows_generator, "vllm": vllm_generator}
 """Generation backends by name: each a class (or factory) built as cls(model, tokenizer) implementing `Generator`.
+'hf-live' decodes only the rows still writing (generation_live.py: the same distribution, other random draws);
 'vllm' is a factory that imports vLLM only when called (generation_vllm.py; optional, `make vllm`)."""

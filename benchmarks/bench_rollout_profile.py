@@ -4,7 +4,8 @@
     python benchmarks/bench_rollout_profile.py --games DIR [--model embedded] [--episodes 16] [--group-size 4]
         [--max-turns 8] [--new-tokens 24] [--repeats 3] [--threads 2] [--machine TEXT] [--out FILE.jsonl]
 
-The rollout is the library's (`rollout.rollout` with `HFGenerator`, each group's first context encoded once), on the
+The rollout is the library's (`rollout.rollout` with `HFGenerator`, each group's first context encoded once; with
+--generator hf-live, generation_live.LiveRowsGenerator: the decode steps only the rows still writing), on the
 first `episodes / group_size` games of DIR, each played `group_size` times at T = 0.7. Hooks on the model time every
 forward with its shape (rows × new positions, and the KV cache's length before it); nothing in the rollout changes.
 A rollout's wall seconds split into:
@@ -66,7 +67,8 @@ class ForwardClock:
 
 class ProfiledGenerator(HFGenerator):
     """HFGenerator that records, for each `start` and each turn's `generate`, its wall seconds and the forwards
-    (ForwardClock) made inside it. `turns`: dicts with rows, decode steps, reply lengths, seconds and the forwards."""
+    (ForwardClock) made inside it. `turns`: dicts with rows, decode steps, reply lengths, seconds and the forwards.
+    `profiled("hf-live")` is the same over the live-rows decode."""
 
     def __init__(self, model, tokenizer, clock: ForwardClock):
         super().__init__(model, tokenizer)
@@ -87,13 +89,23 @@ class ProfiledGenerator(HFGenerator):
         return sample
 
 
-def profile_once(model, tok, pool, games, groups, system_prompt, max_turns, new_tokens, seed) -> dict:
+def profiled(backend: str) -> type:
+    """The profiling generator over backend 'hf' (HFGenerator) or 'hf-live' (generation_live.LiveRowsGenerator)."""
+    if backend == "hf":
+        return ProfiledGenerator
+    from agentrl_lib.generation_live import LiveRowsGenerator
+
+    return type("ProfiledLiveRowsGenerator", (ProfiledGenerator, LiveRowsGenerator), {})
+
+
+def profile_once(model, tok, pool, games, groups, system_prompt, max_turns, new_tokens, seed,
+                 backend: str = "hf") -> dict:
     """One rollout under the profiler. Returns the parts' seconds (PARTS), wall seconds, per-turn rows / decode
     steps / idle row-steps, and every decode forward as (rows, cache length, seconds)."""
     from agentrl_lib.rollout import rollout
 
     clock = ForwardClock(model)
-    gen = ProfiledGenerator(model, tok, clock)
+    gen = profiled(backend)(model, tok, clock)
     torch.manual_seed(seed)
     try:
         t0 = time.perf_counter()
@@ -154,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--new-tokens", type=int, default=24)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=2, help="torch threads (0: torch's own)")
+    p.add_argument("--generator", default="hf", choices=("hf", "hf-live"), help="the rollout's backend: hf "
+                   "(transformers generate) or hf-live (a decode loop over the rows still writing)")
     p.add_argument("--decode-rows", default="16,4,1", help="rows of the fixed-cache decode-step measurement ('' to "
                    "skip it)")
     p.add_argument("--decode-cache", type=int, default=0, help="its cache length (0: the median cache length of the "
@@ -181,11 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     pool = open_pool(EnvConfig(games=str(game_set.root)), a.episodes, game_set)
     runs = []
     try:
-        profile_once(model, tok, pool, games, groups, system_prompt, 1, 4, seed=99)  # warm-up
+        profile_once(model, tok, pool, games, groups, system_prompt, 1, 4, seed=99, backend=a.generator)  # warm-up
         for r in range(a.repeats):
             before = load1()
             runs.append({**profile_once(model, tok, pool, games, groups, system_prompt, a.max_turns,
-                                        a.new_tokens, r), "load_before": before, "load_after": load1()})
+                                        a.new_tokens, r, backend=a.generator), "load_before": before,
+                         "load_after": load1()})
     finally:
         pool.close()
     cache_len = a.decode_cache or int(statistics.median(past for x in runs for _, past, _ in x["decode_forwards"]))
@@ -203,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     decode_step = {rows: {"median_ms": round(1000 * statistics.median(v), 2), "n": len(v),
                           "weight_gb_per_s": round(weight_bytes / statistics.median(v) / 1e9, 1)}
                    for rows, v in sorted(by_rows.items())}
-    result = {"bench": "rollout_profile", "model": a.model, "games": os.path.abspath(a.games),
+    result = {"bench": "rollout_profile", "generator": a.generator, "model": a.model, "games": os.path.abspath(a.games),
               "episodes": a.episodes, "group_size": a.group_size, "max_turns": a.max_turns,
               "new_tokens": a.new_tokens, "temperature": 0.7, "dtype": "float32", "repeats": a.repeats,
               "weight_bytes": weight_bytes, **machine_info(a.machine),

@@ -2,7 +2,7 @@
 tokens), `Trainer.step` from a fresh Trainer per measurement, with each performance lever toggled and all together:
 
     python benchmarks/bench_sweep_step.py --init RUN_OR_MODEL_DIR [--config configs/cooking.yaml] [--games DIR]
-        [--algo ppo|grpo|rloo] [--settings baseline,exact,exact+behaviour,grouped,bf16,all,lora,vllm]
+        [--algo ppo|grpo|rloo] [--settings baseline,exact,exact+behaviour,grouped,bf16,all,lora,vllm,live]
         [--repeats 3]
         [--warmup 1] [--threads 2] [--set section.field=value ...] [--machine TEXT] [--out results/sweep_step.jsonl]
 
@@ -20,6 +20,8 @@ Settings (each over the config; `baseline` always runs first):
                    the adapter adds nothing, so the rollout samples baseline's tokens);
 - vllm:            the best exact setting + model.generator vllm: rollouts from the vLLM engine (weights synced
                    after the update); other kernels, so other sampled tokens: not exact. Needs .venv-vllm/bin/python.
+- live:            the best exact setting + model.generator hf-live: the decode steps only the rows still writing
+                   their reply (generation_live.py); the same distribution, other random draws: other sampled tokens.
 
 Every measurement seeds alike (train.seed, step 0), so each setting plays the same games and, for the exact
 settings, samples the same tokens; after an untimed short step of each setting (--warmup), the settings alternate
@@ -73,6 +75,7 @@ def plan(names: list[str], critic: bool, bf16_problem: str | None) -> tuple[dict
     table = {**LEVERS, "bf16": {**best, "train.mixed_precision": "bf16"},
              "lora": {**best, "model.lora_rank": LORA_RANK},
              "vllm": {**best, "model.generator": "vllm"},
+             "live": {**best, "model.generator": "hf-live"},
              "all": {**best, "train.group_minibatches": True,
                      **({} if bf16_problem else {"train.mixed_precision": "bf16"})}}
     run, skipped = {}, {}

@@ -105,7 +105,8 @@ def rollout_profile_table(r: dict) -> str:
     turns = statistics.median(len(x["turns"]) for x in runs)
     steps = statistics.median(sum(t["steps"] for t in x["turns"]) for x in runs)
     games = r["episodes"] // r["group_size"]
-    out = [f"One batched rollout (`rollout` + `HFGenerator`) of {r['episodes']} episodes ({games} games × "
+    backend = "LiveRowsGenerator" if r.get("generator") == "hf-live" else "HFGenerator"
+    out = [f"One batched rollout (`rollout` + `{backend}`) of {r['episodes']} episodes ({games} games × "
            f"{r['group_size']}), ≤ {r['max_turns']} turns × ≤ {r['new_tokens']} tokens, T = {r['temperature']}, "
            f"from `{Path(r['model']).name}`; medians of {r['repeats']} (the rollout: {r['median_seconds']:.1f} s, "
            f"{turns:.0f} generate calls, {steps:.0f} token steps in all); {r.get('cpu', '')}, torch threads "
@@ -356,7 +357,7 @@ def benchmark_tables(level: int = 2) -> str:
     for name, title, render, script in SECTIONS:
         # one table per algo / π_old / set of rollout methods compared
         per = {"update_speed": "algo", "rl_step_vs_trl": "old_logprobs", "rollout_speed": "comparison",
-               "sweep_step": ("algo", "comparison"), "bf16_rollout": "kind"}.get(name)
+               "sweep_step": ("algo", "comparison"), "bf16_rollout": "kind", "rollout_profile": "generator"}.get(name)
         if name == "demo_variants":  # one table over every variant
             if rows := newest_per(name, ("variant", "seed")):
                 parts.append(f"{'#' * level} {title}\n\n`results/{name}.jsonl` (`{script}`). {render(rows)}")
@@ -364,11 +365,13 @@ def benchmark_tables(level: int = 2) -> str:
         for r in newest_per(name, per):
             variant = {"ppo": "PPO", "grpo": "GRPO", "rloo": "RLOO", "behaviour": "agentrl's π_old from the rollout",
                        "batched,unshared": "each group's first context encoded once",
-                       "weights": "why: the fine-tuning's weight changes in bf16"}.get(
+                       "weights": "why: the fine-tuning's weight changes in bf16",
+                       "hf-live": "decoding only the live rows"}.get(
                 r.get(per[0] if isinstance(per, tuple) else per) if per else None)
             if name == "sweep_step":  # one table per algorithm and set of settings compared
                 variant = "; ".join([variant or "", *(label for s, label in (
-                    ("vllm", "rollouts from vLLM"), ("lora", "LoRA")) if s in r.get("settings", []))])
+                    ("vllm", "rollouts from vLLM"), ("live", "decoding only the live rows"), ("lora", "LoRA"))
+                    if s in r.get("settings", []))])
             heading = f"{title} ({variant})" if variant else title
             parts.append(f"{'#' * level} {heading}\n\n`results/{name}.jsonl` (`benchmarks/{script}`). {render(r)}")
     return "\n".join(parts)

@@ -1,0 +1,136 @@
+"""generation_live.LiveRowsGenerator ('hf-live'): a decode loop over the rows still writing their reply, on a tiny
+random Llama made peaky (its final norm scaled) so that replies end at different steps.
+
+- Greedy, it picks the same tokens as HFGenerator (transformers `generate`) over several turns, with rows ending
+  early, kept rows and appended blocks; log-probs within 1e-4.
+- Sampling, every returned log-prob equals log softmax(logits / T) of a plain forward of that row's whole
+  conversation (no cache, no padding): the rebuilt cache holds every row's keys and values at the right positions.
+  Negative control: the same check on a cache with one real column zeroed fails.
+"""
+import pytest
+import torch
+
+from agentrl_lib.generation import GENERATORS, HFGenerator
+from agentrl_lib.generation_live import LiveRowsGenerator
+from agentrl_lib.models import load_policy
+
+
+@pytest.fixture(scope="module")
+def peaky(tiny_model_dir):
+    model, tok = load_policy(tiny_model_dir, device="cpu")
+    with torch.no_grad():
+        model.model.norm.weight.mul_(30.0)  # sharp next-token distributions: replies repeat, ends vary by row
+    return model, tok
+
+
+def _contexts():
+    a, b, c = list(range(10, 40)), list(range(50, 67)), list(range(70, 95))
+    return [a, a, b, b, c, list(range(200, 230))]
+
+
+def _eos_that_ends_some_rows(model, tok, temperature: float = 0.0) -> int:
+    """A token the first turn's replies (greedy, or sampled with seed 0 as _play samples) write at different steps in
+    different rows: made the end-of-reply token, it ends some rows early and others late."""
+    gen = LiveRowsGenerator(model, tok)
+    gen.eos_id = -1  # no reply ends: see every row's 8 tokens
+    gen.start(_contexts())
+    torch.manual_seed(0)
+    sample = gen.generate(8, temperature)
+    counts = {}
+    for row in sample.ids:
+        for step, t in enumerate(row[1:6], 1):
+            counts.setdefault(t, set()).add(step)
+    return max(counts, key=lambda t: len(counts[t]))
+
+
+def _play(cls, model, tok, eos: int, temperature: float, turns: int = 3, seed: int = 0):
+    """Start; then `turns` of (generate ≤ 7 tokens, row 1 leaves after the first turn, append blocks of unequal
+    lengths). Returns the turns' TurnSamples, each row's whole conversation, and per turn the (row, start of its
+    reply in the conversation) of each sample row."""
+    gen = cls(model, tok)
+    gen.eos_id = eos
+    gen.start(_contexts())
+    torch.manual_seed(seed)
+    convs = [list(c) for c in _contexts()]
+    rows = list(range(len(convs)))
+    samples, spans = [], []
+    for t in range(turns):
+        s = gen.generate(7, temperature)
+        samples.append(s)
+        spans.append([(r, len(convs[r])) for r in rows])
+        for r, ids in zip(rows, s.ids):
+            convs[r] += ids
+        keep = [i for i in range(len(rows)) if i != 1] if t == 0 else list(range(len(rows)))
+        gen.keep(keep)
+        rows = [rows[i] for i in keep]
+        blocks = [[300 + t] * (1 + i % 3) for i in range(len(rows))]
+        gen.append(blocks)
+        for r, b in zip(rows, blocks):
+            convs[r] += b
+    return samples, convs, spans
+
+
+T = 2.5  # the sampled tests' temperature: log-probs far from 0, so a wrong cache shows
+
+
+def test_hf_live_is_registered():
+    assert "hf-live" in GENERATORS
+
+
+def test_greedy_picks_generates_tokens(peaky):
+    model, tok = peaky
+    eos = _eos_that_ends_some_rows(model, tok)
+    ref, _, _ = _play(HFGenerator, model, tok, eos, 0.0)
+    live, _, _ = _play(LiveRowsGenerator, model, tok, eos, 0.0)
+    ended_early = sum(len(ids) < max(map(len, s.ids)) for s in ref for ids in s.ids)
+    assert ended_early > 0  # the loop dropped rows in some turn: what this test is about
+    for a, b in zip(ref, live, strict=True):
+        assert a.ids == b.ids and a.truncated == b.truncated
+        for la, lb in zip(a.logprobs, b.logprobs, strict=True):
+            assert torch.allclose(torch.tensor(la), torch.tensor(lb), atol=1e-4)
+
+
+def _teacher_forced_gap(model, samples, convs, spans, temperature) -> float:
+    """Largest |returned log-prob − log softmax(logits / T) of a plain forward of the row's whole conversation| over
+    every sampled token of every turn."""
+    worst = 0.0
+    for s, span in zip(samples, spans, strict=True):
+        for (r, start), ids, lps in zip(span, s.ids, s.logprobs, strict=True):
+            conv = torch.tensor([convs[r]])
+            assert conv[0, start:start + len(ids)].tolist() == ids
+            with torch.no_grad():
+                logits = model(input_ids=conv).logits[0, start - 1:start - 1 + len(ids)].float() / temperature
+            ref = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids).unsqueeze(-1)).squeeze(-1)
+            worst = max(worst, (ref - torch.tensor(lps)).abs().max().item())
+    return worst
+
+
+def test_sampled_logprobs_match_a_plain_forward(peaky):
+    model, tok = peaky
+    eos = _eos_that_ends_some_rows(model, tok, T)
+    samples, convs, spans = _play(LiveRowsGenerator, model, tok, eos, T)
+    assert any(len(ids) < max(map(len, s.ids)) for s in samples for ids in s.ids)  # rows ended early
+    assert min(lp for s in samples for row in s.logprobs for lp in row) < -1.0  # not a near-greedy draw
+    assert _teacher_forced_gap(model, samples, convs, spans, T) < 1e-4
+
+
+def test_a_corrupted_cache_is_caught(peaky, monkeypatch):
+    """Negative control: zero the keys and values of row 0's first real column in the rebuilt cache after the first
+    turn; the next turns' log-probs then disagree with the plain forward."""
+    model, tok = peaky
+    eos = _eos_that_ends_some_rows(model, tok, T)
+    real = LiveRowsGenerator.generate
+    calls = []
+
+    def corrupting(self, n, temperature):
+        if calls:  # before the second turn: row 0's first real column loses its keys and values
+            col = int((self.attn[0] == 1).nonzero()[0])
+            for layer in self.cache.layers:
+                layer.keys[0, :, col] = 0.0
+                layer.values[0, :, col] = 0.0
+        calls.append(1)
+        return real(self, n, temperature)
+
+    monkeypatch.setattr(LiveRowsGenerator, "generate", corrupting)
+    samples, convs, spans = _play(LiveRowsGenerator, model, tok, eos, T)
+    assert _teacher_forced_gap(model, samples, convs, spans, T) > 1e-3
