@@ -7,6 +7,8 @@ random Llama made peaky (its final norm scaled) so that replies end at different
   conversation (no cache, no padding): the rebuilt cache holds every row's keys and values at the right positions.
   Negative control: the same check on a cache with one real column zeroed fails.
 """
+import dataclasses
+
 import pytest
 import torch
 
@@ -134,3 +136,19 @@ def test_a_corrupted_cache_is_caught(peaky, monkeypatch):
     monkeypatch.setattr(LiveRowsGenerator, "generate", corrupting)
     samples, convs, spans = _play(LiveRowsGenerator, model, tok, eos, T)
     assert _teacher_forced_gap(model, samples, convs, spans, T) > 1e-3
+
+
+@pytest.mark.trains
+def test_a_training_step_with_hf_live(tiny_model_dir, tmp_path):
+    """`model.generator: hf-live` through the Trainer: one GRPO step on scripted coin games; the log-probs the loop
+    reported are those the training forward recomputes (logprob_mismatch, nats)."""
+    from test_trainer import make_cfg, trainer
+
+    from helpers import coin_games
+
+    cfg = make_cfg(coin_games(tmp_path / "g"), algo="grpo", group_size=2, games_per_step=2)
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, generator="hf-live"))
+    t = trainer(cfg, tmp_path, tiny_model_dir)
+    assert isinstance(t.generator, LiveRowsGenerator)
+    row = t.step(0)
+    assert row["episodes"] == 4 and row["logprob_mismatch"] < 1e-4, row["logprob_mismatch"]
