@@ -17,8 +17,9 @@ A rollout's wall seconds split into:
 - env:            the environment steps and resets (`RolloutStats.env_seconds`; worker processes);
 - python:         the rest (chat template, tokenization, reply parsing, the rows' bookkeeping).
 Also per turn: decode steps (the longest reply of the turn, up to --new-tokens) against the live rows' reply
-lengths: `idle_row_steps` is the share of decoded row-steps spent on rows that had already ended their reply (a
-batched `generate` steps every row until the last one stops); and the median decode step by batch rows, with the
+lengths: `idle_row_steps` is the share of decoded row-steps (the rows of every decode forward) that did not produce
+a reply's next token: rows that had already ended their reply (a batched `generate` steps every row until the last
+one stops; hf-live forwards a row's eos once before it leaves); and the median decode step by batch rows, with the
 weight bytes it reads (fp32 parameters / step seconds: a memory-bound step reads every weight once); and, apart
 from the rollout, one decode step at a fixed cache length (--decode-cache; default: the median cache length of the
 rollout's decode steps) for each of --decode-rows rows: what a step costs with fewer live rows, everything else equal.
@@ -124,8 +125,8 @@ def profile_once(model, tok, pool, games, groups, system_prompt, max_turns, new_
         parts["decode"] += sum(c[3] for c in fw[1:])
         decodes += [(c[0], c[2], c[3]) for c in fw[1:]]
         parts["sampling"] += turn["seconds"] - sum(c[3] for c in fw)
-        row_steps += turn["rows"] * max(turn["steps"] - 1, 0)  # steps after the first (the prefill) token
-        used += sum(max(n - 1, 0) for n in turn["reply_lengths"])
+        row_steps += sum(c[0] for c in fw[1:])  # rows of every decode forward (hf: all rows; hf-live: live rows)
+        used += sum(max(n - 1, 0) for n in turn["reply_lengths"])  # tokens after each reply's first (the prefill's)
     parts["env"] = stats.env_seconds
     parts["python"] = wall - sum(parts.values())
     return {"seconds": round(wall, 3), "parts": {k: round(v, 6) for k, v in parts.items()},

@@ -112,15 +112,17 @@ def rollout_profile_table(r: dict) -> str:
            f"{turns:.0f} generate calls, {steps:.0f} token steps in all); {r.get('cpu', '')}, torch threads "
            f"{r.get('torch_threads')}; {where(r)}.", "", "| part | seconds | share |", "|---|---|---|"]
     out += [f"| {labels[k]} | {v:.1f} | **{r['median_shares'][k]:.0%}** |" for k, v in r["median_parts"].items()]
-    by_rows = ", ".join(f"{rows} rows {d['median_ms']:.0f} ms" for rows, d in r["decode_step_by_rows"].items()
-                        if d["n"] >= 10)
+    by_rows = ", ".join(f"{rows} row{'' if int(rows) == 1 else 's'} {d['median_ms']:.0f} ms"
+                        for rows, d in r["decode_step_by_rows"].items() if d["n"] >= 10)
+    why = ("LiveRowsGenerator forwards a row's eos once before the row leaves the batch" if backend != "HFGenerator"
+           else "a batched `generate` steps every row until the turn's longest reply stops")
     fixed = r.get("fixed_cache_decode")  # absent from lines written before it existed
     fixed_text = (f" The same step at a fixed {fixed['cache_len']}-position cache, everything else equal: " + ", ".join(
         f"{rows} row{'' if int(rows) == 1 else 's'} {ms:.0f} ms" for rows, ms in fixed["median_ms_by_rows"].items())
         + "." if fixed else "")
     return ("\n".join(out) + f"\n\n{r['median_idle_row_steps']:.0%} of the decoded row-steps went to rows that "
-            "had already ended their reply (a batched `generate` steps every row until the turn's longest reply "
-            f"stops). One decode step, median by live rows (≥ 10 steps seen): {by_rows}." + fixed_text + "\n")
+            f"had already ended their reply ({why}). One decode step, median by live rows (≥ 10 steps seen): "
+            f"{by_rows}." + fixed_text + "\n")
 
 
 def update_speed_table(r: dict) -> str:

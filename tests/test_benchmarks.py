@@ -80,7 +80,8 @@ def test_bench_rollout_profile_tiny(monkeypatch, tmp_path, tiny_model_dir, cooki
     assert all(1 <= t["steps"] <= 4 and t["rows"] <= 4 for t in run["turns"]) and run["turns"][0]["rows"] == 4
     steps = sum(t["rows"] * (t["steps"] - 1) for t in run["turns"])
     used = sum(t["reply_tokens"] for t in run["turns"]) - sum(t["rows"] for t in run["turns"])
-    assert run["decode_row_steps"] == steps and run["idle_row_steps"] == pytest.approx(1 - used / steps, abs=1e-3)
+    assert run["decode_row_steps"] == steps == sum(rows for rows, _, _ in run["decode_forwards"])  # generate: all rows
+    assert run["idle_row_steps"] == pytest.approx(1 - used / steps, abs=1e-3)
     assert len(run["decode_forwards"]) == sum(t["steps"] - 1 for t in run["turns"])
     assert sum(d["n"] for d in res["decode_step_by_rows"].values()) == len(run["decode_forwards"])
     fixed = res["fixed_cache_decode"]  # one decode step at a fixed cache, 16 / 4 / 1 rows, measured twice each
