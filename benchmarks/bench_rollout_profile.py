@@ -5,7 +5,7 @@
         [--max-turns 8] [--new-tokens 24] [--repeats 3] [--threads 2] [--machine TEXT] [--out FILE.jsonl]
 
 The rollout is the library's (`rollout.rollout` with `HFGenerator`, each group's first context encoded once; with
---generator hf-live, generation_live.LiveRowsGenerator: the decode steps only the rows still writing), on the
+--generator hf-live, generation.LiveRowsGenerator: the decode steps only the rows still writing), on the
 first `episodes / group_size` games of DIR, each played `group_size` times at T = 0.7. Hooks on the model time every
 forward with its shape (rows × new positions, and the KV cache's length before it); nothing in the rollout changes.
 A rollout's wall seconds split into:
@@ -91,10 +91,10 @@ class ProfiledGenerator(HFGenerator):
 
 
 def profiled(backend: str) -> type:
-    """The profiling generator over backend 'hf' (HFGenerator) or 'hf-live' (generation_live.LiveRowsGenerator)."""
+    """The profiling generator over backend 'hf' (HFGenerator) or 'hf-live' (generation.LiveRowsGenerator)."""
     if backend == "hf":
         return ProfiledGenerator
-    from agentrl_lib.generation_live import LiveRowsGenerator
+    from agentrl_lib.generation import LiveRowsGenerator
 
     return type("ProfiledLiveRowsGenerator", (ProfiledGenerator, LiveRowsGenerator), {})
 

@@ -21,7 +21,8 @@ Settings (each over the config; `baseline` always runs first):
 - vllm:            the best exact setting + model.generator vllm: rollouts from the vLLM engine (weights synced
                    after the update); other kernels, so other sampled tokens: not exact. Needs .venv-vllm/bin/python.
 - live:            the best exact setting + model.generator hf-live: the decode steps only the rows still writing
-                   their reply (generation_live.py); the same distribution, other random draws: other sampled tokens.
+                   their reply (generation.LiveRowsGenerator); the same distribution, other random draws: other
+                   sampled tokens.
 
 Every measurement seeds alike (train.seed, step 0), so each setting plays the same games and, for the exact
 settings, samples the same tokens; after an untimed short step of each setting (--warmup), the settings alternate

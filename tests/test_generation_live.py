@@ -1,4 +1,4 @@
-"""generation_live.LiveRowsGenerator ('hf-live'): a decode loop over the rows still writing their reply, on a tiny
+"""generation.LiveRowsGenerator ('hf-live'): a decode loop over the rows still writing their reply, on a tiny
 random Llama made peaky (its final norm scaled) so that replies end at different steps.
 
 - Greedy, it picks the same tokens as HFGenerator (transformers `generate`) over several turns, with rows ending
@@ -12,8 +12,7 @@ import dataclasses
 import pytest
 import torch
 
-from agentrl_lib.generation import GENERATORS, HFGenerator
-from agentrl_lib.generation_live import LiveRowsGenerator
+from agentrl_lib.generation import GENERATORS, HFGenerator, LiveRowsGenerator
 from agentrl_lib.models import load_policy
 
 
