@@ -216,7 +216,8 @@ def peak_table(r: dict) -> str:
 LEVER_WORDS = {"train.share_prefix": "`share_prefix`", "algo.old_logprobs": "`--old-logprobs behaviour`",
                "train.group_minibatches": "`--group-minibatches`", "train.mixed_precision": "`--mixed-precision bf16`",
                "model.lora_rank": "`--lora-rank {v}` (only the adapter trains: another update)",
-               "model.generator": "`--generator {v}` (rollouts from the vLLM engine)"}
+               "model.generator": "`--generator {v}` ({what})"}
+GENERATOR_WORDS = {"vllm": "rollouts from the vLLM engine", "hf-live": "a decode over the live rows only"}
 
 
 def sweep_step_table(r: dict) -> str:
@@ -236,7 +237,8 @@ def sweep_step_table(r: dict) -> str:
            "| setting | levers on | step, s | rollout, s | π_old, s | update, s | CPU, s | speed-up: medians "
            "| pair by pair (range) | CPU speed-up: medians |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, x in r["summary"].items():
-        on = [LEVER_WORDS[k].format(v=v) for k, v in r["levers"][name].items()
+        on = [LEVER_WORDS[k].format(v=v, what=GENERATOR_WORDS.get(v, "another backend"))
+              for k, v in r["levers"][name].items()
               if v not in (False, "recompute", "no", "hf")]
         pairs = x["pair_speedups"]
         rng = f"{x['median_pair_speedup']:.2f}× ({min(pairs):.2f}–{max(pairs):.2f})" if name != "baseline" else "—"
