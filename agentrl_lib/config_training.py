@@ -105,8 +105,9 @@ class TrainConfig:
     success fell from 0.38 to 0 by step 4, cause not diagnosed). Keep RL on a CPU in fp32."""
     bf16_max_logprob_gap: float = 0.03
     """With mixed_precision 'bf16': the largest mean |log π_bf16 − log π_fp32| (nats per action token) allowed on the
-    first batch (update.bf16_logprob_gap: two more no-grad passes, once per run); above it the run stops before its
-    first update with one line. Always logged as bf16_logprob_gap; 0 = log only (>= 0). Measured on the first batch of
+    first batch (update.bf16_logprob_gap: one more no-grad pass in fp32, once per run; a second, in bf16, where π_old
+    is the rollout's); above it the run stops before its first update with one line. Always logged as
+    bf16_logprob_gap; 0 = log only (>= 0). Measured on the first batch of
     configs/cooking.yaml (16 episodes, 2-core Xeon): the base model 0.015, the demo's SFT model (lr 5e-5) 0.005, the
     findings' SFT start (lr 7e-6) 0.044 — the start whose bf16 rollouts won ~40 points less often than fp32's
     (results/bf16_rollout.jsonl); 0.03 stops that one and lets the others train. Three models calibrate it: raise it,

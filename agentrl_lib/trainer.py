@@ -315,16 +315,15 @@ class Trainer:
 
     @torch.no_grad()
     def _old_forward(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        """Adds old_logprobs (π_old), old_values (V_old, with a critic), ref_logprobs (kl_coef > 0) and is_weights
-        (TIS on) to the batch; returns their metrics (with bf16, once: update.bf16_logprob_gap, which may stop the run).
+        """Adds old_logprobs (π_old), old_values (V_old, with a critic), ref_logprobs (kl_coef > 0) and is_weights (TIS
+        on) to the batch; returns their metrics (bf16, once: update.bf16_logprob_gap, which may stop the run).
 
-        π_old comes from the training forward: the ratio of the first minibatch starts at exactly 1, whatever kernels
-        or precision the rollout used; the rollout's own log-probs are the behaviour policy (their gap is logged, and
-        weights the loss with truncated IS when TIS is on).
+        π_old comes from the training forward: the first minibatch's ratio starts at exactly 1, whatever kernels or
+        precision the rollout used; the rollout's log-probs are the behaviour policy (gap logged; TIS weights the loss).
         With algo.old_logprobs 'behaviour' π_old is the rollout's log-probs and, without a critic, no forward runs
         (logprob_mismatch is then not logged: nothing was recomputed to compare).
         """
-        cfg, mask, m = self.cfg, batch["mask"], {}
+        cfg, mask, m, old = self.cfg, batch["mask"], {}, {}
         self.policy.train()  # dropout is off (disable_dropout): train mode only switches on gradient checkpointing
         behaviour = cfg.algo.old_logprobs == "behaviour"
         if behaviour and not self.estimator.needs_critic:  # π_old is the behaviour policy: no forward at all
@@ -344,8 +343,9 @@ class Trainer:
             m["tis_weight_mean"] = masked_mean(batch["is_weights"], mask).item()
         if cfg.algo.kl_coef > 0:
             batch["ref_logprobs"] = self._ref_logprobs(batch)
-        if self.bf16_unchecked:  # plumbing: does bf16 change this policy?
-            self.bf16_unchecked, m["bf16_logprob_gap"] = False, bf16_logprob_gap(self.policy, batch, cfg.train, self.dp)
+        if self.bf16_unchecked:  # plumbing: does bf16 change this policy? (π_old's pass above ran under bf16)
+            self.bf16_unchecked = False
+            m["bf16_logprob_gap"] = bf16_logprob_gap(self.policy, batch, cfg.train, self.dp, old.get("logprobs"))
         return m
 
     def _ref_logprobs(self, batch) -> torch.Tensor:

@@ -232,20 +232,25 @@ def make_optimizer(policy, value_head: ValueHead | None, train: TrainConfig) -> 
 
 
 @torch.no_grad()
-def bf16_logprob_gap(model, batch: dict[str, torch.Tensor], train: TrainConfig, dp: DataParallel | SingleProcess
-                     ) -> float:
+def bf16_logprob_gap(model, batch: dict[str, torch.Tensor], train: TrainConfig, dp: DataParallel | SingleProcess,
+                     bf16_logprobs: torch.Tensor | None = None) -> float:
     """train.mixed_precision bf16's guard (Trainer._old_forward, on the first batch a process trains): the mean over
     the batch's policy tokens of |log π_bf16 − log π_fp32|, the same weights forwarded under bf16 autocast and with
-    autocast off (two no-grad passes). Autocast rounds every weight to bf16 (8 significant bits), so fine-tuning
+    autocast off (no-grad passes). Autocast rounds every weight to bf16 (8 significant bits), so fine-tuning
     changes below ~2e-3 of a weight vanish from the forward: at the findings' SFT start 82% did and the bf16 policy
     won ~40 points less often than the fp32 one (results/bf16_rollout.jsonl).
 
+    Args:
+        bf16_logprobs: (B, T) float32, the batch's log-probs already forwarded under bf16 autocast (the trainer's
+            π_old pass), so only the fp32 pass runs; None: both passes run here.
     Returns: the gap in nats per action token (logged as bf16_logprob_gap).
     Raises: ConfigError when it exceeds train.bf16_max_logprob_gap (> 0), before any update.
     """
     device = batch["input_ids"].device.type
-    with torch.autocast(device, dtype=torch.bfloat16):
-        low = no_grad_forward(model, batch, train, dp)["logprobs"]
+    low = bf16_logprobs
+    if low is None:
+        with torch.autocast(device, dtype=torch.bfloat16):
+            low = no_grad_forward(model, batch, train, dp)["logprobs"]
     with torch.autocast(device, enabled=False):
         full = no_grad_forward(model, batch, train, dp)["logprobs"]
     gap = masked_mean((low - full).abs(), batch["mask"]).item()

@@ -33,6 +33,8 @@ its groups share, the first minibatch's loss.
 Reports medians, the speed-up vs baseline of the medians and pair by pair (per repeat: baseline / setting), in wall
 and CPU seconds, and checks the exact settings (tokens identical, first loss within 1e-5 relative of baseline's).
 Appends one JSON line to --out (book/benchmarks.md: python benchmarks/report.py --write).
+Memory: the process peaked at 12-14 GB (peak_rss_gib in results/sweep_step.jsonl) and at 17 GB with the vLLM engine
+beside the Trainers; on a 24 GB machine run it beside nothing heavier than one sweep.
 """
 from __future__ import annotations
 
@@ -124,19 +126,6 @@ class KeepOpen:
         pass
 
 
-def release_freed_memory() -> None:
-    """Hand the memory freed by the last Trainer back to the OS (glibc's malloc_trim; Linux only, else nothing).
-    Without it each fresh Trainer's freed pages stay in the process: 8 measurements with the vLLM engine beside them
-    grew the process to 17 GB, and the out-of-memory killer ended it on this 24 GB machine."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
 def measure(a, levers: dict, pool, warmup: bool = False) -> dict:
     """One Trainer.step(0) from a fresh Trainer (not timed: its construction); what it did and how long it took."""
     from benchutil import cpu_seconds, load1
@@ -172,7 +161,6 @@ def measure(a, levers: dict, pool, warmup: bool = False) -> dict:
         trainer.close()
     del trainer
     gc.collect()
-    release_freed_memory()
     sampled = [[i for i, m in zip(t.ids, t.mask) if m] for t in seen["trajs"]]
     batch = seen.get("batch")
     shareable = 0  # prompt positions a shared forward of the whole batch skips (policy.hidden_states' rule)

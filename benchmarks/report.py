@@ -373,9 +373,9 @@ def benchmark_tables(level: int = 2) -> str:
                        "hf-live": "decoding only the live rows"}.get(
                 r.get(per[0] if isinstance(per, tuple) else per) if per else None)
             if name == "sweep_step":  # one table per algorithm and set of settings compared
-                variant = "; ".join([variant or "", *(label for s, label in (
+                variant = "; ".join(x for x in [variant, *(label for s, label in (
                     ("vllm", "rollouts from vLLM"), ("live", "decoding only the live rows"), ("lora", "LoRA"))
-                    if s in r.get("settings", []))])
+                    if s in r.get("settings", []))] if x)
             heading = f"{title} ({variant})" if variant else title
             parts.append(f"{'#' * level} {heading}\n\n`results/{name}.jsonl` (`benchmarks/{script}`). {render(r)}")
     return "\n".join(parts)

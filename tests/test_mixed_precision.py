@@ -69,6 +69,7 @@ def test_bf16_autocast_trains_with_fp32_weights_and_tis(tiny_model_dir, tmp_path
     assert {grad for grad, _ in seen} == {True, False}  # the no-grad pass and the update both ran
     if mixed == "bf16":  # every pass under autocast but the bf16 guard's fp32 pass (no grad, once)
         assert [amp for grad, amp in seen].count(False) == 1 and all(amp for grad, amp in seen if grad)
+        assert seen.count((False, True)) == 1  # the guard reuses π_old's bf16 pass: no second bf16 no-grad pass
         assert trainer.use_tis and "tis_weight_mean" in row and row["bf16_logprob_gap"] > 0
         assert row["logprob_mismatch"] > 0  # the rollout's and the update's bf16 log-probs differ
     else:  # control: nothing under autocast, no TIS
@@ -92,8 +93,8 @@ def test_bf16_guard_stops_before_the_first_update_when_bf16_changes_the_policy(t
     monkeypatch.setattr(trainer_mod, "bf16_problem", lambda device: None)
     seen: list[float] = []
     real = trainer_mod.bf16_logprob_gap
-    monkeypatch.setattr(trainer_mod, "bf16_logprob_gap", lambda model, batch, train, dp: seen.append(
-        _direct_gap(model, batch, train.temperature)) or real(model, batch, train, dp))
+    monkeypatch.setattr(trainer_mod, "bf16_logprob_gap", lambda model, batch, train, dp, low: seen.append(
+        _direct_gap(model, batch, train.temperature)) or real(model, batch, train, dp, low))
     trainer = _trainer(tiny_model_dir, tmp_path, "stopped", "bf16", gap_limit=1e-9)
     before = [p.detach().clone() for p in trainer.policy.parameters()]
     try:
