@@ -17,6 +17,7 @@ from agentrl_lib.advantages import (
     dr_grpo_advantages,
     gae,
     gigpo_advantages,
+    group_advantages,
     grpo_advantages,
     register_estimator,
     reward_to_go,
@@ -122,6 +123,24 @@ def test_group_left_with_one_episode_gets_zero_advantage_and_is_counted(fn):
     assert adv[2].item() == 0.0 and torch.isfinite(adv).all()
     assert adv[0].item() > 0 > adv[1].item()  # the full group is unaffected
     assert singleton_groups(torch.tensor([0, 0, 1])) == 1 and singleton_groups(torch.tensor([0, 0, 1, 1])) == 0
+
+
+def test_group_advantages_hands_each_group_its_returns_in_batch_order():
+    """Shuffled, non-contiguous group ids (one a singleton): each group's function sees that group's returns in batch
+    order and its output lands at those positions -- against a mask per group. The function depends on position
+    (r minus the group's first return, plus the index), so a wrong grouping or order fails: planting one (splitting
+    the unsorted batch by the group counts) fails this test."""
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.tensor([7, 2, 7, 9, 2, 2, 4, 7, 9, 2])
+    returns = torch.rand(len(ids), generator=gen)
+    fn = lambda r: r - r[0] + torch.arange(len(r), dtype=torch.float32)  # noqa: E731
+    want = torch.zeros(len(ids))
+    for g in ids.unique():
+        idx = (ids == g).nonzero(as_tuple=True)[0]
+        if len(idx) >= 2:
+            want[idx] = fn(returns[idx])
+    got = group_advantages(returns, ids, fn)
+    assert torch.equal(got, want) and got[6] == 0  # group 4 is a singleton
 
 
 def test_turn_level_gamma_discounts_between_turns_only():
