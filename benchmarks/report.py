@@ -217,7 +217,8 @@ LEVER_WORDS = {"train.share_prefix": "`share_prefix`", "algo.old_logprobs": "`--
                "train.group_minibatches": "`--group-minibatches`", "train.mixed_precision": "`--mixed-precision bf16`",
                "model.lora_rank": "`--lora-rank {v}` (only the adapter trains: another update)",
                "model.generator": "`--generator {v}` ({what})"}
-GENERATOR_WORDS = {"vllm": "rollouts from the vLLM engine", "hf-live": "a decode over the live rows only"}
+GENERATOR_WORDS = {"vllm": "rollouts from vLLM", "hf-live": "decoding only the live rows"}
+"""What each non-default rollout backend does, in the levers column and in the tables' headings."""
 
 
 def sweep_step_table(r: dict) -> str:
@@ -370,11 +371,11 @@ def benchmark_tables(level: int = 2) -> str:
             variant = {"ppo": "PPO", "grpo": "GRPO", "rloo": "RLOO", "behaviour": "agentrl's π_old from the rollout",
                        "batched,unshared": "each group's first context encoded once",
                        "weights": "why: the fine-tuning's weight changes in bf16",
-                       "hf-live": "decoding only the live rows"}.get(
+                       "hf-live": GENERATOR_WORDS["hf-live"]}.get(
                 r.get(per[0] if isinstance(per, tuple) else per) if per else None)
             if name == "sweep_step":  # one table per algorithm and set of settings compared
                 variant = "; ".join(x for x in [variant, *(label for s, label in (
-                    ("vllm", "rollouts from vLLM"), ("live", "decoding only the live rows"), ("lora", "LoRA"))
+                    ("vllm", GENERATOR_WORDS["vllm"]), ("live", GENERATOR_WORDS["hf-live"]), ("lora", "LoRA"))
                     if s in r.get("settings", []))] if x)
             heading = f"{title} ({variant})" if variant else title
             parts.append(f"{'#' * level} {heading}\n\n`results/{name}.jsonl` (`benchmarks/{script}`). {render(r)}")
