@@ -337,6 +337,23 @@ def demo_variants_table(rows: list[dict]) -> str:
             "the load named in the note that made them, not as a benchmark.\n\n" + "\n".join(out) + "\n")
 
 
+def lora_sft_lr_table(r: dict) -> str:
+    """bench_lora_sft_lr.py: each SFT setting's fit of the training walkthroughs (NLL per action token), LoRA against
+    full fine-tuning; the chosen rate is the LoRA one nearest full fine-tuning's fit."""
+    full = r["settings"][0]
+    out = ["| SFT | learning rate | NLL / action token | ÷ full fine-tuning's | last logged loss | seconds |",
+           "|---|---|---|---|---|---|"]
+    for s in r["settings"]:
+        name = "full fine-tuning" if s["kind"] == "full" else f"LoRA r{s['rank']}"
+        lr = f"**{s['lr']:g}**" if s["kind"] == "lora" and s["lr"] == r["chosen_lr"] else f"{s['lr']:g}"
+        out.append(f"| {name} | {lr} | {s['nll']:.4f} | {s['nll'] / full['nll']:.2f} | "
+                   f"{s['last_logged_loss']:.3f} | {s['seconds']:.0f} |")
+    return (f"The demo's SFT stage on its {r['walkthroughs']} training games (1 epoch), then each model's mean NLL "
+            f"per action token over the same {r['settings'][0]['action_tokens']} walkthrough action tokens (no "
+            f"held-out game played); {r['cpu']}, {where(r)}. Chosen (bold): the LoRA rate nearest full "
+            f"fine-tuning's fit, {r['chosen_lr'] / full['lr']:.0f}× its learning rate.\n\n" + "\n".join(out) + "\n")
+
+
 SECTIONS = [  # (results file, title, renderer, the script that writes it)
     ("rl_step_vs_trl", "An RL step against TRL", rl_step_table, "bench_rl_step_vs_trl.py"),
     ("sweep_step", "The whole sweep step: each lever and all together", sweep_step_table, "bench_sweep_step.py"),
@@ -349,6 +366,8 @@ SECTIONS = [  # (results file, title, renderer, the script that writes it)
     ("peak", "The update against the machine's peak (fp32, bf16)", peak_table, "bench_peak.py"),
     ("vllm_vs_hf", "vLLM against HF generation", vllm_table, "bench_vllm_vs_hf.py"),
     ("demo_variants", "The demo in fp32, in bf16, with LoRA", demo_variants_table, "agentrl demo --record"),
+    ("lora_sft_lr", "LoRA's SFT learning rate, chosen on training walkthroughs", lora_sft_lr_table,
+     "bench_lora_sft_lr.py"),
     ("env_step", "Env step time of each family", env_step_table, "bench_env_step.py"),
 ]
 

@@ -4,6 +4,7 @@ its ratio fields and positive numbers; book/benchmarks.md's tables are report.py
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -375,3 +376,43 @@ def test_demo_variants_table_pairs_each_variant_with_the_fp32_run_of_its_seed(mo
     assert page.count("## The demo in fp32, in bf16, with LoRA") == 1
     bf16 = [r.split("|")[5].strip() for r in page.splitlines() if r.startswith("| bf16 |")]
     assert bf16 == ["+0 pts [+0, +0]", "no fp32 run of this seed"]  # per variant only: seed 1's row would be gone
+
+
+@pytest.mark.subprocess
+def test_bench_lora_sft_lr_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_games):
+    res = run_script("bench_lora_sft_lr.py", ["--model", tiny_model_dir, "--games-dir", str(cooking_games.root),
+                                               "--lrs", "1e-3,1e-2", "--full-lr", "1e-4"], tmp_path / "lora.jsonl")
+    assert [(s["kind"], s["rank"], s["lr"]) for s in res["settings"]] == [("full", 0, 1e-4), ("lora", 16, 1e-3),
+                                                                           ("lora", 16, 1e-2)]
+    assert res["chosen_lr"] in (1e-3, 1e-2) and res["walkthroughs"] == 3
+    for s in res["settings"]:  # every setting scores the same walkthrough tokens; a random 2-layer model is near ln V
+        assert s["action_tokens"] == res["settings"][0]["action_tokens"] > 0
+        assert 0.5 * math.log(49152) < s["nll"] < 2 * math.log(49152)
+    table = load_bench(monkeypatch, "report").lora_sft_lr_table({**res, "device": "x", "date": "", "commit": ""})
+    assert table.count("| LoRA r16 |") == 2 and table.count("**") == 2  # the chosen rate in bold
+
+
+def test_walkthrough_nll_scores_the_action_tokens(monkeypatch, tiny_model_dir, cooking_games):
+    """The bench's NLL against a hand-made one over the action tokens (each predicted from the tokens before it);
+    control: the same sum over the mask not shifted (tokens one before each action) differs."""
+    import torch
+
+    from agentrl_lib.models import load_policy
+    from agentrl_lib.prompts import ChatFormat
+    from agentrl_lib.sft import expert_examples
+
+    nll, n = load_bench(monkeypatch, "bench_lora_sft_lr").walkthrough_nll(tiny_model_dir, cooking_games)
+    pol, tok = load_policy(tiny_model_dir)
+    right = wrong = 0.0
+    count = 0
+    with torch.no_grad():
+        for e in expert_examples(cooking_games, ChatFormat(tok), max_turns=8):
+            ids = torch.tensor(e["input_ids"])
+            lp = torch.log_softmax(pol(ids[None]).logits[0, :-1].float(), -1).gather(-1, ids[1:, None])[:, 0]
+            mask = torch.tensor(e["assistant_masks"], dtype=torch.bool)
+            right -= lp[mask[1:]].sum().item()
+            wrong -= lp[mask[:-1]].sum().item()
+            count += int(mask[1:].sum())
+    assert n == count
+    assert nll == pytest.approx(right / count, rel=1e-5)
+    assert abs(wrong / count - nll) > 1e-3  # the control: an unshifted mask scores other tokens
