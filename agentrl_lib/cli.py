@@ -120,10 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "otherwise; it rounds away weight changes below ~2e-3 of a weight, and its RL stage won 0%% of "
                         "the held-out games here: book/benchmarks.md); 'no': fp32, the table in the README")
     d.add_argument("--lora-rank", type=int, default=0,
-                   help="SFT trains a LoRA adapter of this rank and RL keeps training it (0: every weight); LoRA "
-                        "usually wants ~10x the learning rates: set --sft-lr / --rl-lr with it")
-    d.add_argument("--sft-lr", type=float, help="SFT learning rate (default 5e-5)")
-    d.add_argument("--rl-lr", type=float, help="RL learning rate (default 3e-5)")
+                   help="SFT trains a LoRA adapter of this rank and RL keeps training it (0: every weight), at "
+                        "LoRA's learning rates unless --sft-lr / --rl-lr are given (SFT 1e-3, RL 3e-4: book/demo.md)")
+    d.add_argument("--sft-lr", type=float, help="SFT learning rate (default 5e-5; with --lora-rank 1e-3)")
+    d.add_argument("--rl-lr", type=float, help="RL learning rate (default 3e-5; with --lora-rank 3e-4)")
     d.add_argument("--record", metavar="FILE",
                    help="also append the run's summary as one JSON line to FILE, e.g. results/demo_variants.jsonl "
                         "(book/benchmarks.md renders it: python benchmarks/report.py --write)")

@@ -39,8 +39,23 @@ class DemoBudget:
     """SFT learning rate (TRL SFTTrainer, constant)."""
     lora_rank: int = 0
     """0: SFT and RL fine-tune every weight. r > 0: SFT trains a peft LoRA adapter of rank r (alpha 32) and RL keeps
-    training it (model.lora_rank); LoRA usually wants a ~10x higher learning rate than full fine-tuning (Schulman et
-    al. 2025, "LoRA Without Regret"), so set sft_lr / rl_lr with it."""
+    training it (model.lora_rank); LoRA wants a higher learning rate than full fine-tuning: `with_lora` sets it."""
+
+    LORA_SFT_LR = 1e-3
+    """LoRA's SFT learning rate (20x full fine-tuning's 5e-5): of 5e-4, 1e-3, 1.5e-3, 2e-3 and 3e-3 at rank 16, the one
+    whose SFT model fits the 16 training walkthroughs nearest full fine-tuning's (mean NLL per action token 0.073 vs
+    0.061; 5e-4 left 0.52). Chosen on training data only: benchmarks/bench_lora_sft_lr.py, results/lora_sft_lr.jsonl."""
+    LORA_RL_LR = 3e-4
+    """LoRA's RL learning rate: 10x full fine-tuning's 3e-5, the ratio Schulman et al. 2025 ("LoRA Without Regret",
+    §3) find for RL; not tuned here."""
+
+    def with_lora(self, rank: int) -> "DemoBudget":
+        """This budget with a rank-`rank` LoRA adapter (0: full fine-tuning, the rates unchanged) and LoRA's learning
+        rates (LORA_SFT_LR, LORA_RL_LR). Returns self."""
+        self.lora_rank = rank
+        if rank > 0:
+            self.sft_lr, self.rl_lr = self.LORA_SFT_LR, self.LORA_RL_LR
+        return self
 
     @classmethod
     def full(cls) -> "DemoBudget":

@@ -114,3 +114,19 @@ def test_demo_mixed_precision_reaches_the_rl_stage_or_is_refused_first(tmp_path,
     monkeypatch.setattr(demo, "bf16_problem", lambda device: None)  # control: with bf16 hardware the stages start
     with pytest.raises(pytest.fail.Exception, match="a stage ran"):
         run_demo(tmp_path / "demo", budget, mixed_precision="bf16", progress=False)
+
+
+def test_demo_lora_rank_brings_loras_learning_rates_unless_given(tmp_path, monkeypatch):
+    """`agentrl demo --lora-rank 16` runs at LoRA's measured rates (DemoBudget.LORA_SFT_LR / LORA_RL_LR); an explicit
+    --sft-lr / --rl-lr wins; control: without --lora-rank the full fine-tuning rates stay."""
+    import agentrl_lib.demo as demo
+    from agentrl_lib.cli import main
+
+    seen = []
+    monkeypatch.setattr(demo, "run_demo", lambda out, budget, **kw: seen.append(budget) or {})
+    for flags in (["--lora-rank", "16"], ["--lora-rank", "16", "--sft-lr", "2e-3"], ["--rl-lr", "1e-5"], []):
+        assert main(["demo", *flags, "--out", str(tmp_path / "d")]) in (0, None)
+    assert [(b.lora_rank, b.sft_lr, b.rl_lr) for b in seen] == [
+        (16, demo.DemoBudget.LORA_SFT_LR, demo.DemoBudget.LORA_RL_LR), (16, 2e-3, demo.DemoBudget.LORA_RL_LR),
+        (0, 5e-5, 1e-5), (0, 5e-5, 3e-5)]
+    assert demo.DemoBudget.LORA_SFT_LR > 5e-5 and demo.DemoBudget.LORA_RL_LR > 3e-5
