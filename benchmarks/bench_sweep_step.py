@@ -3,7 +3,7 @@ tokens), `Trainer.step` from a fresh Trainer per measurement, with each performa
 
     python benchmarks/bench_sweep_step.py --init RUN_OR_MODEL_DIR [--config configs/cooking.yaml] [--games DIR]
         [--algo ppo|grpo|rloo] [--settings baseline,exact,exact+behaviour,grouped,bf16,all,lora,vllm,live]
-        [--repeats 3]
+        [--repeats 3] [--seed-per-repeat]
         [--warmup 1] [--threads 2] [--set section.field=value ...] [--machine TEXT] [--out results/sweep_step.jsonl]
 
 Settings (each over the config; `baseline` always runs first):
@@ -25,7 +25,9 @@ Settings (each over the config; `baseline` always runs first):
                    sampled tokens.
 
 Every measurement seeds alike (train.seed, step 0), so each setting plays the same games and, for the exact
-settings, samples the same tokens; after an untimed short step of each setting (--warmup), the settings alternate
+settings, samples the same tokens. `--seed-per-repeat`: repeat r seeds train.seed + r instead (every setting of a
+repeat alike), so the pairs are over seeds: for a setting that samples other tokens than baseline (`live`, `vllm`),
+one seed's draws are not the whole answer; after an untimed short step of each setting (--warmup), the settings alternate
 within each repeat (A B C A B C ...: the same load of a shared machine). Per measurement: wall seconds of the step
 and of its rollout / π_old (rewards, no-grad passes, advantages) / update (epochs of minibatches) parts, CPU seconds
 of the process and its env workers, sampled tokens (count and a hash), the batch's tokens and the prompt positions
@@ -214,6 +216,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--algo", default="ppo", help="an algorithm preset (config.ALGO_PRESETS): ppo, grpo, rloo, ...")
     p.add_argument("--settings", default="baseline,exact,exact+behaviour,grouped,bf16,all")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--seed-per-repeat", action="store_true",
+                   help="repeat r seeds train.seed + r (pairs over seeds); default: every repeat the same seed")
     p.add_argument("--warmup", type=int, default=1, help="1: an untimed short step (1 turn × 4 tokens) per setting")
     p.add_argument("--threads", type=int, default=2, help="torch threads (0: torch's own)")
     p.add_argument("--set", action="append", default=[], help="a config override, e.g. train.games_per_step=1")
@@ -241,7 +245,8 @@ def main(argv: list[str] | None = None) -> dict:
               "games": str(games.root), "episodes": n_episodes, "group_size": cfg.algo.group_size,
               "max_turns": cfg.env.max_turns, "new_tokens": cfg.train.max_new_tokens,
               "minibatch": cfg.train.minibatch_size, "repeats": a.repeats, "settings": list(settings),
-              "comparison": ",".join(settings),
+              "comparison": ",".join(settings) + (";seed per repeat" if a.seed_per_repeat else ""),
+              "seeds": [cfg.train.seed + r if a.seed_per_repeat else cfg.train.seed for r in range(a.repeats)],
               "levers": settings, "skipped": skipped, "bf16_hardware": no_bf16 is None, "bf16_problem": no_bf16 or "",
               **machine_info(a.machine), "load_before": load1()}
     runs: dict[str, list[dict]] = {name: [] for name in settings}
@@ -251,7 +256,7 @@ def main(argv: list[str] | None = None) -> dict:
             measure(a, levers, pool, warmup=True)
         for r in range(a.repeats):
             for name, levers in settings.items():
-                x = measure(a, levers, pool)
+                x = measure(a, {**levers, "train.seed": result["seeds"][r]}, pool)
                 runs[name].append(x)
                 print(f"repeat {r + 1} {name:16s} step {x['seconds']:7.1f} s (rollout {x['rollout_seconds']:.1f}, "
                       f"π_old {x['old_seconds']:.1f}, update {x['update_seconds']:.1f}), CPU {x['cpu_seconds']:.1f} s;"

@@ -192,6 +192,11 @@ def env_step_table(r: dict) -> str:
 
 def peak_table(r: dict) -> str:
     flags = ", ".join(r.get("cpu_flags") or []) or "no AVX-512 / bf16 flags"
+    seeds = r.get("seeds") or []
+    per_seed = len(set(seeds)) > 1  # --seed-per-repeat: repeat r seeded seeds[r], the pairs are over seeds
+    seeding = (f"repeat r seeded {seeds[0]} + r (seeds {seeds[0]}–{seeds[-1]}; every setting of a repeat alike, so "
+               "the pairs are over seeds; the exact levers sample the same tokens as baseline of their seed)"
+               if per_seed else "every one seeded alike (the same games; the exact levers sample the same tokens)")
     out = [f"The update's forward + backward ({r['rows']} episodes × {r['tokens']} tokens, {r['policy_tokens']} policy "
            f"tokens: {r['update_flops'] / 1e9:.0f} GFLOP counted as 6 × non-embedding parameters × tokens + the output "
            f"layer at the policy tokens) against torch.matmul at the model's own shapes, medians; {r['cpu']} "
@@ -225,10 +230,15 @@ def sweep_step_table(r: dict) -> str:
     """The whole sweep step (bench_sweep_step.py): each setting's medians and its speed-up vs baseline, of the
     medians and pair by pair (per repeat), wall and CPU seconds; the exact levers' check; what was not measured."""
     flags = ", ".join(r.get("cpu_flags") or []) or "no AVX-512 / bf16 flags"
+    seeds = r.get("seeds") or []
+    per_seed = len(set(seeds)) > 1  # --seed-per-repeat: repeat r seeded seeds[r], the pairs are over seeds
+    seeding = (f"repeat r seeded {seeds[0]} + r (seeds {seeds[0]}–{seeds[-1]}; every setting of a repeat alike, so "
+               "the pairs are over seeds; the exact levers sample the same tokens as baseline of their seed)"
+               if per_seed else "every one seeded alike (the same games; the exact levers sample the same tokens)")
     out = [f"One `Trainer.step` of `{Path(r['config_file']).name}` ({r['episodes']} episodes: "
            f"{r['episodes'] // r['group_size']} games × {r['group_size']}, ≤ {r['max_turns']} turns × ≤ "
            f"{r['new_tokens']} tokens, minibatches of {r['minibatch']}) from `{Path(r['init']).name}`, a fresh Trainer "
-           f"per measurement, every one seeded alike (the same games; the exact levers sample the same tokens); "
+           f"per measurement, {seeding}; "
            f"medians of {r['repeats']}, the settings alternating; {r['cpu']} ({flags}), torch threads "
            f"{r['torch_threads']}; {where(r)}, load {r['load_before']}–{r['load_after']}. Levers: `share_prefix`, each "
            "group's first prompt prefilled and forwarded once; `--old-logprobs behaviour`, π_old the rollout's "
@@ -251,12 +261,17 @@ def sweep_step_table(r: dict) -> str:
     out.append("")
     check, base = r["exact_check"], r["runs"]["baseline"][0]
     if check["settings"] and check["ok"]:
-        out.append(f"Exact levers ({', '.join(check['settings'])}): the same {base['sampled_tokens']} sampled tokens "
-                   f"as baseline in every repeat, first minibatch losses within {check['rel_tol']:g} relative.")
+        same = "" if per_seed else f" {base['sampled_tokens']}"
+        out.append(f"Exact levers ({', '.join(check['settings'])}): the same{same} sampled tokens as baseline in every "
+                   f"repeat, first minibatch losses within {check['rel_tol']:g} relative.")
     elif check["settings"]:
         out.append("**The exact levers' check failed**: " + "; ".join(check["problems"]) + ".")
     other = [f"{n} {xs[0]['sampled_tokens']}" for n, xs in r["runs"].items()  # the exact ones are checked above
              if n != "baseline" and n not in check["settings"] and xs[0]["sampled_hash"] != base["sampled_hash"]]
+    if per_seed:  # the work each setting did, seed by seed
+        other = []
+        out.append(" Sampled tokens, seed by seed: " + "; ".join(
+            f"{n} {', '.join(str(x['sampled_tokens']) for x in xs)}" for n, xs in r["runs"].items()) + ".")
     if other:  # a setting that samples other tokens does other work: its step is not the same step
         out.append(f" Sampled other tokens than baseline's {base['sampled_tokens']}, so their rollouts and updates "
                    f"did other work: {', '.join(other)}.")
@@ -395,7 +410,8 @@ def benchmark_tables(level: int = 2) -> str:
             if name == "sweep_step":  # one table per algorithm and set of settings compared
                 variant = "; ".join(x for x in [variant, *(label for s, label in (
                     ("vllm", GENERATOR_WORDS["vllm"]), ("live", GENERATOR_WORDS["hf-live"]), ("lora", "LoRA"))
-                    if s in r.get("settings", []))] if x)
+                    if s in r.get("settings", [])),
+                    "paired over seeds" if len(set(r.get("seeds") or [])) > 1 else ""] if x)
             heading = f"{title} ({variant})" if variant else title
             parts.append(f"{'#' * level} {heading}\n\n`results/{name}.jsonl` (`benchmarks/{script}`). {render(r)}")
     return "\n".join(parts)
