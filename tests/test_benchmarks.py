@@ -237,6 +237,29 @@ def test_bench_sweep_step_exactness_check_catches_other_tokens(monkeypatch, tiny
     assert "EXACT-LEVERS CHECK FAILED" in capsys.readouterr().out
 
 
+@pytest.mark.trains
+@pytest.mark.subprocess
+def test_bench_sweep_step_seed_per_repeat_pairs_over_seeds(monkeypatch, tmp_path, tiny_model_dir, cooking_games):
+    """--seed-per-repeat: repeat r seeds train.seed + r, every setting of a repeat alike, so the exact lever still
+    samples baseline's tokens seed by seed while the seeds sample other tokens; control: without the flag both
+    repeats sample the same tokens. The report heads the table 'paired over seeds' and lists the tokens per seed."""
+    bench = load_bench(monkeypatch, "bench_sweep_step")
+    tiny = [*SWEEP_STEP_TINY, "--repeats", "2", "--set", "env.process_pool=false", "--set", "train.seed=3"]  # last wins
+    paired = bench.main(["--init", tiny_model_dir, "--games", str(cooking_games.root), "--settings", "exact",
+                         *tiny, "--seed-per-repeat", "--out", str(tmp_path / "sweep_step.jsonl")])
+    same = bench.main(["--init", tiny_model_dir, "--games", str(cooking_games.root), "--settings", "exact", *tiny])
+    assert paired["seeds"] == [3, 4] and same["seeds"] == [3, 3] and paired["exact_check"]["ok"]
+    hashes = [[x["sampled_hash"] for x in res["runs"]["baseline"]] for res in (paired, same)]
+    assert hashes[0][0] != hashes[0][1] and hashes[1][0] == hashes[1][1]
+    assert hashes[0][0] == hashes[1][0]  # repeat 1 is seed 3 either way
+    assert [x["sampled_hash"] for x in paired["runs"]["exact"]] == hashes[0]
+    report = load_bench(monkeypatch, "report")
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    tables = report.benchmark_tables()
+    assert "## The whole sweep step: each lever and all together (PPO; paired over seeds)" in tables
+    assert "repeat r seeded 3 + r (seeds 3–4" in tables and "Sampled tokens, seed by seed: baseline " in tables
+
+
 def test_sweep_step_table_says_which_settings_sampled_other_tokens(monkeypatch):
     """The committed measurement: bf16 sampled other tokens than baseline's, so its row did other work, and the table
     says so; the control, the same line with bf16's and all's hashes set to baseline's, has no such note."""
