@@ -27,11 +27,11 @@ Settings (each over the config; `baseline` always runs first):
 Every measurement seeds alike (train.seed, step 0), so each setting plays the same games and, for the exact
 settings, samples the same tokens. `--seed-per-repeat`: repeat r seeds train.seed + r instead (every setting of a
 repeat alike), so the pairs are over seeds: for a setting that samples other tokens than baseline (`live`, `vllm`),
-one seed's draws are not the whole answer; after an untimed short step of each setting (--warmup), the settings alternate
-within each repeat (A B C A B C ...: the same load of a shared machine). Per measurement: wall seconds of the step
-and of its rollout / π_old (rewards, no-grad passes, advantages) / update (epochs of minibatches) parts, CPU seconds
-of the process and its env workers, sampled tokens (count and a hash), the batch's tokens and the prompt positions
-its groups share, the first minibatch's loss.
+one seed's draws are not the whole answer. After an untimed short step of each setting (--warmup), the settings
+alternate within each repeat (A B C A B C ...: the same load of a shared machine). Per measurement: wall seconds of
+the step and of its rollout / π_old (rewards, no-grad passes, advantages) / update (epochs of minibatches) parts, CPU
+seconds of the process and its env workers, sampled tokens (count and a hash), the batch's tokens and the prompt
+positions its groups share, the first minibatch's loss.
 Reports medians, the speed-up vs baseline of the medians and pair by pair (per repeat: baseline / setting), in wall
 and CPU seconds, and checks the exact settings (tokens identical, first loss within 1e-5 relative of baseline's).
 Appends one JSON line to --out (book/benchmarks.md: python benchmarks/report.py --write).

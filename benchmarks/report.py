@@ -192,11 +192,6 @@ def env_step_table(r: dict) -> str:
 
 def peak_table(r: dict) -> str:
     flags = ", ".join(r.get("cpu_flags") or []) or "no AVX-512 / bf16 flags"
-    seeds = r.get("seeds") or []
-    per_seed = len(set(seeds)) > 1  # --seed-per-repeat: repeat r seeded seeds[r], the pairs are over seeds
-    seeding = (f"repeat r seeded {seeds[0]} + r (seeds {seeds[0]}–{seeds[-1]}; every setting of a repeat alike, so "
-               "the pairs are over seeds; the exact levers sample the same tokens as baseline of their seed)"
-               if per_seed else "every one seeded alike (the same games; the exact levers sample the same tokens)")
     out = [f"The update's forward + backward ({r['rows']} episodes × {r['tokens']} tokens, {r['policy_tokens']} policy "
            f"tokens: {r['update_flops'] / 1e9:.0f} GFLOP counted as 6 × non-embedding parameters × tokens + the output "
            f"layer at the policy tokens) against torch.matmul at the model's own shapes, medians; {r['cpu']} "
