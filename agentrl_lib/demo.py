@@ -44,10 +44,12 @@ class DemoBudget:
     LORA_SFT_LR = 1e-3
     """LoRA's SFT learning rate (20x full fine-tuning's 5e-5): of 5e-4, 1e-3, 1.5e-3, 2e-3 and 3e-3 at rank 16, the one
     whose SFT model fits the 16 training walkthroughs nearest full fine-tuning's (mean NLL per action token 0.075 vs
-    0.061; 5e-4 left 0.52). Chosen on training data only: benchmarks/bench_lora_sft_lr.py, results/lora_sft_lr.jsonl."""
+    0.061; 5e-4 left 0.52). Chosen on training data only: benchmarks/bench_lora_sft_lr.py, results/lora_sft_lr.jsonl.
+    Above the usual 10x, as "LoRA Without Regret" notes for very short runs (~15x): this SFT is 4 optimizer steps."""
     LORA_RL_LR = 3e-4
     """LoRA's RL learning rate: 10x full fine-tuning's 3e-5, the ratio Schulman et al. 2025 ("LoRA Without Regret",
-    §3) find for RL; not tuned here."""
+    Thinking Machines Lab) find for SFT and RL alike; not tuned here. One demo run at it (seed 0) lowered the held-out
+    result from the SFT model's (results/demo_variants.jsonl)."""
 
     def with_lora(self, rank: int) -> "DemoBudget":
         """This budget with a rank-`rank` LoRA adapter (0: full fine-tuning, the rates unchanged) and LoRA's learning
