@@ -221,12 +221,16 @@ GENERATOR_WORDS = {"vllm": "rollouts from vLLM", "hf-live": "decoding only the l
 """What each non-default rollout backend does, in the levers column and in the tables' headings."""
 
 
+def seeded_per_repeat(r: dict) -> bool:
+    """Whether a bench_sweep_step line ran with --seed-per-repeat (its repeats had other seeds: pairs over seeds)."""
+    return len(set(r.get("seeds") or [])) > 1
+
+
 def sweep_step_table(r: dict) -> str:
     """The whole sweep step (bench_sweep_step.py): each setting's medians and its speed-up vs baseline, of the
     medians and pair by pair (per repeat), wall and CPU seconds; the exact levers' check; what was not measured."""
     flags = ", ".join(r.get("cpu_flags") or []) or "no AVX-512 / bf16 flags"
-    seeds = r.get("seeds") or []
-    per_seed = len(set(seeds)) > 1  # --seed-per-repeat: repeat r seeded seeds[r], the pairs are over seeds
+    seeds, per_seed = r.get("seeds") or [], seeded_per_repeat(r)
     seeding = (f"repeat r seeded {seeds[0]} + r (seeds {seeds[0]}–{seeds[-1]}; every setting of a repeat alike, so "
                "the pairs are over seeds; the exact levers sample the same tokens as baseline of their seed)"
                if per_seed else "every one seeded alike (the same games; the exact levers sample the same tokens)")
@@ -261,13 +265,12 @@ def sweep_step_table(r: dict) -> str:
                    f"repeat, first minibatch losses within {check['rel_tol']:g} relative.")
     elif check["settings"]:
         out.append("**The exact levers' check failed**: " + "; ".join(check["problems"]) + ".")
-    other = [f"{n} {xs[0]['sampled_tokens']}" for n, xs in r["runs"].items()  # the exact ones are checked above
-             if n != "baseline" and n not in check["settings"] and xs[0]["sampled_hash"] != base["sampled_hash"]]
     if per_seed:  # the work each setting did, seed by seed
-        other = []
         out.append(" Sampled tokens, seed by seed: " + "; ".join(
             f"{n} {', '.join(str(x['sampled_tokens']) for x in xs)}" for n, xs in r["runs"].items()) + ".")
-    if other:  # a setting that samples other tokens does other work: its step is not the same step
+    elif other := [f"{n} {xs[0]['sampled_tokens']}" for n, xs in r["runs"].items()  # the exact ones: checked above
+                   if n != "baseline" and n not in check["settings"] and xs[0]["sampled_hash"] != base["sampled_hash"]]:
+        # a setting that samples other tokens does other work: its step is not the same step
         out.append(f" Sampled other tokens than baseline's {base['sampled_tokens']}, so their rollouts and updates "
                    f"did other work: {', '.join(other)}.")
     runs = [x for name in r["runs"] for x in r["runs"][name]]
@@ -406,7 +409,7 @@ def benchmark_tables(level: int = 2) -> str:
                 variant = "; ".join(x for x in [variant, *(label for s, label in (
                     ("vllm", GENERATOR_WORDS["vllm"]), ("live", GENERATOR_WORDS["hf-live"]), ("lora", "LoRA"))
                     if s in r.get("settings", [])),
-                    "paired over seeds" if len(set(r.get("seeds") or [])) > 1 else ""] if x)
+                    "paired over seeds" if seeded_per_repeat(r) else ""] if x)
             heading = f"{title} ({variant})" if variant else title
             parts.append(f"{'#' * level} {heading}\n\n`results/{name}.jsonl` (`benchmarks/{script}`). {render(r)}")
     return "\n".join(parts)
