@@ -20,6 +20,8 @@ Introduced in notebooks/00_quickstart.md §2.
 from __future__ import annotations
 
 import torch
+from transformers import DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
 
 from .generation_protocol import Generator, TurnSample
 from .models import CACHE_ARG
@@ -82,6 +84,47 @@ def sampling_config(temperature: float, max_new_tokens: int, eos_id: int, pad_id
         output_logits=True, output_scores=True, return_dict_in_generate=True, use_cache=True)
 
 
+class GrowingLayer(DynamicLayer):
+    """A DynamicLayer that appends in place: keys / values (B, kv_heads, T, head_dim) are views into a buffer with
+    room to spare (256 positions, or half the length if more). See GrowingKVCache."""
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+            self.buf_k = self.buf_v = None
+        n, m = self.get_seq_length(), key_states.shape[-2]
+        if (self.buf_k is None or n + m > self.buf_k.shape[-2] or self.buf_k.shape[:2] != key_states.shape[:2]
+                or (n and self.keys.data_ptr() != self.buf_k.data_ptr())):  # full, or keys replaced (rows selected)
+            shape = (*key_states.shape[:2], n + m + max(256, (n + m) // 2), key_states.shape[-1])
+            self.buf_k, self.buf_v = key_states.new_empty(shape), value_states.new_empty(shape)
+            if n:
+                self.buf_k[..., :n, :], self.buf_v[..., :n, :] = self.keys, self.values
+        self.buf_k[..., n:n + m, :], self.buf_v[..., n:n + m, :] = key_states, value_states
+        self.keys, self.values = self.buf_k[..., :n + m, :], self.buf_v[..., :n + m, :]
+        return self.keys, self.values
+
+
+class GrowingKVCache(DynamicCache):
+    """A transformers DynamicCache whose layers append in place (`GrowingLayer`); the generators' default.
+
+    DynamicCache appends a decoded token by `torch.cat` of the whole layer: every decode step copies the entire KV
+    cache (at 16 rows × 650 positions: 30 layers × 2 copies of 8 MB a step). Here each step writes only its new
+    positions into a buffer with room to spare; the buffer is re-allocated (one copy) when it is full or when its
+    rows were replaced (`batch_select_indices`, after rows leave). Exact: the same keys and values in the same
+    attention, only stored elsewhere (tests/test_generation.py compares it with DynamicCache; the speed is measured
+    by benchmarks/bench_rollout.py). Shapes as DynamicCache: keys / values (B, kv_heads, T, head_dim).
+    """
+
+    def __init__(self):
+        Cache.__init__(self, layer_class_to_replicate=GrowingLayer)
+
+
+def new_cache(grow: bool = True):
+    """An empty KV cache for `generate` or a forward: a GrowingKVCache, or with grow=False transformers' DynamicCache
+    (appends by concatenation)."""
+    return GrowingKVCache() if grow else DynamicCache()
+
+
 class HFGenerator:
     """Generation with a transformers model's own `generate`, the live episodes as one padded batch plus the KV cache
     of everything already encoded.
@@ -103,16 +146,18 @@ class HFGenerator:
         tokenizer: its tokenizer; eos_id is its eos token (the end of an assistant turn), pad_id its pad token.
         share_prefix: encode each distinct starting context once per `start` (False: every row's own prefill, as
             before; benchmarks/bench_rollout.py measures both).
+        grow_cache: keep the KV cache in a GrowingKVCache, which appends in place (False: transformers'
+            DynamicCache, which copies the whole cache at every decoded token; both exact).
     Attributes: ids, attn (B, width) long — the live rows' tokens and attention mask; cache — the KV cache;
         shared_positions — context positions `start` did not have to encode (sum over rows; 0 without repeats).
     """
 
-    def __init__(self, model, tokenizer, share_prefix: bool = True):
+    def __init__(self, model, tokenizer, share_prefix: bool = True, grow_cache: bool = True):
         self.model = model
         self.eos_id = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)
         self.pad_id = tokenizer.pad_token_id
         self.context_limit = getattr(model.config, "max_position_embeddings", 8192) or 8192
-        self.share_prefix = share_prefix
+        self.share_prefix, self.grow_cache = share_prefix, grow_cache
         self.ids = self.attn = self.cache = None
         self.shared_positions = 0
 
@@ -122,7 +167,7 @@ class HFGenerator:
         once (`_prefill_distinct`); otherwise the cache starts empty."""
         self.device = next(self.model.parameters()).device
         self.ids, self.attn = _left_pad(contexts, self.pad_id, self.device)
-        self.cache = None
+        self.cache = new_cache(self.grow_cache)
         self.shared_positions = 0
         if not self.share_prefix or self.ids.shape[1] < 2:
             return
@@ -136,12 +181,10 @@ class HFGenerator:
         """Encode ids[firsts, :-1] (the distinct contexts but their last token; left padding and position ids as
         `generate` makes them) into a new cache, then copy each distinct context's cache to its rows: row r gets the
         cache of firsts[rows_of[r]]. `generate` sees a cache one token shorter than ids and encodes that token."""
-        from transformers import DynamicCache
-
         idx = torch.tensor(firsts, dtype=torch.long, device=self.device)
         ids, attn = self.ids[idx, :-1], self.attn[idx, :-1]
         positions = (attn.cumsum(-1) - 1).masked_fill(attn == 0, 0)  # generate's position ids
-        cache = DynamicCache()
+        cache = new_cache(self.grow_cache)
         self.model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True, logits_to_keep=1,
                    **{CACHE_ARG: cache})
         cache.batch_select_indices(torch.tensor(rows_of, dtype=torch.long, device=self.device))
@@ -207,11 +250,9 @@ def _layers(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
-def _cache_of(layers: list[tuple[torch.Tensor, torch.Tensor]]):
-    """A DynamicCache holding these (keys, values) per layer."""
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
+def _cache_of(layers: list[tuple[torch.Tensor, torch.Tensor]], grow: bool):
+    """A new_cache(grow) holding these (keys, values) per layer."""
+    cache = new_cache(grow)
     for i, (k, v) in enumerate(layers):
         cache.update(k, v, i)
     return cache
@@ -252,10 +293,8 @@ class LiveRowsGenerator(HFGenerator):
             greedy), truncated (no eos within max_new_tokens) and sampler_gap 0.0 (no warper: the sampled
             distribution is softmax(logits / T) by construction).
         """
-        from transformers import DynamicCache
-
         B, width = self.ids.shape
-        cache = self.cache if self.cache is not None else DynamicCache()
+        cache = self.cache
         past = cache.get_seq_length()
         positions = (self.attn.cumsum(-1) - 1).clamp(min=0)  # position ids as generate derives them
         out = self.model(input_ids=self.ids[:, past:], attention_mask=self.attn, position_ids=positions[:, past:],
@@ -305,7 +344,7 @@ class LiveRowsGenerator(HFGenerator):
                 n = min(kr.shape[1], length)
                 k[r, :, :n], v[r, :, :n] = kr[:, :n], vr[:, :n]
             rebuilt.append((k, v))
-        self.cache = _cache_of(rebuilt)
+        self.cache = _cache_of(rebuilt, self.grow_cache)
         new = torch.full((B, steps), self.pad_id, dtype=torch.long, device=self.device)
         new_attn = torch.zeros_like(new)
         for r, row in enumerate(ids):

@@ -3,10 +3,13 @@ cache kept across turns) against slower ways to play the same episodes, measured
 
     python benchmarks/bench_rollout.py --games DIR [--model embedded] [--episodes 8] [--group-size 4]
         [--max-turns 8] [--new-tokens 24] [--repeats 3] [--threads 2] [--machine TEXT] [--out FILE.jsonl]
-        [--methods batched,unshared,sequential,reencode]
+        [--methods batched,concat,unshared,sequential,reencode]
 
 - batched:    `rollout.rollout(HFGenerator(...), ...)`, the library's rollout (what the trainer runs); each group's
               shared first context is encoded once (HFGenerator's share_prefix);
+- concat:     the same with `HFGenerator(..., grow_cache=False)`: transformers' DynamicCache, which appends each
+              decoded token by concatenating (copying) the whole KV cache, where the default GrowingKVCache writes in
+              place;
 - unshared:   the same with `HFGenerator(..., share_prefix=False)`: every episode encodes its own first context;
 - sequential: the same rollout called once per episode (one episode at a time, still with its KV cache);
 - reencode:   the same batched rollout through `ReencodeGenerator`, which re-encodes every live episode's whole
@@ -36,7 +39,7 @@ import torch
 
 from agentrl_lib.generation import HFGenerator, TurnSample, _left_pad
 
-METHODS = ("batched", "unshared", "sequential", "reencode")
+METHODS = ("batched", "concat", "unshared", "sequential", "reencode")
 
 
 class ReencodeGenerator(HFGenerator):
@@ -104,7 +107,7 @@ def run_method(method: str, model, tok, pool, games: list[str], groups: list[int
             stats.generate_seconds += st.generate_seconds
             stats.turns += st.turns
     else:
-        gen = {"batched": HFGenerator, "unshared": functools.partial(HFGenerator, share_prefix=False),
+        gen = {"batched": HFGenerator, "concat": functools.partial(HFGenerator, grow_cache=False), "unshared": functools.partial(HFGenerator, share_prefix=False),
                "reencode": ReencodeGenerator}[method](model, tok)
         trajs, stats = rollout(gen, tok, pool, games, groups=groups, **kw)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0

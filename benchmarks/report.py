@@ -84,10 +84,11 @@ def rollout_table(r: dict) -> str:
            "|---|---|---|",
            f"| batched, KV cache kept across turns (`rollout` + `HFGenerator`) | "
            f"{r['batched']['median_tokens_per_s']:.2f} | — |"]
-    for m, label in (("unshared", "batched, each episode encoding its own first context (`share_prefix=False`)"),
+    for m, label in (("concat", "batched, the KV cache appended by concatenation (transformers' `DynamicCache`)"),
+                     ("unshared", "batched, each episode encoding its own first context (`share_prefix=False`)"),
                      ("sequential", "one episode at a time (batch of 1, KV cache kept)"),
                      ("reencode", "batched, whole history re-encoded every turn (`ReencodeGenerator`)")):
-        if m in r:  # lines written before a method existed (unshared: 2026-11-26) lack it
+        if m in r:  # lines written before a method existed (unshared: 2026-11-26, concat: 11-27) lack it
             cpu = f" ({r[f'cpu_ratio_vs_{m}']:.2f}×)" if f"cpu_ratio_vs_{m}" in r else ""
             out.append(f"| {label} | {r[m]['median_tokens_per_s']:.2f} | **{r[f'speedup_vs_{m}']:.2f}×**{cpu} |")
     return "\n".join(out) + "\n"
@@ -402,6 +403,7 @@ def benchmark_tables(level: int = 2) -> str:
         for r in newest_per(name, per):
             variant = {"ppo": "PPO", "grpo": "GRPO", "rloo": "RLOO", "behaviour": "agentrl's π_old from the rollout",
                        "batched,unshared": "each group's first context encoded once",
+                       "batched,concat": "the KV cache appended in place",
                        "weights": "why: the fine-tuning's weight changes in bf16",
                        "hf-live": GENERATOR_WORDS["hf-live"]}.get(
                 r.get(per[0] if isinstance(per, tuple) else per) if per else None)

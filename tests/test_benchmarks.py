@@ -55,13 +55,15 @@ def test_bench_rollout_tiny(tmp_path, tiny_model_dir, cooking_games):
     assert positive(res["speedup_vs_sequential"], res["speedup_vs_reencode"], res["gen_speedup_vs_sequential"],
                     res["gen_speedup_vs_reencode"], res["peak_rss_gib"])
     assert res["config"]["max_turns"] == 2 and res["seed"] == "per repeat"
-    assert res["methods"] == ["batched", "unshared", "sequential", "reencode"] and positive(res["speedup_vs_unshared"])
+    assert res["methods"] == ["batched", "concat", "unshared", "sequential", "reencode"]
+    assert positive(res["speedup_vs_unshared"], res["speedup_vs_concat"])
     for m in res["methods"]:
         assert len(res[m]["runs"]) == 1 and positive(res[m]["median_tokens_per_s"], res[m]["runs"][0]["tokens"])
     # the methods played the same episodes: as many episodes, each for at least one turn
     assert all(res[m]["runs"][0]["turns"] >= res["episodes"] for m in res["methods"])
     # with the shared first prefill the same tokens are sampled (the same seed, the same distribution to float error)
     assert res["batched"]["runs"][0]["tokens"] == res["unshared"]["runs"][0]["tokens"]
+    assert res["batched"]["runs"][0]["tokens"] == res["concat"]["runs"][0]["tokens"]  # the growing cache is exact
 
 
 @pytest.mark.subprocess

@@ -75,7 +75,7 @@ def test_without_repeats_nothing_is_shared(tiny):
     model, tok = tiny
     gen = HFGenerator(model, tok)
     gen.start([[1, 2, 3], [4, 5]])
-    assert gen.cache is None and gen.shared_positions == 0
+    assert gen.cache.get_seq_length() == 0 and gen.shared_positions == 0
 
 
 def test_negative_control_wrong_rows_are_caught(tiny, monkeypatch):

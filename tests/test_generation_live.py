@@ -6,13 +6,16 @@ random Llama made peaky (its final norm scaled) so that replies end at different
 - Sampling, every returned log-prob equals log softmax(logits / T) of a plain forward of that row's whole
   conversation (no cache, no padding): the rebuilt cache holds every row's keys and values at the right positions.
   Negative control: the same check on a cache with one real column zeroed fails.
+- The growing KV cache (generation.GrowingKVCache) gives the same tokens and log-probs as DynamicCache, for both
+  generators. Negative control: a growing cache that forgets its past on re-allocation fails the plain-forward check.
 """
 import dataclasses
+import functools
 
 import pytest
 import torch
 
-from agentrl_lib.generation import GENERATORS, HFGenerator, LiveRowsGenerator
+from agentrl_lib.generation import GENERATORS, GrowingLayer, HFGenerator, LiveRowsGenerator
 from agentrl_lib.models import load_policy
 
 
@@ -134,6 +137,39 @@ def test_a_corrupted_cache_is_caught(peaky, monkeypatch):
 
     monkeypatch.setattr(LiveRowsGenerator, "generate", corrupting)
     samples, convs, spans = _play(LiveRowsGenerator, model, tok, eos, T)
+    assert _teacher_forced_gap(model, samples, convs, spans, T) > 1e-3
+
+
+@pytest.mark.parametrize("cls", [HFGenerator, LiveRowsGenerator])
+def test_the_growing_cache_equals_dynamic_cache(peaky, cls):
+    """GrowingKVCache (the default) against transformers' DynamicCache, sampling over three turns with a row leaving
+    (its buffer re-allocated) and rows ending early: the same tokens, the same log-probs, and those equal a plain
+    forward of each conversation."""
+    model, tok = peaky
+    eos = _eos_that_ends_some_rows(model, tok, T)
+    grown, convs, spans = _play(functools.partial(cls, grow_cache=True), model, tok, eos, T)
+    plain, _, _ = _play(functools.partial(cls, grow_cache=False), model, tok, eos, T)
+    for a, b in zip(grown, plain, strict=True):
+        assert a.ids == b.ids
+        for la, lb in zip(a.logprobs, b.logprobs, strict=True):
+            assert torch.allclose(torch.tensor(la), torch.tensor(lb), atol=1e-6)
+    assert _teacher_forced_gap(model, grown, convs, spans, T) < 1e-4
+
+
+def test_a_growing_cache_that_loses_its_past_is_caught(peaky, monkeypatch):
+    """Negative control: a GrowingLayer that re-allocates without copying what it held (zeros instead) fails the
+    plain-forward check after the first row leaves."""
+    model, tok = peaky
+    eos = _eos_that_ends_some_rows(model, tok, T)
+    real = GrowingLayer.update
+
+    def forgetful(self, key_states, value_states, *args, **kwargs):
+        if self.is_initialized and self.get_seq_length() and self.keys.data_ptr() != self.buf_k.data_ptr():
+            self.keys, self.values = torch.zeros_like(self.keys), torch.zeros_like(self.values)
+        return real(self, key_states, value_states, *args, **kwargs)
+
+    monkeypatch.setattr(GrowingLayer, "update", forgetful)
+    samples, convs, spans = _play(HFGenerator, model, tok, eos, T)
     assert _teacher_forced_gap(model, samples, convs, spans, T) > 1e-3
 
 
