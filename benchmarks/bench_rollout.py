@@ -107,7 +107,8 @@ def run_method(method: str, model, tok, pool, games: list[str], groups: list[int
             stats.generate_seconds += st.generate_seconds
             stats.turns += st.turns
     else:
-        gen = {"batched": HFGenerator, "concat": functools.partial(HFGenerator, grow_cache=False), "unshared": functools.partial(HFGenerator, share_prefix=False),
+        gen = {"batched": HFGenerator, "concat": functools.partial(HFGenerator, grow_cache=False),
+               "unshared": functools.partial(HFGenerator, share_prefix=False),
                "reencode": ReencodeGenerator}[method](model, tok)
         trajs, stats = rollout(gen, tok, pool, games, groups=groups, **kw)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0

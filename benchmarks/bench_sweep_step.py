@@ -8,9 +8,11 @@ tokens), `Trainer.step` from a fresh Trainer per measurement, with each performa
 
 Settings (each over the config; `baseline` always runs first):
 - baseline:        the step before the levers: train.share_prefix off, algo.old_logprobs recompute, random-row
-                   minibatches, fp32;
+                   minibatches, fp32, the rollout's KV cache transformers' DynamicCache;
 - exact:           train.share_prefix on (the default): each group's first prompt prefilled once in the rollout and
-                   forwarded once in the no-grad pass and the update. Exact: the same sampled tokens, the same losses;
+                   forwarded once in the no-grad pass and the update; and the rollout's KV cache a GrowingKVCache
+                   (the generators' default, not a config field: `generator.grow_cache` here), appended in place.
+                   Exact: the same sampled tokens, the same losses;
 - exact+behaviour: exact, and π_old the rollout's log-probs (no no-grad pass); critic-free estimators only (PPO's
                    critic still needs the pass for V_old, so it saves nothing there and is skipped);
 - grouped:         exact + train.group_minibatches (other rows share a minibatch: other losses, not exact);
@@ -52,14 +54,16 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # no spinning threads on a shared CPU; read when torch loads
 
 ROOT = Path(__file__).resolve().parent.parent
-BASELINE = {"train.share_prefix": False, "algo.old_logprobs": "recompute", "train.group_minibatches": False,
+BASELINE = {"generator.grow_cache": False, "train.share_prefix": False, "algo.old_logprobs": "recompute",
+            "train.group_minibatches": False,
             "train.mixed_precision": "no", "train.bf16_max_logprob_gap": 0.0}  # bf16: timed, never refused here
 LEVERS = {  # setting → the levers it turns on over BASELINE ("bf16" and "all" are built by plan())
     "baseline": {},
-    "exact": {"train.share_prefix": True},
-    "exact+behaviour": {"train.share_prefix": True, "algo.old_logprobs": "behaviour"},
-    "grouped": {"train.share_prefix": True, "train.group_minibatches": True},
+    "exact": {"generator.grow_cache": True, "train.share_prefix": True},
+    "exact+behaviour": {"generator.grow_cache": True, "train.share_prefix": True, "algo.old_logprobs": "behaviour"},
+    "grouped": {"generator.grow_cache": True, "train.share_prefix": True, "train.group_minibatches": True},
 }
+GENERATOR_LEVERS = ("generator.grow_cache",)  # attributes of the Trainer's generator, not config fields
 LORA_RANK = 16  # `lora`: the best exact setting + a peft LoRA adapter of this rank (alpha 32): at step 0 its
 # adapter adds 0 (B = 0), so it samples baseline's tokens, but only the adapter trains: another update, not exact
 EXACT = {"exact", "exact+behaviour"}  # must sample baseline's tokens and match its first minibatch loss
@@ -109,6 +113,8 @@ def build_config(a, levers: dict, warmup: bool = False):
                  **({"env.games": a.games} if a.games else {}), **dict(s.split("=", 1) for s in a.set),
                  **BASELINE, **levers, **({"env.max_turns": 1, "train.max_new_tokens": 4} if warmup else {})}
     for key, value in overrides.items():
+        if key in GENERATOR_LEVERS:
+            continue  # set on the Trainer's generator by measure()
         section, name = key.split(".", 1)
         setattr(getattr(cfg, section), name, parse_field(key, getattr(getattr(cfg, section), name), value))
     cfg.validate()
@@ -139,6 +145,9 @@ def measure(a, levers: dict, pool, warmup: bool = False) -> dict:
     seen: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(cfg, Path(tmp) / "run", init=a.init, pool=KeepOpen(pool), progress=False)
+        for key in GENERATOR_LEVERS:  # only HF generators have them (vLLM keeps its own cache)
+            if hasattr(trainer.generator, name := key.split(".", 1)[1]):
+                setattr(trainer.generator, name, {**BASELINE, **levers}[key])
         rollout, old_forward, loss_and_backward = trainer._rollout, trainer._old_forward, trainer._loss_and_backward
 
         def probe_rollout(step):  # the sampled trajectories
@@ -160,6 +169,7 @@ def measure(a, levers: dict, pool, warmup: bool = False) -> dict:
         row = trainer.step(0)
         wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
         shared_rollout = getattr(trainer.generator, "shared_positions", 0)
+        grow_cache = getattr(trainer.generator, "grow_cache", None)
         trainer.close()
     del trainer
     gc.collect()
@@ -175,7 +185,7 @@ def measure(a, levers: dict, pool, warmup: bool = False) -> dict:
             "sampled_tokens": sum(map(len, sampled)), "sampled_hash": hashlib.sha256(repr(sampled).encode())
             .hexdigest()[:16], "batch_tokens": int(batch["attention_mask"].sum()) if batch is not None else 0,
             "shareable_prompt_positions": shareable, "rollout_shared_positions": shared_rollout,
-            "first_loss": seen.get("first_loss"), "skipped_update": row.get("skipped_update", 0.0),
+            "grow_cache": grow_cache, "first_loss": seen.get("first_loss"), "skipped_update": row.get("skipped_update", 0.0),
             "success_rate": row["success_rate"], "load_before": load, "load_after": load1()}
 
 

@@ -214,7 +214,8 @@ def peak_table(r: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-LEVER_WORDS = {"train.share_prefix": "`share_prefix`", "algo.old_logprobs": "`--old-logprobs behaviour`",
+LEVER_WORDS = {"generator.grow_cache": "`GrowingKVCache`", "train.share_prefix": "`share_prefix`",
+               "algo.old_logprobs": "`--old-logprobs behaviour`",
                "train.group_minibatches": "`--group-minibatches`", "train.mixed_precision": "`--mixed-precision bf16`",
                "model.lora_rank": "`--lora-rank {v}` (only the adapter trains: another update)",
                "model.generator": "`--generator {v}` ({what})"}
@@ -240,11 +241,13 @@ def sweep_step_table(r: dict) -> str:
            f"{r['new_tokens']} tokens, minibatches of {r['minibatch']}) from `{Path(r['init']).name}`, a fresh Trainer "
            f"per measurement, {seeding}; "
            f"medians of {r['repeats']}, the settings alternating; {r['cpu']} ({flags}), torch threads "
-           f"{r['torch_threads']}; {where(r)}, load {r['load_before']}–{r['load_after']}. Levers: `share_prefix`, each "
-           "group's first prompt prefilled and forwarded once; `--old-logprobs behaviour`, π_old the rollout's "
-           "log-probs (no no-grad pass); `--group-minibatches`, minibatches of whole groups; `--mixed-precision "
-           "bf16`, bf16 autocast. π_old, s: the stage between rollout and update (rewards, no-grad passes, "
-           "advantages).", "",
+           f"{r['torch_threads']}; {where(r)}, load {r['load_before']}–{r['load_after']}. Levers: "
+           + ("`GrowingKVCache`, the rollout's KV cache appended in place (the baseline's DynamicCache copies it at "
+              "every decoded token); " if any("generator.grow_cache" in v for v in r["levers"].values()) else "")
+           + "`share_prefix`, each group's first prompt prefilled and forwarded once; `--old-logprobs behaviour`, "
+           "π_old the rollout's log-probs (no no-grad pass); `--group-minibatches`, minibatches of whole groups; "
+           "`--mixed-precision bf16`, bf16 autocast. π_old, s: the stage between rollout and update (rewards, "
+           "no-grad passes, advantages).", "",
            "| setting | levers on | step, s | rollout, s | π_old, s | update, s | CPU, s | speed-up: medians "
            "| pair by pair (range) | CPU speed-up: medians |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, x in r["summary"].items():

@@ -184,10 +184,10 @@ def test_bench_sweep_step_plan(monkeypatch):
     assert "V_old" in skipped["exact+behaviour"] and skipped["bf16"] == "no bf16 here"
     run, skipped = bench.plan(names, critic=False, bf16_problem=None)
     assert list(run) == ["baseline", *names] and not skipped
-    assert run["all"] == {"train.share_prefix": True, "algo.old_logprobs": "behaviour",
+    assert run["all"] == {"generator.grow_cache": True, "train.share_prefix": True, "algo.old_logprobs": "behaviour",
                           "train.group_minibatches": True, "train.mixed_precision": "bf16"}
     run, _ = bench.plan(["lora"], critic=True, bf16_problem=None)  # LoRA over the best exact setting of a critic
-    assert run["lora"] == {"train.share_prefix": True, "model.lora_rank": 16}
+    assert run["lora"] == {"generator.grow_cache": True, "train.share_prefix": True, "model.lora_rank": 16}
     monkeypatch.setattr(bench, "vllm_problem", lambda: "no vllm in this Python")  # vLLM only where it is installed
     run, skipped = bench.plan(["vllm"], critic=False, bf16_problem=None)
     assert list(run) == ["baseline"] and skipped == {"vllm": "no vllm in this Python"}
@@ -212,6 +212,7 @@ def test_bench_sweep_step_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_ga
                         x["sampled_tokens"], x["batch_tokens"]) and x["first_loss"] is not None
     assert exact["sampled_hash"] == base["sampled_hash"] and exact["shareable_prompt_positions"] > 0
     assert exact["rollout_shared_positions"] > 0 and base["rollout_shared_positions"] == 0  # the lever was on
+    assert exact["grow_cache"] is True and base["grow_cache"] is False  # and so was the growing cache
     assert res["exact_check"] == {"ok": True, "problems": [], "rel_tol": 1e-5, "settings": ["exact"]}
     s = res["summary"]["exact"]
     assert positive(s["speedup"], s["cpu_speedup"], s["median_pair_speedup"]) and len(s["pair_speedups"]) == 1
@@ -221,7 +222,7 @@ def test_bench_sweep_step_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_ga
     monkeypatch.setattr(report, "RESULTS", tmp_path)
     tables = report.benchmark_tables()
     assert "## The whole sweep step: each lever and all together (PPO)" in tables
-    assert "| exact | `share_prefix` |" in tables and "the same" in tables.split("| exact |")[1]
+    assert "| exact | `GrowingKVCache`; `share_prefix` |" in tables and "the same" in tables.split("| exact |")[1]
 
 
 @pytest.mark.trains
