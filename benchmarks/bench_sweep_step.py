@@ -186,7 +186,8 @@ def measure(a, levers: dict, pool, warmup: bool = False) -> dict:
             .hexdigest()[:16], "batch_tokens": int(batch["attention_mask"].sum()) if batch is not None else 0,
             "shareable_prompt_positions": shareable, "rollout_shared_positions": shared_rollout,
             "grow_cache": grow_cache, "first_loss": seen.get("first_loss"),
-            "skipped_update": row.get("skipped_update", 0.0), "success_rate": row["success_rate"], "load_before": load, "load_after": load1()}
+            "skipped_update": row.get("skipped_update", 0.0), "success_rate": row["success_rate"],
+            "load_before": load, "load_after": load1()}
 
 
 def exactness_problems(runs: dict[str, list[dict]]) -> list[str]:
