@@ -91,6 +91,11 @@ def rollout_table(r: dict) -> str:
         if m in r:  # lines written before a method existed (unshared: 2026-11-26, concat: 11-27) lack it
             cpu = f" ({r[f'cpu_ratio_vs_{m}']:.2f}×)" if f"cpu_ratio_vs_{m}" in r else ""
             out.append(f"| {label} | {r[m]['median_tokens_per_s']:.2f} | **{r[f'speedup_vs_{m}']:.2f}×**{cpu} |")
+    if "concat" in r:  # an exact lever: the same draws, or it is not exact
+        same = [x["tokens"] == y["tokens"] for x, y in zip(r["batched"]["runs"], r["concat"]["runs"])]
+        out.append("\n" + ("The growing and the concatenated cache sampled the same number of tokens in every repeat "
+                           "(tests/test_generation_live.py checks that the tokens and log-probs are the same)." if all(same) else
+                           f"**The two caches sampled different token counts in {same.count(False)} repeat(s).**"))
     return "\n".join(out) + "\n"
 
 
