@@ -22,7 +22,9 @@ a reply's next token: rows that had already ended their reply (a batched `genera
 one stops; hf-live forwards a row's eos once before it leaves); and the median decode step by batch rows, with the
 weight bytes it reads (fp32 parameters / step seconds: a memory-bound step reads every weight once); and, apart
 from the rollout, one decode step at a fixed cache length (--decode-cache; default: the median cache length of the
-rollout's decode steps) for each of --decode-rows rows: what a step costs with fewer live rows, everything else equal.
+rollout's decode steps) for each of --decode-rows rows: what a step costs with fewer live rows, everything else equal,
+with the generators' GrowingKVCache (appends in place) and with transformers' DynamicCache (copies the whole cache at
+every step).
 After one short untimed warm-up, `repeats` rollouts (torch seed r for repeat r); medians over repeats. Appends one
 JSON line to --out (book/benchmarks.md: python benchmarks/report.py --write).
 """
@@ -140,13 +142,14 @@ def profile_once(model, tok, pool, games, groups, system_prompt, max_turns, new_
 
 
 @torch.no_grad()
-def decode_step_ms(model, rows: int, cache_len: int, steps: int = 10) -> float:
+def decode_step_ms(model, rows: int, cache_len: int, steps: int = 10, grow: bool = True) -> float:
     """Median milliseconds of one decode forward (1 new position per row) over `rows` rows whose KV cache holds
-    `cache_len` positions (random token ids: the cost does not depend on them); the first 2 steps are not counted."""
-    from transformers import DynamicCache
+    `cache_len` positions (random token ids: the cost does not depend on them); the first 2 steps are not counted.
+    grow: the cache a GrowingKVCache (the generators' default), else transformers' DynamicCache."""
+    from agentrl_lib.generation import new_cache
 
     gen = torch.Generator().manual_seed(0)
-    cache = DynamicCache()
+    cache = new_cache(grow)
     model(input_ids=torch.randint(100, 1000, (rows, cache_len), generator=gen), use_cache=True, logits_to_keep=1,
           **{CACHE_ARG: cache})
     times = []
@@ -207,9 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     cache_len = a.decode_cache or int(statistics.median(past for x in runs for _, past, _ in x["decode_forwards"]))
     rows_list = [int(x) for x in a.decode_rows.split(",") if x.strip()]
     fixed = {rows: [] for rows in rows_list}
-    for _ in range(2):  # twice, alternating: each row count sees the same load
+    concat = {rows: [] for rows in rows_list}  # the same with DynamicCache
+    for _ in range(2):  # twice, alternating: each row count and cache sees the same load
         for rows in rows_list:
             fixed[rows].append(decode_step_ms(model, rows, cache_len))
+            concat[rows].append(decode_step_ms(model, rows, cache_len, grow=False))
     median = {k: round(statistics.median(x["parts"][k] for x in runs), 3) for k in PARTS}
     wall = statistics.median(x["seconds"] for x in runs)
     by_rows: dict[int, list[float]] = {}
@@ -230,14 +235,17 @@ def main(argv: list[str] | None = None) -> int:
               "decode_step_by_rows": decode_step, "fixed_cache_decode": {
                   "cache_len": cache_len,
                   "median_ms_by_rows": {r: round(statistics.median(v), 2) for r, v in fixed.items()},
-                  "runs_ms": fixed}, "peak_rss_gib": round(peak_rss_gib(), 2)}
+                  "runs_ms": fixed, "concat_median_ms_by_rows": {r: round(statistics.median(v), 2)
+                                                                 for r, v in concat.items()},
+                  "concat_runs_ms": concat}, "peak_rss_gib": round(peak_rss_gib(), 2)}
     for k in PARTS:
         print(f"{k:14s} {median[k]:8.2f} s  {result['median_shares'][k]:6.1%}")
     print(f"rollout {wall:.1f} s (median of {a.repeats}); decoded row-steps idle (row already past its reply): "
           f"{result['median_idle_row_steps']:.0%}; decode step by rows: "
           + ", ".join(f"{r}: {d['median_ms']} ms" for r, d in decode_step.items())
           + f"; at a fixed {cache_len}-position cache: "
-          + ", ".join(f"{r} rows {statistics.median(v)} ms" for r, v in fixed.items()))
+          + ", ".join(f"{r} rows {statistics.median(v)} ms (DynamicCache {statistics.median(concat[r])} ms)"
+                      for r, v in fixed.items()))
     write_result(a.out, result, a, seed="per repeat")
     return 0
 

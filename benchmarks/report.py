@@ -124,9 +124,11 @@ def rollout_profile_table(r: dict) -> str:
     why = ("LiveRowsGenerator forwards a row's eos once before the row leaves the batch" if backend != "HFGenerator"
            else "a batched `generate` steps every row until the turn's longest reply stops")
     fixed = r.get("fixed_cache_decode")  # absent from lines written before it existed
+    concat = (fixed or {}).get("concat_median_ms_by_rows", {})  # lines before the growing cache (11-27) lack it
     fixed_text = (f" The same step at a fixed {fixed['cache_len']}-position cache, everything else equal: " + ", ".join(
-        f"{rows} row{'' if int(rows) == 1 else 's'} {ms:.0f} ms" for rows, ms in fixed["median_ms_by_rows"].items())
-        + "." if fixed else "")
+        f"{rows} row{'' if int(rows) == 1 else 's'} {ms:.0f} ms"
+        + (f" ({concat[rows]:.0f} ms with transformers' `DynamicCache`)" if rows in concat else "")
+        for rows, ms in fixed["median_ms_by_rows"].items()) + "." if fixed else "")
     return ("\n".join(out) + f"\n\n{r['median_idle_row_steps']:.0%} of the decoded row-steps went to rows that "
             f"had already ended their reply ({why}). One decode step, median by live rows (≥ 10 steps seen): "
             f"{by_rows}." + fixed_text + "\n")

@@ -90,6 +90,8 @@ def test_bench_rollout_profile_tiny(monkeypatch, tmp_path, tiny_model_dir, cooki
     fixed = res["fixed_cache_decode"]  # one decode step at a fixed cache, 16 / 4 / 1 rows, measured twice each
     assert fixed["cache_len"] > 0 and list(fixed["median_ms_by_rows"]) == ["16", "4", "1"]
     assert all(len(v) == 2 and positive(*v) for v in fixed["runs_ms"].values())
+    assert list(fixed["concat_median_ms_by_rows"]) == ["16", "4", "1"]  # and with DynamicCache, as often
+    assert all(len(v) == 2 and positive(*v) for v in fixed["concat_runs_ms"].values())
     table = load_bench(monkeypatch, "report").rollout_profile_table(res)  # the book's table: one row per part
     assert [line.split("|")[3].strip() for line in table.splitlines() if line.startswith("| ") and "%" in line] == [
         f"**{res['median_shares'][k]:.0%}**" for k in res["median_parts"]]
