@@ -415,6 +415,7 @@ def benchmark_tables(level: int = 2) -> str:
             variant = {"ppo": "PPO", "grpo": "GRPO", "rloo": "RLOO", "behaviour": "agentrl's π_old from the rollout",
                        "batched,unshared": "each group's first context encoded once",
                        "batched,concat": "the KV cache appended in place",
+                       "hf": "the KV cache appended in place",  # rollout_profile lines since 11-27 name their backend
                        "weights": "why: the fine-tuning's weight changes in bf16",
                        "hf-live": GENERATOR_WORDS["hf-live"]}.get(
                 r.get(per[0] if isinstance(per, tuple) else per) if per else None)
