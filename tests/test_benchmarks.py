@@ -121,6 +121,19 @@ def test_bench_peak_tiny(tmp_path, tiny_model_dir):
     assert res["config"]["rows"] == 2 and "cpu_flags" in res
 
 
+def test_peak_table_reads_the_bf16_share_from_the_numbers(monkeypatch):
+    """The sentence under the peak table follows the measured fractions: 'far smaller' only when bf16's share of its
+    matmul throughput is well below fp32's (the AMX Xeon: 15% vs 67%), not where they are alike (AMD EPYC)."""
+    report = load_bench(monkeypatch, "report")
+    line = {"rows": 4, "tokens": 480, "policy_tokens": 96, "update_flops": 1.24e12, "cpu": "a CPU", "cpu_flags": [],
+            "matmul_gflops": {"float32": 128, "bfloat16": 203}, "bf16_speedup": 1.5,
+            "update": {"float32": {"median_seconds": 15.0, "gflops": 82, "fraction_of_matmul_peak": 0.64},
+                       "bfloat16": {"median_seconds": 10.0, "gflops": 124, "fraction_of_matmul_peak": 0.61}}}
+    assert "about the share" in report.peak_table(line) and "far smaller" not in report.peak_table(line)
+    line["update"]["bfloat16"]["fraction_of_matmul_peak"] = 0.15
+    assert "far smaller" in report.peak_table(line)
+
+
 def test_book_benchmark_tables_are_rendered_from_the_results_files():
     """book/benchmarks.md's tables are benchmarks/report.py's output on the committed results (no number typed by
     hand); after a new benchmark line, `python benchmarks/report.py --write`."""
