@@ -122,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--lora-rank", type=int, default=0,
                    help="SFT trains a LoRA adapter of this rank and RL keeps training it (0: every weight), at "
                         "LoRA's learning rates unless --sft-lr / --rl-lr are given (SFT 1e-3, RL 3e-4: book/demo.md)")
+    d.add_argument("--group-minibatches", action="store_true",
+                   help="RL minibatches of whole groups (each group's prompt forwarded once in the update: a faster "
+                        "update, another split of the episodes into gradient steps; book/benchmarks.md)")
     d.add_argument("--sft-lr", type=float, help="SFT learning rate (default 5e-5; with --lora-rank 1e-3)")
     d.add_argument("--rl-lr", type=float, help="RL learning rate (default 3e-5; with --lora-rank 3e-4)")
     d.add_argument("--record", metavar="FILE",

@@ -255,6 +255,7 @@ def cmd_demo(a) -> None:
         check_out_path("--record", a.record)
     if a.rl_steps is not None:
         budget.rl_steps = a.rl_steps
+    budget.group_minibatches = a.group_minibatches
     budget.with_lora(a.lora_rank)  # LoRA's learning rates unless --sft-lr / --rl-lr say otherwise
     budget.sft_lr = a.sft_lr or budget.sft_lr
     budget.rl_lr = a.rl_lr or budget.rl_lr

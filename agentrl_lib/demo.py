@@ -37,6 +37,9 @@ class DemoBudget:
     it to 81.2% (one seed, before the correctness fixes) and 87.5% after them (one seed: 14 vs 13 of 16 games)."""
     sft_lr: float = 5e-5
     """SFT learning rate (TRL SFTTrainer, constant)."""
+    group_minibatches: bool = False
+    """RL minibatches of whole groups (train.group_minibatches: each group's prompt forwarded once in the update;
+    another split of the episodes into gradient steps, so not exact). `--group-minibatches` on `agentrl demo`."""
     lora_rank: int = 0
     """0: SFT and RL fine-tune every weight. r > 0: SFT trains a peft LoRA adapter of rank r (alpha 32) and RL keeps
     training it (model.lora_rank); LoRA wants a higher learning rate than full fine-tuning: `with_lora` sets it."""
@@ -80,7 +83,8 @@ class DemoBudget:
                          algo=AlgoConfig(**ALGO_PRESETS[algo], group_size=self.group_size),
                          train=TrainConfig(steps=self.rl_steps, games_per_step=self.games_per_step, minibatch_size=4,
                                            lr=self.rl_lr, seed=seed, checkpoint_every=max(self.rl_steps, 1),
-                                           mixed_precision=mixed_precision))
+                                           mixed_precision=mixed_precision,
+                                           group_minibatches=self.group_minibatches))
 
 
 GAME_FAMILY = {"challenge": "tw-cooking", "challenge_args": "--recipe 1 --take 1 --go 1"}
@@ -187,10 +191,12 @@ def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo
 
 
 def variant_name(budget: DemoBudget, mixed_precision: str = "no") -> str:
-    """The demo variant a summary belongs to, e.g. 'fp32', 'bf16', 'fp32, LoRA r16 (SFT lr 0.0005, RL lr 0.0003)'
-    (the learning rates named when they are not DemoBudget's defaults)."""
+    """The demo variant a summary belongs to, e.g. 'fp32', 'bf16', 'fp32, whole-group minibatches',
+    'fp32, LoRA r16 (SFT lr 0.0005, RL lr 0.0003)' (the learning rates named when not DemoBudget's defaults)."""
     default = DemoBudget()
     name = "bf16" if mixed_precision == "bf16" else "fp32"
+    if budget.group_minibatches:
+        name += ", whole-group minibatches"
     if budget.lora_rank:
         name += f", LoRA r{budget.lora_rank}"
     if (budget.sft_lr, budget.rl_lr) != (default.sft_lr, default.rl_lr):

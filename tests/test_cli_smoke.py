@@ -130,3 +130,17 @@ def test_demo_lora_rank_brings_loras_learning_rates_unless_given(tmp_path, monke
         (16, demo.DemoBudget.LORA_SFT_LR, demo.DemoBudget.LORA_RL_LR), (16, 2e-3, demo.DemoBudget.LORA_RL_LR),
         (0, 5e-5, 1e-5), (0, 5e-5, 3e-5)]
     assert demo.DemoBudget.LORA_SFT_LR > 5e-5 and demo.DemoBudget.LORA_RL_LR > 3e-5
+
+
+def test_demo_group_minibatches_reaches_the_rl_config_and_names_the_variant(tmp_path, monkeypatch):
+    """`agentrl demo --group-minibatches`: the RL stage's train.group_minibatches is on and the recorded variant says
+    so; control: without the flag it is off and the variant is plain 'fp32'."""
+    import agentrl_lib.demo as demo
+    from agentrl_lib.cli import main
+
+    seen = []
+    monkeypatch.setattr(demo, "run_demo", lambda out, budget, **kw: seen.append(budget) or {})
+    for flags in (["--group-minibatches"], []):
+        assert main(["demo", *flags, "--out", str(tmp_path / "d")]) in (0, None)
+    assert [b.rl_config(tmp_path).train.group_minibatches for b in seen] == [True, False]
+    assert [demo.variant_name(b) for b in seen] == ["fp32, whole-group minibatches", "fp32"]
