@@ -20,11 +20,16 @@ PAGE = ROOT / "book" / "benchmarks.md"
 START, END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
 
 
+def all_lines(name: str) -> list[dict]:
+    """Every line of results/NAME.jsonl, in order; [] when the file is absent."""
+    path = RESULTS / f"{name}.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
 def newest_per(name: str, key: str | tuple[str, ...] | None = None) -> list[dict]:
     """The last line of results/NAME.jsonl for each value of `key` (several keys: each combination of their values),
     in order of first appearance; key None: the last line only. [] when the file is absent or empty."""
-    path = RESULTS / f"{name}.jsonl"
-    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    rows = all_lines(name)
     keys = key if isinstance(key, tuple) else (key,)
     last = {tuple(r.get(k) for k in keys): r for r in rows}
     return list(last.values())
@@ -333,11 +338,18 @@ def bf16_rollout_table(r: dict) -> str:
     return "\n".join(out) + "\n" + ("\n" + bf16_weights_text(r) if r.get("weights") else "")
 
 
-def demo_variants_table(rows: list[dict]) -> str:
-    """`agentrl demo --record`: the newest run of each demo variant (fp32, bf16, LoRA ...) and seed side by side on
-    the same 16 held-out games; each variant's RL result minus the fp32 run's of the same seed, paired over the games
-    (a bootstrap of the per-game differences: one run each, so the interval is over games, not seeds)."""
+def demo_variants_table(every: list[dict]) -> str:
+    """`agentrl demo --record` (every line, in order): the newest run of each demo variant (fp32, bf16, LoRA ...) and
+    seed side by side on the same 16 held-out games; each variant's RL result minus the fp32 run's of the same seed,
+    paired over the games (a bootstrap of the per-game differences: one run each, so the interval is over games, not
+    seeds). A variant and seed run more than once (e.g. on another CPU) gets a line: the same outcome in every game
+    of every stage, or not."""
     from agentrl_lib.report import bootstrap_mean_ci
+
+    runs: dict[tuple, list[dict]] = {}
+    for r in every:
+        runs.setdefault((r["variant"], r["seed"]), []).append(r)
+    rows = [x[-1] for x in runs.values()]  # the newest of each, in order of first appearance
 
     def won(r: dict, stage: str) -> dict:
         return {g: float(w) for g, w, _ in r["per_game"][stage]}
@@ -360,6 +372,14 @@ def demo_variants_table(rows: list[dict]) -> str:
                    f"{rl['update_seconds_median']:.0f} s | "
                    f"{r['peak_rss_gb']:.1f} GiB | {r['total_seconds'] / 60:.0f} min | "
                    f"{r['machine'].get('cpu') or r['machine'].get('torch_device')}, {where(r)} |")
+    for (variant, seed), xs in runs.items():
+        if len(xs) > 1:
+            where_ = ", ".join(f"{x['machine'].get('cpu') or x['machine'].get('torch_device')} "
+                               f"({(x.get('commit') or '')[:8]})" for x in xs)
+            same = all(x["per_game"] == xs[0]["per_game"] for x in xs)
+            out.append(f"\n{variant}, seed {seed}, ran {len(xs)} times ({where_}): "
+                       + ("the same outcome in every game of every stage." if same else
+                          "**other outcomes between the runs**; the table shows the newest."))
     return ("One `agentrl demo` run per variant (16 training games, SFT, 12 PPO steps, 16 held-out games, greedy "
             "evaluation), recorded with `--record`. Times are wall seconds on a shared machine: read them beside "
             "the load named in the note that made them, not as a benchmark.\n\n" + "\n".join(out) + "\n")
@@ -412,7 +432,7 @@ def benchmark_tables(level: int = 2) -> str:
                "sweep_step": ("algo", "comparison"), "bf16_rollout": "kind", "rollout_profile": "generator",
                "peak": "cpu"}.get(name)
         if name == "demo_variants":  # one table over every variant
-            if rows := newest_per(name, ("variant", "seed")):
+            if rows := all_lines(name):  # the table keeps the newest of each variant and seed, and notes repeats
                 parts.append(f"{'#' * level} {title}\n\n`results/{name}.jsonl` (`{script}`). {render(rows)}")
             continue
         for r in newest_per(name, per):

@@ -417,6 +417,10 @@ def test_demo_variants_table_pairs_each_variant_with_the_fp32_run_of_its_seed(mo
     assert page.count("## The demo in fp32, in bf16, with LoRA") == 1
     bf16 = [r.split("|")[5].strip() for r in page.splitlines() if r.startswith("| bf16 |")]
     assert bf16 == ["+0 pts [+0, +0]", "no fp32 run of this seed"]  # per variant only: seed 1's row would be gone
+    assert "bf16, seed 0, ran 2 times (Test CPU (abcdef12), Test CPU (abcdef12)): **other outcomes" in page
+    (tmp_path / "demo_variants.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines + [lines[0]]))
+    assert "fp32, seed 0, ran 2 times" in (page := report.benchmark_tables())  # a repeat with fp32's outcomes
+    assert "the same outcome in every game of every stage" in page and "other outcomes" not in page
 
 
 @pytest.mark.subprocess
