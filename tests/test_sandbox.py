@@ -81,8 +81,9 @@ def test_the_host_127_0_0_1_server_is_unreachable(work):
 
 def test_a_fork_bomb_is_contained(work):
     t0 = time.perf_counter()
-    r = run_sandboxed(":(){ :|:& };: ; sleep 1; echo survived", work, Limits(wall_s=15, processes=64))
-    assert time.perf_counter() - t0 < 15
+    r = run_sandboxed(":(){ :|:& };: ; sleep 1; echo survived", work, Limits(wall_s=10, processes=64))
+    assert time.perf_counter() - t0 < 15  # ended by the wall limit at the latest, plus the kill (was wall_s=15: a
+    # bomb that ran to the limit on a loaded machine ended 3 ms past it and failed the bound, not the containment)
     assert "fork" in r.output.lower() or r.timed_out  # bash reports "fork: retry: Resource temporarily unavailable"
     time.sleep(0.5)
     left = subprocess.run(["ps", "-eo", "uid="], capture_output=True, text=True).stdout.split()
