@@ -256,17 +256,20 @@ def _round(x: Any) -> Any:
 
 # ------------------------------------------------------------------------------------------------ one record
 def machine_info(device: str = "auto") -> dict[str, Any]:
-    """platform, python, cpu_count, torch version, torch_device (model.device resolved on this machine) and gpu
-    (the CUDA device name, or None)."""
+    """platform, python, cpu_count, cpu (the CPU model, /proc/cpuinfo), torch version, torch_threads (the intra-op
+    threads a run computes with: OMP_NUM_THREADS, which `regenerate.py --jobs J` sets to cores // J), torch_device
+    (model.device resolved on this machine) and gpu (the CUDA device name, or None)."""
     info: dict[str, Any] = {"platform": platform.platform(), "python": platform.python_version(),
-                            "cpu_count": os.cpu_count(), "torch": None, "torch_device": None, "gpu": None}
+                            "cpu_count": os.cpu_count(), "cpu": None, "torch": None, "torch_threads": None,
+                            "torch_device": None, "gpu": None}
     try:
         import torch
 
-        from .models import pick_device
+        from .models import cpu_model, pick_device
 
         dev = pick_device(device)
-        info.update(torch=torch.__version__, torch_device=str(dev))
+        info.update(torch=torch.__version__, torch_threads=torch.get_num_threads(), torch_device=str(dev),
+                    cpu=cpu_model() or platform.processor() or None)
         if torch.cuda.is_available():
             info["gpu"] = torch.cuda.get_device_name(dev if dev.type == "cuda" else 0)
     except Exception as e:  # a record is still worth writing without it

@@ -402,9 +402,32 @@ def lora_sft_lr_table(r: dict) -> str:
             f"fine-tuning's fit, {r['chosen_lr'] / full['lr']:.0f}× its learning rate.\n\n" + "\n".join(out) + "\n")
 
 
+def sweep_jobs_table(r: dict) -> str:
+    """bench_sweep_jobs.py: the same short runs one after another with every core each, or at once with a share of
+    the cores each; each arm's wall and CPU seconds, the throughput ratio, and whether the runs computed the same."""
+    out = ["| arm | runs at once | threads a run | wall s (median) | CPU s (median) |", "|---|---|---|---|---|"]
+    med = statistics.median
+    for arm, ms in r["arms"].items():
+        out.append(f"| {arm} | {1 if arm == 'serial' else r['jobs']} | {ms[0]['threads']} | "
+                   f"{med(m['wall_s'] for m in ms):.0f} | {med(m['cpu_s'] for m in ms):.0f} |")
+    peak = max(m["peak_rss_gib"] for ms in r["arms"].values() for m in ms)
+    diff = f"{r['max_rel_diff']:.2g}" if isinstance(r["max_rel_diff"], float) else r["max_rel_diff"]
+    same = ("Each seed computed the same at one thread as at every core (per-step losses, rewards, token counts "
+            "and held-out outcomes identical)" if r["same_outcomes"] else
+            f"The runs computed differently at fewer threads (largest relative difference {diff}): a "
+            "sweep keeps one thread count, recorded in each record's machine.torch_threads")
+    return (f"{r['jobs']} runs of `agentrl train` ({r['algo'].upper()}, {r['steps']} steps of configs/cooking.yaml, "
+            f"then {r['eval_games']} held-out games) per arm, {r['repeats']} repeats alternating the arms; "
+            f"{r['cpu']}, {where(r)}. The parallel arm ran the same runs **{r['throughput_ratio']:.2f}×** as fast "
+            f"(pairs {', '.join(f'{x:.2f}' for x in r['pair_ratios'])}); the largest run peaked at {peak:.1f} GiB. "
+            f"{same}.\n\n" + "\n".join(out) + "\n")
+
+
 SECTIONS = [  # (results file, title, renderer, the script that writes it)
     ("rl_step_vs_trl", "An RL step against TRL", rl_step_table, "bench_rl_step_vs_trl.py"),
     ("sweep_step", "The whole sweep step: each lever and all together", sweep_step_table, "bench_sweep_step.py"),
+    ("sweep_jobs", "A sweep on a small CPU: runs one after another or several at once", sweep_jobs_table,
+     "bench_sweep_jobs.py"),
     ("bf16_rollout", "Does bf16 change what the rollout samples?", bf16_rollout_table, "bench_bf16_rollout.py"),
     ("rollout_speed", "The batched multi-turn rollout against simpler loops", rollout_table, "bench_rollout.py"),
     ("rollout_profile", "Where the rollout's time goes", rollout_profile_table, "bench_rollout_profile.py"),

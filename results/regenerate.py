@@ -664,8 +664,11 @@ def main() -> None:
     p.add_argument("part", choices=["all", "pilot", "probe", "behaviour", "main", "explore", "split", "complexity",
                                       "evals", "stability", "swe"])
     p.add_argument("--jobs", type=int, default=1,
-                   help="commands at once (1 on a laptop; 7 on a 16-core machine with an 80 GB GPU: one RL run of "
-                        "configs/cooking.yaml holds ~9.5 GB of GPU memory, 8 at once ran out)")
+                   help="commands at once, each with cores // jobs threads (OMP_NUM_THREADS). On a 2-core CPU 2 runs "
+                        "at 1 thread each did the same runs faster than 1 at a time at 2 threads, but computed other "
+                        "numbers (results/sweep_jobs.jsonl, benchmarks/bench_sweep_jobs.py): keep one --jobs per "
+                        "sweep. 7 on a 16-core machine with an 80 GB GPU: one RL run of configs/cooking.yaml holds "
+                        "~9.5 GB of GPU memory, 8 at once ran out")
     p.add_argument("--dry-run", action="store_true", help="print the commands that would run; run nothing")
     p.add_argument("--results", default=str(ROOT / "results"),
                    help="folder of the results files (default: this checkout's results/); a sweep run from a pinned "
@@ -774,11 +777,24 @@ def main() -> None:
         n = sum(m > 0 for _, m in PLAN)
         print(f"\n{n} commands to run, about {total / 60:.1f} CPU hours at --jobs 1 on a quiet "
               f"2-core CPU (fp32; measured run times where the results files hold some, else the cost model above "
-              f"estimate_minutes); a GPU runs a cooking run in 2-7 min (results/algo_reward.jsonl, earlier design)")
+              f"estimate_minutes); a GPU runs a cooking run in 2-7 min (results/algo_reward.jsonl, earlier design)"
+              + jobs_speedup_note())
         return
     log(f"collected {collect_evals()} new stage evaluations into results/stage_evals.jsonl")
     log(f"{a.part}: {time.perf_counter() - t0:.0f}s wall" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
     sys.exit(1 if failed else 0)
+
+
+def jobs_speedup_note() -> str:
+    """'; at --jobs J ...' from the newest results/sweep_jobs.jsonl line (bench_sweep_jobs.py), '' without one."""
+    path = ROOT / "results" / "sweep_jobs.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    if not lines:
+        return ""
+    r = lines[-1]
+    threads = max(1, r["cpus"] // r["jobs"])
+    return (f"; at --jobs {r['jobs']} ({r['cpus']} cores, {threads} thread(s) a run) the same runs took 1/"
+            f"{r['throughput_ratio']:.2f} of that wall time on {r['cpu']} (results/sweep_jobs.jsonl)")
 
 
 ENV: dict[str, str] = {}

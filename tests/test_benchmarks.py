@@ -189,6 +189,51 @@ SWEEP_STEP_TINY = ["--repeats", "1", "--warmup", "0", "--threads", "0", "--set",
                    "--set", "train.minibatch_size=2"]
 
 
+@pytest.mark.trains
+@pytest.mark.subprocess
+def test_bench_sweep_jobs_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_games):
+    """Two one-step runs per arm on a tiny model: the serial arm gives each run every core, the parallel arm a half;
+    the line has both arms' times and the exactness verdict, and report.py renders it."""
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(f"env:\n  games: {cooking_games.root}\n  max_turns: 2\nalgo:\n  group_size: 2\n"
+                   f"train:\n  games_per_step: 1\n  minibatch_size: 2\n  max_new_tokens: 4\n"
+                   f"  eval_games: {cooking_games.root}\n")
+    res = run_script("bench_sweep_jobs.py", ["--init", tiny_model_dir, "--config", str(cfg), "--steps", "1",
+                                             "--eval-games", "1", "--repeats", "1"], tmp_path / "sweep_jobs.jsonl")
+    cores = os.cpu_count() or 2
+    assert res["arms"]["serial"][0]["threads"] == cores and res["arms"]["parallel"][0]["threads"] == max(1, cores // 2)
+    for arm in ("serial", "parallel"):
+        m = res["arms"][arm][0]
+        assert positive(m["wall_s"], m["cpu_s"], m["peak_rss_gib"])
+    assert positive(res["throughput_ratio"]) and len(res["pair_ratios"]) == 1 and len(res["held_out"]) == 2
+    assert isinstance(res["same_outcomes"], bool) and res["config"]["jobs"] == 2 and res["cpu"]
+    report = load_bench(monkeypatch, "report")
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    assert "## A sweep on a small CPU: runs one after another or several at once" in report.benchmark_tables()
+
+
+def test_bench_sweep_jobs_exactness_check_catches_a_difference(monkeypatch, tmp_path):
+    """Negative control of the serial-vs-parallel comparison: a loss off in its 7th digit, a missing step or another
+    held-out outcome counts as a difference; a step's timings do not."""
+    bench = load_bench(monkeypatch, "bench_sweep_jobs")
+
+    def run(name: str, loss: float = 0.25, seconds: float = 90.0, steps: int = 2, won: bool = True) -> dict:
+        d = tmp_path / name
+        d.mkdir()
+        rows = [{"step": i + 1, "policy_loss": loss * (i + 1), "step_seconds": seconds, "gen_tokens_per_s": 7.0,
+                 "alerts": []} for i in range(steps)]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+        (d / "eval.json").write_text(json.dumps({"success_rate": 0.5, "mean_turns": 6.0, "seconds": seconds,
+                                                 "per_game": [["g0", won, 5], ["g1", False, 8]]}))
+        return bench.outcome(d)
+
+    a = run("a")
+    assert bench.max_rel_diff(a, run("slower", seconds=120.0)) == 0.0  # timings are left out
+    assert 0 < bench.max_rel_diff(a, run("off", loss=0.25 * (1 + 1e-7))) < 1e-6
+    assert bench.max_rel_diff(a, run("short", steps=1)) == float("inf")
+    assert bench.max_rel_diff(a, run("lost", won=False)) > 0
+
+
 def test_bench_sweep_step_plan(monkeypatch):
     """Which settings run: baseline first; π_old from the rollout only without a critic; bf16 only with bf16
     hardware; `all` dropped when it repeats another setting's levers."""

@@ -110,6 +110,7 @@ def test_sweep_writes_one_record_per_run_and_skips_recorded_runs(tiny_model_dir,
         assert 0.0 <= r["eval"]["success_rate"] <= 1.0 and r["wall_seconds"] > 0 and r["train_seconds"] > 0
         assert r["resumed"] is False
         assert r["device"] == "cpu" and r["machine"]["cpu_count"] >= 1 and r["commit"]
+        assert r["machine"]["torch_threads"] >= 1 and r["machine"]["cpu"]
         assert r["started"] <= r["finished"]
         assert r["run_dir"] == str(runs / f"{sweep.cell_slug(r['cell'])}-s{r['seed']}")
         assert (runs / r["run_dir"].rsplit("/", 1)[1] / "eval.json").is_file()
