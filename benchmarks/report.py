@@ -97,11 +97,15 @@ def rollout_table(r: dict) -> str:
             cpu = f" ({r[f'cpu_ratio_vs_{m}']:.2f}×)" if f"cpu_ratio_vs_{m}" in r else ""
             out.append(f"| {label} | {r[m]['median_tokens_per_s']:.2f} | **{r[f'speedup_vs_{m}']:.2f}×**{cpu} |")
     if "concat" in r:  # an exact lever: the same draws, or it is not exact
-        same = [x["tokens"] == y["tokens"] for x, y in zip(r["batched"]["runs"], r["concat"]["runs"])]
-        differ = same.count(False)
-        out.append("\n" + (f"**The two caches sampled different token counts in {differ} repeat(s).**" if differ else
-                           "The growing and the concatenated cache sampled the same number of tokens in every repeat "
-                           "(tests/test_generation_live.py checks that the tokens and log-probs are the same)."))
+        pairs = list(zip(r["batched"]["runs"], r["concat"]["runs"]))
+        hashed = all("sampled_hash" in x and "sampled_hash" in y for x, y in pairs)  # lines since 11-27 (session 12)
+        what = "tokens" if hashed else "number of tokens"
+        differ = sum(x["sampled_hash"] != y["sampled_hash"] if hashed else x["tokens"] != y["tokens"] for x, y in pairs)
+        out.append("\n" + (f"**The two caches sampled different {what} in {differ} repeat(s).**" if differ else
+                           f"The growing and the concatenated cache sampled the same {what} in every repeat"
+                           + (" (the same hash of the sampled token ids)" if hashed else
+                              " (tests/test_generation_live.py checks that the tokens and log-probs are the same)")
+                           + "."))
     return "\n".join(out) + "\n"
 
 

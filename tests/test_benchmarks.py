@@ -64,6 +64,8 @@ def test_bench_rollout_tiny(tmp_path, tiny_model_dir, cooking_games):
     # with the shared first prefill the same tokens are sampled (the same seed, the same distribution to float error)
     assert res["batched"]["runs"][0]["tokens"] == res["unshared"]["runs"][0]["tokens"]
     assert res["batched"]["runs"][0]["tokens"] == res["concat"]["runs"][0]["tokens"]  # the growing cache is exact
+    assert res["batched"]["runs"][0]["sampled_hash"] == res["concat"]["runs"][0]["sampled_hash"]
+    assert res["batched"]["runs"][0]["sampled_hash"] == res["unshared"]["runs"][0]["sampled_hash"]
 
 
 @pytest.mark.subprocess
@@ -232,6 +234,22 @@ def test_bench_sweep_jobs_exactness_check_catches_a_difference(monkeypatch, tmp_
     assert 0 < bench.max_rel_diff(a, run("off", loss=0.25 * (1 + 1e-7))) < 1e-6
     assert bench.max_rel_diff(a, run("short", steps=1)) == float("inf")
     assert bench.max_rel_diff(a, run("lost", won=False)) > 0
+
+
+def test_rollout_table_exactness_note_compares_sampled_tokens(monkeypatch):
+    """The rollout table's note under the growing cache: the same hashes say "the same tokens"; a planted other hash
+    with the same token count is caught (negative control); lines without hashes fall back to the counts."""
+    report = load_bench(monkeypatch, "report")
+    run = {"tokens": 100, "tokens_per_s": 5.0, "sampled_hash": "aaaa"}
+    line = {"episodes": 4, "max_turns": 2, "new_tokens": 4, "temperature": 0.7, "repeats": 1, "device": "cpu",
+            "batched": {"runs": [run], "median_tokens_per_s": 5.0},
+            "concat": {"runs": [dict(run)], "median_tokens_per_s": 4.0}, "speedup_vs_concat": 1.25}
+    assert "sampled the same tokens in every repeat" in report.rollout_table(line)
+    line["concat"]["runs"][0]["sampled_hash"] = "bbbb"  # the same count, other tokens
+    assert "**The two caches sampled different tokens in 1 repeat(s).**" in report.rollout_table(line)
+    for x in (line["batched"]["runs"][0], line["concat"]["runs"][0]):
+        del x["sampled_hash"]  # a line from before the hashes: counts only
+    assert "sampled the same number of tokens in every repeat" in report.rollout_table(line)
 
 
 def test_bench_sweep_step_plan(monkeypatch):
