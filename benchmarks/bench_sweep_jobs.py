@@ -36,7 +36,7 @@ from pathlib import Path
 from benchutil import game_subset, load1, machine_info, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
-TIMING = ("seconds", "per_s", "alerts")  # metrics keys that time a step (differ between arms by design)
+TIMING = ("seconds", "per_s")  # metrics keys that time a step (step_seconds, gen_tokens_per_s): differ by design
 
 
 def train_command(a: argparse.Namespace, seed: int, out: Path, eval_games: str) -> list[str]:
@@ -141,7 +141,7 @@ def main() -> None:
            "median_wall_s": med, "throughput_ratio": round(med["serial"] / med["parallel"], 3),
            "pair_ratios": [round(x, 3) for x in pairs],
            "same_outcomes": diff == 0.0, "max_rel_diff": diff if diff != float("inf") else "shapes differ",
-           "held_out": [o["eval"].get("success_rate") for o in outcomes["serial"]]}
+           "held_out": {arm: [o["eval"].get("success_rate") for o in outs] for arm, outs in outcomes.items()}}
     print(f"serial {med['serial']:.0f} s, parallel {med['parallel']:.0f} s (medians): the parallel arm does the same "
           f"runs {row['throughput_ratio']:.2f}x as fast (pairs {', '.join(f'{x:.2f}' for x in pairs)}); "
           + ("every seed computed the same at 1 thread as at all cores" if diff == 0.0 else

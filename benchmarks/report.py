@@ -420,7 +420,8 @@ def sweep_jobs_table(r: dict) -> str:
             "and held-out outcomes identical)" if r["same_outcomes"] else
             f"The runs computed differently at fewer threads (largest relative difference {diff}): a "
             "sweep keeps one thread count, recorded in each record's machine.torch_threads")
-    return (f"{r['jobs']} runs of `agentrl train` ({r['algo'].upper()}, {r['steps']} steps of configs/cooking.yaml, "
+    config = (r.get("config") or {}).get("config", "configs/cooking.yaml")
+    return (f"{r['jobs']} runs of `agentrl train` ({r['algo'].upper()}, {r['steps']} steps of {config}, "
             f"then {r['eval_games']} held-out games) per arm, {r['repeats']} repeats alternating the arms; "
             f"{r['cpu']}, {where(r)}. The parallel arm ran the same runs **{r['throughput_ratio']:.2f}×** as fast "
             f"(pairs {', '.join(f'{x:.2f}' for x in r['pair_ratios'])}); the largest run peaked at {peak:.1f} GiB. "
