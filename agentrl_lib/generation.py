@@ -113,7 +113,7 @@ class GrowingKVCache(DynamicCache):
     rows were replaced (`batch_select_indices`, after rows leave). Exact: the same keys and values in the same
     attention, only stored elsewhere (tests/test_generation_live.py compares both generators' tokens and log-probs
     with DynamicCache's, with a negative control). A small gain on a CPU, where the decode step is bound by reading
-    the weights: 1.15× on a 16-row decode step at 656 positions, 1.09× on a cooking rollout (book/benchmarks.md,
+    the weights: 1.15× on a 16-row decode step at 656 positions, 1.09-1.16× on a cooking rollout (book/benchmarks.md,
     benchmarks/bench_rollout_profile.py and bench_rollout.py). Shapes as DynamicCache: keys / values
     (B, kv_heads, T, head_dim)."""
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import os
 import statistics
 import sys
@@ -93,7 +92,9 @@ def run_method(method: str, model, tok, pool, games: list[str], groups: list[int
     seconds of this process (all its threads; the env workers are other processes: less sensitive than wall time to
     a shared machine's load), turns, tokens_per_s (tokens / wall s), gen_tokens_per_s (tokens / generate s), mean
     trajectory length (tokens), shared_positions (first-context positions the generator did not encode), sampled_hash
-    (sampled_hash(): which tokens were sampled)."""
+    (benchutil.sampled_hash: which tokens were sampled)."""
+    from benchutil import sampled_hash
+
     from agentrl_lib.rollout import RolloutStats, rollout
 
     torch.manual_seed(seed)
@@ -121,12 +122,6 @@ def run_method(method: str, model, tok, pool, games: list[str], groups: list[int
         "mean_len": round(statistics.mean(len(t.ids) for t in trajs), 1), "won": sum(t.won for t in trajs),
         "sampled_hash": sampled_hash(trajs)}
 
-
-def sampled_hash(trajs) -> str:
-    """The first 16 hex digits of the SHA-256 of every episode's sampled (policy-mask) token ids, in episode order:
-    two methods that sampled the same tokens have the same hash (bench_sweep_step.py's rule)."""
-    sampled = [[i for i, m in zip(t.ids, t.mask) if m] for t in trajs]
-    return hashlib.sha256(repr(sampled).encode()).hexdigest()[:16]
 
 
 def main(argv: list[str] | None = None) -> int:

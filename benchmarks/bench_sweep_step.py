@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import hashlib
 import os
 import statistics
 import tempfile
@@ -136,7 +135,7 @@ class KeepOpen:
 
 def measure(a, levers: dict, pool, warmup: bool = False) -> dict:
     """One Trainer.step(0) from a fresh Trainer (not timed: its construction); what it did and how long it took."""
-    from benchutil import cpu_seconds, load1
+    from benchutil import cpu_seconds, load1, sampled_hash
 
     from agentrl_lib.policy import common_prefix_length, prompt_groups
     from agentrl_lib.trainer import Trainer
@@ -173,7 +172,6 @@ def measure(a, levers: dict, pool, warmup: bool = False) -> dict:
         trainer.close()
     del trainer
     gc.collect()
-    sampled = [[i for i, m in zip(t.ids, t.mask) if m] for t in seen["trajs"]]
     batch = seen.get("batch")
     shareable = 0  # prompt positions a shared forward of the whole batch skips (policy.hidden_states' rule)
     for rows in prompt_groups(batch["input_ids"], batch["mask"]) if batch is not None else []:
@@ -182,8 +180,9 @@ def measure(a, levers: dict, pool, warmup: bool = False) -> dict:
     rollout_s, update_s = row.get("rollout_seconds", wall), row.get("update_seconds", 0.0)
     return {"seconds": round(wall, 3), "cpu_seconds": round(cpu, 3), "rollout_seconds": round(rollout_s, 3),
             "old_seconds": round(row["step_seconds"] - rollout_s - update_s, 3), "update_seconds": round(update_s, 3),
-            "sampled_tokens": sum(map(len, sampled)), "sampled_hash": hashlib.sha256(repr(sampled).encode())
-            .hexdigest()[:16], "batch_tokens": int(batch["attention_mask"].sum()) if batch is not None else 0,
+            "sampled_tokens": sum(sum(1 for m in t.mask if m) for t in seen["trajs"]),
+            "sampled_hash": sampled_hash(seen["trajs"]),
+            "batch_tokens": int(batch["attention_mask"].sum()) if batch is not None else 0,
             "shareable_prompt_positions": shareable, "rollout_shared_positions": shared_rollout,
             "grow_cache": grow_cache, "first_loss": seen.get("first_loss"),
             "skipped_update": row.get("skipped_update", 0.0), "success_rate": row["success_rate"],

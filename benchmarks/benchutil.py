@@ -4,6 +4,7 @@ load, the peak memory; and how a result line is written. Imported by the bench_*
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -72,6 +73,13 @@ def cpu_seconds() -> float:
                 if len(fields) > 12:
                     total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime (fields 14, 15) in ticks
     return total
+
+
+def sampled_hash(trajs) -> str:
+    """The first 16 hex digits of the SHA-256 of every episode's sampled (policy-mask) token ids, in episode order:
+    two rollouts that sampled the same tokens have the same hash (bench_rollout.py, bench_sweep_step.py)."""
+    sampled = [[i for i, m in zip(t.ids, t.mask) if m] for t in trajs]
+    return hashlib.sha256(repr(sampled).encode()).hexdigest()[:16]
 
 
 def load1() -> float:
