@@ -10,11 +10,12 @@ verdict ("agrees" / "disagrees" when the interval excludes 0, "no difference at 
 "cannot tell yet" when a cell has fewer than 2 seeds or the sweep has not run) and why ours may differ.
 tests/test_findings.py fails when a page's table differs from what this prints (re-run with --write after new results
 land); book/build.py also refreshes the book's in the book it builds. This script adds the findings design's tables
-(design_table: the search for the RL start, the pilot, the seeds rule).
+(design_table: the search for the RL start, the pilot, the seeds rule) and what each sweep cost (cost_table).
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
@@ -29,6 +30,8 @@ PAGE = ROOT / "book" / "findings.md"
 README = ROOT / "README.md"
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 DESIGN_START, DESIGN_END = "<!-- design:start -->", "<!-- design:end -->"
+COST_START, COST_END = "<!-- cost:start -->", "<!-- cost:end -->"
+SWEEPS = ("algo_reward", "sft_rl_split", "exploration", "complexity", "stability", "swe")
 REGENERATE = verdicts.REGENERATE
 
 
@@ -42,17 +45,40 @@ def findings_table(link: str = "../notebooks/", why: bool = True) -> str:
     rests on. `link`: the path from the page to notebooks/ ("notebooks/" from the README); why=False: without the
     why column (the README's)."""
     results = {name: load_results(name) for name in verdicts.RESULTS_FILES}
-    runs = [r for name in ("algo_reward", "sft_rl_split", "exploration", "complexity", "stability", "swe")
-            for r in results[name]]
+    runs = [r for name in SWEEPS for r in results[name]]
     devices = sorted({(r.get("machine") or {}).get("gpu") or r.get("device") for r in runs if r.get("device")})
     secs = sum(r.get("train_seconds") or 0 for r in runs)
-    counts = " + ".join(str(len(results[n])) for n in ("algo_reward", "sft_rl_split", "exploration", "complexity",
-                                                        "stability", "swe"))
+    counts = " + ".join(str(len(results[n])) for n in SWEEPS)
     return "\n".join([verdicts.verdict_table(results=results, link=link, why=why), "",
                       f"From {counts} runs (algo × reward, SFT:RL split, exploration budget, complexity, bandit "
                       f"stability, SWE reward) on {', '.join(devices) or 'no device yet'}; {secs / 60:.0f} min of "
                       "training in total (Σ train_seconds). Intervals: 95% percentile bootstrap over seeds "
                       "(agentrl_lib.report); the base-model row's is over games."])
+
+
+def _where(record: dict) -> str:
+    """The machine of a record: its GPU, else its CPU's name, else the device and the core count."""
+    m = record.get("machine") or {}
+    return m.get("gpu") or m.get("cpu") or f"{record.get('device')} ({m.get('cpu_count', '?')} cores)"
+
+
+def cost_table() -> str:
+    """The Markdown table of what each sweep in results/ cost, from its records: runs, where they ran (`_where`),
+    the median wall time of a run in minutes over the runs that were not resumed (`wall_seconds`: training and
+    evaluation), and the sum of `wall_seconds` in hours (a resumed run counts from its resumption only, so the sum
+    is a lower bound). A sweep with no records in results/ says so."""
+    rows = ["| sweep | runs | where | median wall time a run | wall time in all |", "|:--|--:|:--|--:|--:|"]
+    for name in SWEEPS:
+        records = load_results(name)
+        if not records:
+            rows.append(f"| {name} | 0 | not in results/ yet | | |")
+            continue
+        where = sorted({_where(r) for r in records})
+        fresh = [r["wall_seconds"] for r in records if r.get("wall_seconds") and not r.get("resumed")]
+        median = f"{statistics.median(fresh) / 60:.0f} min" if fresh else "n/a"
+        total = sum(r.get("wall_seconds") or 0 for r in records) / 3600
+        rows.append(f"| {name} | {len(records)} | {', '.join(where)} | {median} | {total:.1f} h |")
+    return "\n".join(rows)
 
 
 def design_table() -> str:
@@ -191,11 +217,13 @@ def main() -> None:
     a = p.parse_args()
     table, design = findings_table(), design_table()
     if not a.write:
-        print(table + "\n\n" + design)
+        print(table + "\n\n" + design + "\n\n" + cost_table())
         return
-    PAGE.write_text(with_block(with_table(PAGE.read_text(), table), design, DESIGN_START, DESIGN_END))
+    page = with_block(with_table(PAGE.read_text(), table), design, DESIGN_START, DESIGN_END)
+    PAGE.write_text(with_block(page, cost_table(), COST_START, COST_END))
     README.write_text(with_table(README.read_text(), findings_table(link="notebooks/", why=False), README))
-    print(f"{PAGE.relative_to(ROOT)}: findings and design tables updated; {README.relative_to(ROOT)}: findings table")
+    print(f"{PAGE.relative_to(ROOT)}: findings, design and cost tables updated; "
+          f"{README.relative_to(ROOT)}: findings table")
 
 
 def with_table(text: str, table: str, page: Path = PAGE) -> str:
@@ -212,11 +240,12 @@ def with_block(text: str, block: str, start: str, end: str, page: Path = PAGE) -
     return head + start + "\n" + block + "\n" + end + rest.split(end, 1)[1]
 
 
-def design_block(text: str) -> str:
-    """The text between the design markers of a page's text (stripped)."""
-    if DESIGN_START not in text or DESIGN_END not in text:
-        raise ValueError(f"{PAGE.relative_to(ROOT)} lacks the markers {DESIGN_START} / {DESIGN_END}")
-    return text.split(DESIGN_START, 1)[1].split(DESIGN_END, 1)[0].strip()
+def design_block(text: str, start: str = DESIGN_START, end: str = DESIGN_END) -> str:
+    """The text between the design markers (or `start` / `end`) of a page's text (stripped); ValueError when
+    they are missing."""
+    if start not in text or end not in text:
+        raise ValueError(f"{PAGE.relative_to(ROOT)} lacks the markers {start} / {end}")
+    return text.split(start, 1)[1].split(end, 1)[0].strip()
 
 
 if __name__ == "__main__":

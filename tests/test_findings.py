@@ -32,6 +32,26 @@ def test_book_design_table_is_the_one_the_sft_rounds_give():
                                               "`python results/findings.py --write` after a new SFT round or choice")
 
 
+def test_book_cost_table_is_the_one_the_records_give():
+    block = findings.design_block((ROOT / "book" / "findings.md").read_text(), findings.COST_START, findings.COST_END)
+    assert block == findings.cost_table(), ("book/findings.md's cost table is stale: run "
+                                            "`python results/findings.py --write` after new results")
+
+
+def test_cost_table_medians_fresh_runs_and_sums_every_run(monkeypatch):
+    """The median leaves a resumed run out (its wall time counts from the resumption), the sum keeps it; a sweep
+    with no records says so; a planted typed number in the page is told apart (negative control)."""
+    runs = [{"wall_seconds": 600, "device": "cpu", "machine": {"cpu_count": 2}},
+            {"wall_seconds": 1800, "device": "cpu", "machine": {"cpu": "AMD EPYC"}},
+            {"wall_seconds": 60, "resumed": True, "device": "cuda", "machine": {"gpu": "NVIDIA H100"}}]
+    monkeypatch.setattr(findings, "load_results", lambda name: runs if name == "swe" else [])
+    rows = findings.cost_table().splitlines()
+    assert "| swe | 3 | AMD EPYC, NVIDIA H100, cpu (2 cores) | 20 min | 0.7 h |" in rows
+    assert "| algo_reward | 0 | not in results/ yet | | |" in rows
+    page = f"x\n{findings.COST_START}\n| swe | 3 | cpu | 32 min | 19 h |\n{findings.COST_END}\ny"
+    assert findings.design_block(page, findings.COST_START, findings.COST_END) != findings.cost_table()
+
+
 def test_design_table_lists_every_candidate_once_in_learning_rate_order(tmp_path, monkeypatch):
     """Two rounds' files → one row per candidate, sorted by learning rate, the round that tried it; a planted stale
     block is told apart from the fresh one (negative control)."""
