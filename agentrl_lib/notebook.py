@@ -2,7 +2,8 @@
 
 Chapters include the ≤ 15 library lines that implement an equation from the source file itself (never pasted), so
 the page cannot drift from the code: `show_source(advantages.gae, docstring=False)`. `steps_table` shows chosen
-metrics of a run's rows, step by step, for the chapters' diagnosis exercises.
+metrics of a run's rows, step by step, for the chapters' diagnosis exercises. `Text` is a string that myst-nb's
+`glue` inserts into the prose without quotes (the chapters' measured numbers: `glue("x", Text("57%"))`).
 
 Introduced in notebooks/00_quickstart.md §3 (show_source).
 """
@@ -13,6 +14,14 @@ import inspect
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
+
+
+class Text(str):
+    """A string that myst-nb's `glue` shows without quotes: `{glue:text}` inserts an object's repr, and a plain
+    str's repr carries its quotes."""
+
+    def __repr__(self) -> str:
+        return str(self)
 
 
 @dataclass
