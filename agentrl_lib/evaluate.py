@@ -15,7 +15,7 @@ from .config import EnvConfig, check_context_room
 from .envs.pool import EnvPool, open_pool
 from .envs.protocol import GameSet
 from .generation import GENERATORS
-from .prompts import ChatFormat, system_prompt_for
+from .prompts import ChatFormat, first_user_message, system_prompt_for
 from .rollout import rollout
 
 
@@ -101,6 +101,33 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
         "gen_tokens_per_s": tokens / max(gen_s, 1e-9),
         "per_game": rows,
     }
+
+
+def first_reply_probabilities(model, tokenizer, env, game: str, replies: list[str], family: str,
+                              env_cfg: EnvConfig | None = None) -> dict[str, float]:
+    """The exact probability, under `model` at temperature 1, that its first reply in `game` is each of `replies`
+    word for word, then the end-of-turn token: the product of the probabilities of `ChatFormat.action_ids(reply)`
+    after the first prompt a rollout builds (`family`'s system prompt, `first_user_message` of `env.reset(game)`,
+    shown as `env_cfg` says: admissible commands, inventory, action format). A reply written another way ("dragon.",
+    " Dragon") is another reply, so the sum is at most 1 and the rest is every other reply.
+
+    Returns {reply: probability} (floats in [0, 1]); what `env.reset(game)` raises propagates.
+    Introduced in notebooks/05_stability.md §2 (what a format-only warm-up leaves the policy preferring)."""
+    env_cfg = env_cfg or EnvConfig()
+    first = env.reset(game)
+    chat = ChatFormat(tokenizer)
+    user = first_user_message(first.info.objective, first.obs, first.info.admissible if env_cfg.show_admissible
+                              else None, first.info.inventory if env_cfg.show_inventory else "")
+    prompt = chat.prompt_ids(system_prompt_for(family, env_cfg.action_format, env_cfg.max_actions_per_turn), user)
+    device = next(model.parameters()).device
+    out = {}
+    with torch.no_grad():
+        for reply in replies:
+            ids = chat.action_ids(reply)
+            x = torch.tensor([prompt + ids], device=device)
+            logp = torch.log_softmax(model(x).logits[0, len(prompt) - 1:-1].float(), dim=-1)
+            out[reply] = float(logp.gather(1, torch.tensor(ids, device=device)[:, None]).sum().exp())
+    return out
 
 
 def save_eval(result: dict, path: str | Path) -> None:

@@ -181,9 +181,9 @@ def transfer_evals(level: str) -> list[str]:
 HARD_TURNS = 12  # cooking2 walkthroughs are longer than the 8 turns of training
 STABILITY_SFT = {"demos": 4, "seed": 0}
 """Chapter 05's format-only warm-up: the first 4 walkthroughs of bandit (Dragon) and of bandit-reversed (Phoenix),
-pooled: 2 optimizer steps. Piloted on 2 CPU cores: the reply is an arm name 94-95% of the time, Dragon 35-41%,
-Phoenix 53-59% (exact reply probabilities of the two prompts); 8 + 8 walkthroughs gave Dragon 98-99.5% (no room
-for RL to learn anything), 4 bandit walkthroughs alone Dragon 30-37% and 64% invalid replies."""
+pooled: 2 optimizer steps. Chapter 05 §2 measures what it leaves (exact reply probabilities on the two arm orders:
+Dragon 0.34-0.40, Phoenix 0.53-0.59) beside 8 + 8 walkthroughs (Dragon 0.98-0.99: no room for RL to learn anything);
+in the pilot, 4 bandit walkthroughs alone gave Dragon 30-37% and 64% invalid replies."""
 STABILITY_SEEDS = (0, 1, 2)
 STABILITY_SWEEPS = (  # grids into results/stability.jsonl; the axes algo.advantage and algo.keep_top_std throughout
     ["algo.advantage=gae,grpo,rloo", "algo.keep_top_std=1.0"],           # the estimators, no filtering
