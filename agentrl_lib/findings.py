@@ -115,6 +115,8 @@ def compare_evaluations(evals: list[dict], a: dict, b: dict, expect_sign: int, n
     if ci is None:
         return ours, f"{CANNOT_TELL} (fewer than 2 games)"
     ours += f"; Δ {100 * diff:+.0f} pts [{100 * ci[0]:+.0f}, {100 * ci[1]:+.0f}] (interval over games: one model each)"
+    if not any(wins[0]) and not any(wins[1]):  # a floor: nothing to compare, whatever the paper's direction
+        return ours, f"{_judge(diff, *ci, expect_sign)} (both 0%: a floor, not evidence either way)"
     return ours, _judge(diff, *ci, expect_sign)
 
 

@@ -298,6 +298,9 @@ def test_base_model_row_bootstraps_over_games_of_one_evaluation():
     near = [ev("w2-o3-q4", [True] * 2 + [False] * 62), ev("w8-o12-q4", [True] + [False] * 63)]
     assert lib.compare_evaluations(near, {"level": "w2-o3-q4"}, {"level": "w8-o12-q4"}, 1, ("w2", "w8"))[1] == \
         "no difference at this scale"
+    floor = [ev("w2-o3-q4", [False] * 64), ev("w8-o12-q4", [False] * 64)]  # nothing won: the verdict says why
+    assert lib.compare_evaluations(floor, {"level": "w2-o3-q4"}, {"level": "w8-o12-q4"}, 1, ("w2", "w8"))[1] == \
+        "no difference at this scale (both 0%: a floor, not evidence either way)"
 
 
 def test_hyperparameter_table_reads_the_run_config_and_names_a_missing_field():
