@@ -350,7 +350,8 @@ def stage_eval(model: str, games_name: str, max_turns: int, stage: str, **meta) 
 def collect_evals(folder: str = "evals") -> int:
     """Append every finished runs/FOLDER/*.json (with its meta) to results/stage_evals.jsonl once. FOLDER "evals":
     `agentrl eval` outputs (stage_eval); "evals-swe": the swe part's `agentrl eval --max-new-tokens` outputs
-    (swe_stage_eval: their meta name the level and the reply length)."""
+    (swe_stage_eval: their meta name the level and the reply length). Every record has a `seed`: the SFT model's,
+    or null for the base model (untrained and evaluated greedily, so no seed is involved)."""
     path = RESULTS / "stage_evals.jsonl"
     have = {json.dumps([r["stage"], r["model"], r["games"]]) for r in map(json.loads, path.read_text().splitlines())
             } if path.exists() else set()
@@ -369,8 +370,9 @@ def collect_evals(folder: str = "evals") -> int:
         config = {"command": "agentrl eval", "model": meta["model"],
                   "games": f"games/{meta['games']}", "max_turns": meta["max_turns"], "dtype": "float32",
                   "temperature": 0.0, "max_new_tokens": meta["max_new_tokens"] if swe else 24}
-        fields = ({**{k: meta[k] for k in ("stage", "model", "games", "level", "max_turns")},
-                   "seed": meta.get("seed", 0)} if swe else meta)  # greedy: `agentrl eval`'s default seed 0
+        fields = {k: meta[k] for k in ("stage", "model", "games", "level", "max_turns")} if swe else dict(meta)
+        # the SFT model's seed; null for the untrained base model, evaluated greedily: nothing in it is random
+        fields["seed"] = None if meta["stage"] == "base" else meta.get("seed", 0)
         ev = {**compact_eval(res), "mean_score_frac": res.get("mean_score_frac")} if swe else compact_eval(res)
         append_record(path, {**fields, "config": config, "commit": git_commit(), "device": machine["torch_device"],
                              "machine": machine, "eval": ev})

@@ -107,6 +107,9 @@ def test_committed_results_files_load_by_name():
         records.load_records(root / "algo_reward_first_design.jsonl") != []
     stage = records.load_results("stage_evals")
     assert stage and all("stage" in r and "eval" in r for r in stage)
+    # every evaluation names its seed: an SFT model's, or null for the untrained base model evaluated greedily
+    # (negative control: the five base-model lines written before regenerate.collect_evals set it lacked the key)
+    assert all("seed" in r and (r["seed"] is None) == (r["stage"] == "base") for r in stage)
 
 
 # ------------------------------------------------------------------------------------------------ one record

@@ -88,6 +88,7 @@ def test_collect_evals_appends_each_finished_evaluation_once(tmp_path, monkeypat
     assert swe["config"]["command"] == "agentrl eval" and swe["config"]["max_new_tokens"] == 160
     assert swe["level"] == 1 and "extra" not in swe and plain["eval"]["per_game"] == [["g0", True, 2], ["g1", False, 4]]
     assert swe["eval"]["success_rate"] == 0.5 and swe["eval"]["mean_score_frac"] == 0.6
+    assert plain["seed"] is None and swe["seed"] == 0     # the base model has no seed; an SFT model has its own
 
 
 @pytest.mark.parametrize("dry_run", [False, True])
