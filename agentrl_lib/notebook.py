@@ -3,7 +3,8 @@
 Chapters include the ≤ 15 library lines that implement an equation from the source file itself (never pasted), so
 the page cannot drift from the code: `show_source(advantages.gae, docstring=False)`. `steps_table` shows chosen
 metrics of a run's rows, step by step, for the chapters' diagnosis exercises. `Text` is a string that myst-nb's
-`glue` inserts into the prose without quotes (the chapters' measured numbers: `glue("x", Text("57%"))`).
+`glue` inserts into the prose without quotes (the chapters' measured numbers: `glue("x", Text("57%"))`); `span`
+writes a range of measured numbers as such a string ("0.35–0.41").
 
 Introduced in notebooks/00_quickstart.md §3 (show_source).
 """
@@ -22,6 +23,15 @@ class Text(str):
 
     def __repr__(self) -> str:
         return str(self)
+
+
+def span(values, fmt: str = "{:.2f}") -> Text:
+    """The range of `values` as prose, each end formatted with `fmt`: "0.35–0.41", or one number when both ends
+    format alike ("0.98"). For glue: `glue("x", span(rates, "{:.0%}"))`.
+
+    Raises: ValueError when `values` is empty (min of an empty sequence)."""
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return Text(lo if lo == hi else f"{lo}–{hi}")
 
 
 @dataclass

@@ -11,7 +11,7 @@ import nbformat
 import pytest
 
 from agentrl_lib import advantages, rewards
-from agentrl_lib.notebook import show_source, steps_table
+from agentrl_lib.notebook import show_source, span, steps_table
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 FIX = "edit the .md and run `make sync-notebooks` (then re-execute the notebook and commit both)"
@@ -98,6 +98,13 @@ def test_show_source_stop_keeps_the_lines_up_to_the_mark_and_steps_table_reads_r
                         ["success_rate", "entropy"], steps_shown=[1])
     assert repr(table).splitlines() == ["  step  success_rate  entropy", "     1             —    0.412"]
     assert table._repr_markdown_().splitlines()[2] == "| 1 | — | 0.412 |"
+
+
+def test_span_writes_a_range_for_glue_without_quotes():
+    assert repr(span([0.409, 0.351, 0.38])) == "0.35–0.41"                # min–max, in any order; no quotes
+    assert span([0.981, 0.984]) == "0.98" and span([0.25], "{:.0%}") == "25%"   # one number when both ends agree
+    with pytest.raises(ValueError):
+        span([])
 
 
 def test_every_stored_output_has_an_execution_count():
