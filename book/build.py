@@ -180,7 +180,7 @@ def book_page(name: str, text: str, present: set[str]) -> str:
     dropped for a chapter that is not in the book yet."""
     if name == "findings":
         findings = _import_findings()
-        text = findings.with_table(text, findings.findings_table())
+        text = findings.with_block(text, findings.findings_table())
         text = findings.with_block(text, findings.cost_table(), findings.COST_START, findings.COST_END)
     elif name == "benchmarks":
         text = _import_script("benchmarks/report.py").with_tables(text)

@@ -203,14 +203,6 @@ def pilot_rows(path: Path, init: str, settings: dict | None = None) -> list[str]
             *(row for *_, row in sorted(rows))]
 
 
-def page_block(text: str, page: Path = PAGE) -> str:
-    """The text between the findings markers of a page's text (stripped), or raise ValueError naming `page` when
-    they are missing."""
-    if START not in text or END not in text:
-        raise ValueError(f"{page.name} lacks the markers {START} / {END}")
-    return text.split(START, 1)[1].split(END, 1)[0].strip()
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--write", action="store_true", help="replace the tables of book/findings.md and README.md")
@@ -219,33 +211,27 @@ def main() -> None:
     if not a.write:
         print(table + "\n\n" + design + "\n\n" + cost_table())
         return
-    page = with_block(with_table(PAGE.read_text(), table), design, DESIGN_START, DESIGN_END)
+    page = with_block(with_block(PAGE.read_text(), table), design, DESIGN_START, DESIGN_END)
     PAGE.write_text(with_block(page, cost_table(), COST_START, COST_END))
-    README.write_text(with_table(README.read_text(), findings_table(link="notebooks/", why=False), README))
+    README.write_text(with_block(README.read_text(), findings_table(link="notebooks/", why=False), page=README))
     print(f"{PAGE.relative_to(ROOT)}: findings, design and cost tables updated; "
           f"{README.relative_to(ROOT)}: findings table")
 
 
-def with_table(text: str, table: str, page: Path = PAGE) -> str:
-    """`text` (of `page`) with `table` between its findings markers."""
-    page_block(text, page)  # the markers exist
-    return with_block(text, table, START, END, page)
-
-
-def with_block(text: str, block: str, start: str, end: str, page: Path = PAGE) -> str:
-    """`text` with `block` between the markers `start` and `end`; ValueError naming `page` when they are missing."""
+def block(text: str, start: str = START, end: str = END, page: Path = PAGE) -> str:
+    """The text between the markers `start` and `end` of a page's text, stripped (by default the findings table;
+    DESIGN_* and COST_* mark the design and cost tables); ValueError naming `page` when they are missing."""
     if start not in text or end not in text:
         raise ValueError(f"{page.name} lacks the markers {start} / {end}")
-    head, rest = text.split(start, 1)
-    return head + start + "\n" + block + "\n" + end + rest.split(end, 1)[1]
-
-
-def design_block(text: str, start: str = DESIGN_START, end: str = DESIGN_END) -> str:
-    """The text between the design markers (or `start` / `end`) of a page's text (stripped); ValueError when
-    they are missing."""
-    if start not in text or end not in text:
-        raise ValueError(f"{PAGE.relative_to(ROOT)} lacks the markers {start} / {end}")
     return text.split(start, 1)[1].split(end, 1)[0].strip()
+
+
+def with_block(text: str, new: str, start: str = START, end: str = END, page: Path = PAGE) -> str:
+    """`text` (of `page`) with `new` between the markers `start` and `end` (by default the findings table's);
+    ValueError naming `page` when they are missing."""
+    block(text, start, end, page)  # the markers exist
+    head, rest = text.split(start, 1)
+    return head + start + "\n" + new + "\n" + end + rest.split(end, 1)[1]
 
 
 if __name__ == "__main__":

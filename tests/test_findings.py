@@ -14,26 +14,26 @@ from agentrl_lib import findings as lib  # noqa: E402
 
 
 def test_book_table_is_the_one_the_results_give():
-    block = findings.page_block((ROOT / "book" / "findings.md").read_text())
+    block = findings.block((ROOT / "book" / "findings.md").read_text())
     assert block == findings.findings_table(), ("book/findings.md's findings table is stale: run "
                                                 "`python results/findings.py --write` after new results")
 
 
 def test_readme_table_is_the_one_the_results_give():
-    block = findings.page_block((ROOT / "README.md").read_text(), ROOT / "README.md")
+    block = findings.block((ROOT / "README.md").read_text(), page=ROOT / "README.md")
     assert block == findings.findings_table(link="notebooks/", why=False), (
         "README.md's findings table is stale: run `python results/findings.py --write` after new results")
     assert "](notebooks/02_reward.ipynb)" in block and "](../notebooks/" not in block  # links from the repo root
 
 
 def test_book_design_table_is_the_one_the_sft_rounds_give():
-    block = findings.design_block((ROOT / "book" / "findings.md").read_text())
+    block = findings.block((ROOT / "book" / "findings.md").read_text(), findings.DESIGN_START, findings.DESIGN_END)
     assert block == findings.design_table(), ("book/findings.md's design table is stale: run "
                                               "`python results/findings.py --write` after a new SFT round or choice")
 
 
 def test_book_cost_table_is_the_one_the_records_give():
-    block = findings.design_block((ROOT / "book" / "findings.md").read_text(), findings.COST_START, findings.COST_END)
+    block = findings.block((ROOT / "book" / "findings.md").read_text(), findings.COST_START, findings.COST_END)
     assert block == findings.cost_table(), ("book/findings.md's cost table is stale: run "
                                             "`python results/findings.py --write` after new results")
 
@@ -49,7 +49,7 @@ def test_cost_table_medians_fresh_runs_and_sums_every_run(monkeypatch):
     assert "| swe | 3 | AMD EPYC, NVIDIA H100, cpu (2 cores) | 20 min | 0.7 h |" in rows
     assert "| algo_reward | 0 | not in results/ yet | | |" in rows
     page = f"x\n{findings.COST_START}\n| swe | 3 | cpu | 32 min | 19 h |\n{findings.COST_END}\ny"
-    assert findings.design_block(page, findings.COST_START, findings.COST_END) != findings.cost_table()
+    assert findings.block(page, findings.COST_START, findings.COST_END) != findings.cost_table()
 
 
 def test_design_table_lists_every_candidate_once_in_learning_rate_order(tmp_path, monkeypatch):
@@ -66,9 +66,12 @@ def test_design_table_lists_every_candidate_once_in_learning_rate_order(tmp_path
     rows = [x for x in findings.design_table().splitlines() if x.startswith("| ") and "@" in x][1:]  # no header
     assert rows == ["| 1 | 64@6e-06 | 5% | — |", "| 2 | 64@7e-06 | 40% | 30% |", "| 1 | 64@9e-06 | 80% | — |"]
     page = f"x\n{findings.DESIGN_START}\nold\n{findings.DESIGN_END}\ny"
-    assert findings.design_block(page) != findings.design_table()
+    assert findings.block(page, findings.DESIGN_START, findings.DESIGN_END) != findings.design_table()
     fresh = findings.with_block(page, findings.design_table(), findings.DESIGN_START, findings.DESIGN_END)
-    assert findings.design_block(fresh) == findings.design_table() and fresh.endswith("y")
+    assert findings.block(fresh, findings.DESIGN_START, findings.DESIGN_END) == findings.design_table()
+    assert fresh.endswith("y")
+    with pytest.raises(ValueError, match="findings.md lacks the markers <!-- design:start -->"):
+        findings.with_block("no markers", "new", findings.DESIGN_START, findings.DESIGN_END)
 
 
 def _recs(values: dict):
