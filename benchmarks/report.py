@@ -2,7 +2,8 @@
 write (the newest line of each), with the machine, date, commit and load each line records: no number is typed by hand.
 
     python benchmarks/report.py            # print the tables (Markdown)
-    python benchmarks/report.py --write    # replace book/benchmarks.md's block between the benchmarks markers
+    python benchmarks/report.py --write    # replace book/benchmarks.md's block between the benchmarks markers,
+                                           # and the numbers its prose marks (benchmarks/page_numbers.py)
 
 tests/test_benchmarks.py fails when the page's block differs from what this prints (re-run with --write after a new
 benchmark line); book/build.py also refreshes it in the book it builds.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +48,19 @@ def _ratio(a: float, b: float) -> str:
     return f"**{a / b:.2f}×**" if b else "—"
 
 
+def rl_step_medians(r: dict) -> tuple[dict, dict]:
+    """(agentrl's, TRL's) medians of one bench_rl_step_vs_trl line, seconds, and peak RSS, GiB: rollout over every
+    timed step, update and step ("step": the line's "total") over the steps that ran an update, "peak" the trainer
+    process's peak RSS. agentrl's update and step fall back to every step when each one skipped its update."""
+    def side(x: dict, updated: list[dict]) -> dict:
+        return {"rollout": statistics.median(s["rollout"] for s in x["steps"]),
+                "update": statistics.median(s["update"] for s in updated),
+                "step": statistics.median(s["total"] for s in updated), "peak": x["peak_rss_gib"]}
+
+    ours = [s for s in r["ours"]["steps"] if not s.get("skipped_update")] or r["ours"]["steps"]
+    return side(r["ours"], ours), side(r["trl"], r["trl"]["steps"])
+
+
 def rl_step_table(r: dict) -> str:
     """One RL step, agentrl vs TRL: update and step time are medians over the steps that ran an update (agentrl skips
     the update of a step whose groups all agree; those steps are counted, not compared), rollout time over every
@@ -56,11 +71,8 @@ def rl_step_table(r: dict) -> str:
     if not ours:
         return f"(every timed step of agentrl skipped its update: no comparison; {where(r)})\n"
 
-    def med(steps, key):
-        return statistics.median(s[key] for s in steps)
-
     rows = [("rollout, s", "rollout"), ("update, s (π_old forward if any, advantages, minibatch steps)", "update"),
-            ("step, s", "total")]
+            ("step, s", "step")]
     pi_old = ", agentrl's π_old from the rollout (`--old-logprobs behaviour`)" \
         if r.get("old_logprobs") == "behaviour" else ""
     out = [f"One GRPO step of {r['episodes']} episodes ({r['episodes'] // r['group_size']} games × "
@@ -71,10 +83,11 @@ def rl_step_table(r: dict) -> str:
            f"load {r['ours'].get('load_before', '?')}–"
            f"{r['trl'].get('load_after', '?')}.", "",
            "| | agentrl | TRL GRPOTrainer + rollout_func | TRL / agentrl |", "|---|---|---|---|"]
-    for label, key in rows:  # the rollout does not depend on the update: every step's
-        a, b = med(r["ours"]["steps"] if key == "rollout" else ours, key), med(trl, key)
+    mine, theirs = rl_step_medians(r)  # the rollout does not depend on the update: every step's
+    for label, key in rows:
+        a, b = mine[key], theirs[key]
         out.append(f"| {label} | {a:.1f} | {b:.1f} | {_ratio(b, a)} |")
-    a, b = r["ours"]["peak_rss_gib"], r["trl"]["peak_rss_gib"]
+    a, b = mine["peak"], theirs["peak"]
     out.append(f"| peak RSS of the trainer process, GiB | {a:.2f} | {b:.2f} | {_ratio(b, a)} |")
     return "\n".join(out) + "\n"
 
@@ -489,11 +502,16 @@ def page_block() -> str:
 
 
 def with_tables(text: str) -> str:
-    """`text` with page_block() in place of its marked block; raises ValueError without the markers."""
+    """`text` with page_block() in place of its marked block and every number its prose marks rewritten from the
+    results (page_numbers.with_numbers); raises ValueError without the block's markers or for a number's unknown
+    KEY."""
     if START not in text or END not in text:
         raise ValueError(f"no {START} ... {END} block: add the two markers where the tables go")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from page_numbers import with_numbers
+
     head, rest = text.split(START, 1)
-    return head + page_block() + rest.split(END, 1)[1]
+    return with_numbers(head + page_block() + rest.split(END, 1)[1])
 
 
 def main() -> None:
@@ -507,7 +525,7 @@ def main() -> None:
         PAGE.write_text(with_tables(PAGE.read_text()))
     except ValueError as e:
         raise SystemExit(f"{PAGE.relative_to(ROOT)}: {e}") from None
-    print(f"{PAGE.relative_to(ROOT)}: benchmark tables rewritten")
+    print(f"{PAGE.relative_to(ROOT)}: benchmark tables and the numbers of its prose rewritten")
 
 
 if __name__ == "__main__":

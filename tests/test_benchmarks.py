@@ -150,6 +150,25 @@ def test_book_benchmark_tables_are_rendered_from_the_results_files():
         "benchmarks/report.py --write"
 
 
+def test_book_page_numbers_are_the_results():
+    """Every number book/benchmarks.md's prose marks (<!-- n:KEY -->...<!-- /n -->) is benchmarks/page_numbers.py's
+    value from the committed results; negative controls: a planted stale number and an unknown KEY are caught."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("page_numbers", ROOT / "benchmarks" / "page_numbers.py")
+    numbers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(numbers)
+    page, values = (ROOT / "book" / "benchmarks.md").read_text(), numbers.numbers()
+    marked = {m.group(1): m.group(2) for m in numbers.MARK.finditer(page)}
+    assert len(marked) >= 30 and values["trl.step"].endswith("×")
+    stale = {k: (v, values[k]) for k, v in marked.items() if v != values[k]}
+    assert not stale, f"book/benchmarks.md quotes stale numbers {stale}: python benchmarks/report.py --write"
+    planted = page.replace("<!-- n:trl.step -->" + values["trl.step"], "<!-- n:trl.step -->9.9×", 1)
+    assert planted != page and numbers.with_numbers(planted) == page
+    with pytest.raises(ValueError, match="no number in benchmarks/page_numbers.py: no.such"):
+        numbers.with_numbers(page + "<!-- n:no.such -->1<!-- /n -->")
+
+
 @pytest.mark.subprocess
 def test_bench_env_step_tiny(tmp_path):
     res = run_script("bench_env_step.py", ["--families", "bandit,frozenlake,sokoban", "--games", "2", "--turns", "3"],
