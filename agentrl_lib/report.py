@@ -292,7 +292,8 @@ class Report:
             lines += _table(self.by + ["difference", "Δ mean", f"{pct} CI", "verdict"],
                             [[_fmt_cell(d["context"].get(a)) for a in self.by]
                              + [f"{d['a']} − {d['b']}", _num(d["diff"], signed=True), _ci(d["ci"], signed=True),
-                                d["verdict"]] for d in self.differences])
+                                d["verdict"]] for d in self.differences]) if self.differences else [
+                f"(none yet: every {', '.join(self.by) or 'cell'} has one value of {self.compare} so far)"]
         ns = sorted({c["n"] for c in self.cells})
         lines += ["", f"Intervals: {pct} percentile bootstrap over seeds (scipy.stats.bootstrap, {self.n_resamples} "
                       f"resamples, seed {self.seed}); a difference resamples the two cells' seeds independently. "

@@ -59,6 +59,10 @@ def test_report_pairs_within_each_by_value_and_refuses_unknown_axes():
     pooled = report.report(fake_records(samples), compare="algo.advantage", by=[])
     assert len(pooled.differences) == 3 and pooled.pooled == ["reward.kind"] and pooled.differences[0]["n_a"] == 6
     assert "pooled over reward.kind" in pooled.markdown()
+    one = report.report(fake_records({("gae", "sparse"): [0.1, 0.2], ("gae", "dense"): [0.3, 0.4]}),
+                        compare="algo.advantage", by="reward.kind")   # one value of the compared axis: nothing to pair
+    assert one.differences == [] and "(none yet: every reward.kind has one value of algo.advantage" in one.markdown()
+    assert "(none yet" not in rep.markdown()
     with pytest.raises(ValueError, match="'train.lr' is not an axis"):
         report.report(fake_records(samples), compare="train.lr")
     with pytest.raises(ValueError, match="no record has the metric"):
