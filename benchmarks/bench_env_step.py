@@ -125,6 +125,8 @@ def main() -> None:
     from benchutil import load1, machine_info, write_result
 
     result = {"bench": "env_step", **machine_info(a.machine), "load_before": load1(), "families": {}}
+    if a.families != FAMILIES:  # the book shows the newest line of each set of families measured
+        result["families_measured"] = a.families
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.families.split(","):
             r = result["families"][name] = one_family(name, a.games, a.turns, a.seed, tmp)

@@ -95,9 +95,12 @@ def other_numbers() -> dict[str, str]:
     for name, r in (("fp32", fp32), ("grouped", grouped)):
         out[f"demo.{name}.update"] = f"{r['rl']['update_seconds_median']:.0f} s"
         out[f"demo.{name}.heldout"] = f"{r['stages']['RL']['success_rate']:.1%}".replace(".0%", "%")
-    fam = newest_per("env_step")[-1]["families"]
+    fam = next(r for r in reversed(all_lines("env_step")) if "textworld" in r["families"])["families"]
     for name in ("textworld", "alfworld"):
         out[f"env.{name}"] = f"~{fam[name]['step_ms_median']:.0f} ms"
+    swe = next((r["families"]["swe"] for r in reversed(all_lines("env_step")) if "swe" in r["families"]), None)
+    if swe:
+        out["env.swe"], out["env.swe.test_run"] = f"{swe['step_ms_median']:.0f} ms", f"{swe['test_run_ms']:.0f} ms"
     out["env.ragen"] = f"{max(fam[n]['step_ms_median'] for n in ('bandit', 'frozenlake', 'sokoban')):.2f} ms"
     return out
 

@@ -218,6 +218,13 @@ def env_step_table(r: dict) -> str:
     for name, x in r["families"].items():
         out.append(f"| {name} | {x['step_ms_median']:.3f} / {x['step_ms_p90']:.3f} | "
                    f"{x['reset_ms_median']:.2f} / {x['reset_ms_p90']:.2f} |")
+    for name, x in r["families"].items():
+        if "submit_ms" in x:  # swe: its walkthrough's steps by kind (bench_env_step.swe_steps)
+            out.append(f"\n{name}'s steps by kind, medians over the games: a bash command in the sandbox "
+                       f"{x['command_ms']:.0f} ms; the walkthrough's test run {x['test_run_ms']:.0f} ms; the gold "
+                       f"submission (its diff applied to a fresh copy, the tests run) {x['submit_ms']:.0f} ms, "
+                       f"{x['submit_memo_ms']:.0f} ms when submitted again (the remembered score); a no-op "
+                       f"submission {x['noop_submit_ms']:.0f} ms ({x['noop_uncached_ms']:.0f} ms without the cache).")
     return "\n".join(out) + "\n"
 
 
@@ -471,7 +478,7 @@ def benchmark_tables(level: int = 2) -> str:
         # one table per algo / π_old / set of rollout methods compared
         per = {"update_speed": "algo", "rl_step_vs_trl": "old_logprobs", "rollout_speed": "comparison",
                "sweep_step": ("algo", "comparison"), "bf16_rollout": "kind", "rollout_profile": "generator",
-               "peak": "cpu"}.get(name)
+               "peak": "cpu", "env_step": "families_measured"}.get(name)
         if name == "demo_variants":  # one table over every variant
             if rows := all_lines(name):  # the table keeps the newest of each variant and seed, and notes repeats
                 parts.append(f"{'#' * level} {title}\n\n`results/{name}.jsonl` (`{script}`). {render(rows)}")
@@ -484,8 +491,8 @@ def benchmark_tables(level: int = 2) -> str:
                        "weights": "why: the fine-tuning's weight changes in bf16",
                        "hf-live": GENERATOR_WORDS["hf-live"]}.get(
                 r.get(per[0] if isinstance(per, tuple) else per) if per else None)
-            if name == "peak":  # one table per CPU model: their bf16 hardware differs (AMX or not)
-                variant = r.get("cpu")
+            if name in ("peak", "env_step"):  # one table per CPU model (their bf16 hardware differs: AMX or not);
+                variant = r.get(per)            # per set of families measured (a line of swe alone: it needs bwrap)
             if name == "sweep_step":  # one table per algorithm and set of settings compared
                 variant = "; ".join(x for x in [variant, *(label for s, label in (
                     ("vllm", GENERATOR_WORDS["vllm"]), ("live", GENERATOR_WORDS["hf-live"]), ("lora", "LoRA"))

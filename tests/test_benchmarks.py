@@ -259,6 +259,20 @@ def test_bench_sweep_jobs_exactness_check_catches_a_difference(monkeypatch, tmp_
     assert bench.max_rel_diff(a, run("lost", won=False)) > 0
 
 
+def test_env_step_table_splits_the_swe_steps_by_kind(monkeypatch):
+    """A family with swe's step kinds gets a line under the table; one without them does not (negative control)."""
+    report = load_bench(monkeypatch, "report")
+    plain = {"step_ms_median": 3.0, "step_ms_p90": 5.0, "reset_ms_median": 18.0, "reset_ms_p90": 140.0}
+    swe = {**plain, "command_ms": 41.2, "test_run_ms": 880.4, "submit_ms": 1510.0, "submit_memo_ms": 12.3,
+           "noop_submit_ms": 9.9, "noop_uncached_ms": 1402.6}
+    line = {"config": {"games": 4, "turns": 8}, "device": "cpu", "families": {"textworld": plain, "swe": swe}}
+    table = report.env_step_table(line)
+    assert "| swe | 3.000 / 5.000 | 18.00 / 140.00 |" in table
+    assert ("swe's steps by kind, medians over the games: a bash command in the sandbox 41 ms; the walkthrough's test "
+            "run 880 ms;") in table and "no-op submission 10 ms (1403 ms without the cache)" in table
+    assert "steps by kind" not in report.env_step_table({**line, "families": {"textworld": plain}})
+
+
 def test_rollout_table_exactness_note_compares_sampled_tokens(monkeypatch):
     """The rollout table's note under the growing cache: the same hashes say "the same tokens"; a planted other hash
     with the same token count is caught (negative control); lines without hashes fall back to the counts."""
