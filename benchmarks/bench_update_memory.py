@@ -4,7 +4,7 @@ long episode and three shorter ones, as a rollout batch has them; ALFWorld's 24 
 the embedded SmolLM2-135M).
 
     python benchmarks/bench_update_memory.py [--model embedded] [--lengths 1200,600,400,300] [--budget 1200]
-                                             [--repeats 2] [--out results/bench_update_memory.jsonl]
+                                             [--repeats 2] [--label TEXT] [--out results/bench_update_memory.jsonl]
 
 Each setting runs in its own process (peak RSS is per process): load the policy, build one right-padded minibatch
 laid out as rollouts lay them out (prompt, then turns of ~8 policy tokens and ~40 environment tokens), then
@@ -83,6 +83,8 @@ def main() -> None:
     p.add_argument("--budget", type=int, default=1200, help="max_tokens_per_microbatch of the micro-batch settings")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated, of {', '.join(SETTINGS)}")
+    p.add_argument("--label", default="", help="the workload the lengths stand for, e.g. 'the swe sweep' (the book "
+                   "shows the newest line of each label)")
     p.add_argument("--out", default="", help="append one JSON line with every setting's numbers (e.g. "
                    "results/bench_update_memory.jsonl)")
     p.add_argument("--_one", choices=list(SETTINGS), help=argparse.SUPPRESS)
@@ -115,7 +117,8 @@ def main() -> None:
 
         line = {"bench": "update_memory", "model": a.model, "lengths": lengths, "budget": a.budget,
                 "repeats": a.repeats, "commit": git_commit(), "machine": platform.platform(),
-                "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "settings": res}
+                "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "settings": res, **({"label": a.label} if a.label
+                                                                                          else {})}
         write_result(a.out, line, a, seed=0)  # torch.manual_seed(0): the same ids, head and layout in every setting
 
 

@@ -478,7 +478,7 @@ def benchmark_tables(level: int = 2) -> str:
         # one table per algo / π_old / set of rollout methods compared
         per = {"update_speed": "algo", "rl_step_vs_trl": "old_logprobs", "rollout_speed": "comparison",
                "sweep_step": ("algo", "comparison"), "bf16_rollout": "kind", "rollout_profile": "generator",
-               "peak": "cpu", "env_step": "families_measured"}.get(name)
+               "peak": "cpu", "env_step": "families_measured", "bench_update_memory": "label"}.get(name)
         if name == "demo_variants":  # one table over every variant
             if rows := all_lines(name):  # the table keeps the newest of each variant and seed, and notes repeats
                 parts.append(f"{'#' * level} {title}\n\n`results/{name}.jsonl` (`{script}`). {render(rows)}")
@@ -491,8 +491,10 @@ def benchmark_tables(level: int = 2) -> str:
                        "weights": "why: the fine-tuning's weight changes in bf16",
                        "hf-live": GENERATOR_WORDS["hf-live"]}.get(
                 r.get(per[0] if isinstance(per, tuple) else per) if per else None)
-            if name in ("peak", "env_step"):  # one table per CPU model (their bf16 hardware differs: AMX or not);
-                variant = r.get(per)            # per set of families measured (a line of swe alone: it needs bwrap)
+            if name in ("peak", "env_step", "bench_update_memory"):
+                # one table per CPU model (peak: their bf16 hardware differs, AMX or not), per set of families measured
+                # (env_step: swe alone, it needs bwrap), per workload (update memory: the lengths stand for one)
+                variant = r.get(per)
             if name == "sweep_step":  # one table per algorithm and set of settings compared
                 variant = "; ".join(x for x in [variant, *(label for s, label in (
                     ("vllm", GENERATOR_WORDS["vllm"]), ("live", GENERATOR_WORDS["hf-live"]), ("lora", "LoRA"))
