@@ -8,7 +8,8 @@ A row: the finding, the paper's number, ours (held-out success, mean over seeds,
 cells have and its 95% percentile-bootstrap interval: report.difference), the verdict, and why ours may differ
 (model size, budget, game). The verdict of a difference:
 - "agrees" / "disagrees": the interval excludes 0 and its sign is / is not the paper's;
-- "no difference at this scale": the interval contains 0 (" (agrees)" appended where the paper found none either);
+- "no difference at this scale": the interval contains 0 (" (agrees)" appended where the paper found none either;
+  a note appended where both sides won nothing: a floor, not evidence either way);
 - "cannot tell yet": a cell has fewer than 2 seeds, or the sweep has not run (the command that runs it is named).
 
 Sources: R. Wang, P. Ammanabrolu, *A Practitioner's Guide to Multi-turn Agentic RL*, arXiv 2510.01132 (§4
@@ -66,7 +67,8 @@ def compare(records: list[dict], axis: str, a: Any, b: Any, where: dict | None =
     held fixed), over the seeds both cells have (report.difference; the seeds left out are named in `ours`).
 
     expect_sign: +1 where the paper found a > b, -1 where a < b, 0 where it found no difference. `names` label a and b
-    in the text (default: the values). Raises ValueError (from report.cell) when `where` leaves an axis unnamed."""
+    in the text (default: the values). A success rate of 0 in every seed of both cells is a floor, and the verdict says
+    so. Raises ValueError (from report.cell) when `where` leaves an axis unnamed."""
     where = where or {}
     na, nb = names or (str(a), str(b))
     ca, cb = (cell(records, metric, **where, **{axis: v}) for v in (a, b))
@@ -80,6 +82,8 @@ def compare(records: list[dict], axis: str, a: Any, b: Any, where: dict | None =
     if d.dropped_a or d.dropped_b:
         left = [f"{n} seed {s}" for n, seeds in ((na, d.dropped_a), (nb, d.dropped_b)) for s in seeds]
         ours += f" over the {d.n} seeds both have (left out: {', '.join(left)})"
+    if metric.endswith("success_rate") and not any((*ca.outcomes.values(), *cb.outcomes.values())):
+        return ours, f"{_judge(d.diff, lo, hi, expect_sign)} (both 0% in every seed: a floor, not evidence either way)"
     return ours, _judge(d.diff, lo, hi, expect_sign)
 
 

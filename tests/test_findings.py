@@ -97,6 +97,17 @@ def test_verdicts_follow_the_interval(ppo, grpo, sign, verdict):
     assert got.startswith(verdict)
 
 
+def test_a_success_rate_of_zero_in_every_seed_of_both_cells_is_a_floor():
+    """As for single evaluations (compare_evaluations): nothing won anywhere says nothing about the paper's direction;
+    negative control: one seed that won something is not a floor."""
+    floor = _recs({("ppo", "dense"): [0.0, 0.0, 0.0], ("grpo", "dense"): [0.0, 0.0, 0.0]})
+    ours, verdict = lib.compare(floor, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)
+    assert "Δ +0 pts [+0, +0]" in ours
+    assert verdict == "no difference at this scale (both 0% in every seed: a floor, not evidence either way)"
+    some = _recs({("ppo", "dense"): [0.0, 0.0, 0.1], ("grpo", "dense"): [0.0, 0.0, 0.0]})
+    assert lib.compare(some, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)[1] == "no difference at this scale"
+
+
 def test_a_difference_uses_the_seeds_both_cells_have_and_names_the_rest():
     """ppo's seed 3 has no grpo partner: the Δ is over seeds 0-2 and the row says so; negative control: with the same
     seeds nothing is named."""
