@@ -150,3 +150,17 @@ def test_nothing_runs_when_the_sandbox_cannot_start(monkeypatch, work):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_object_addresses_repeat_from_run_to_run(work, monkeypatch):
+    """ASLR is off in the sandbox (NO_ASLR), so CPython's addresses, whole or cut as pytest's repr limit cuts them,
+    repeat; control: the same sandbox with randomisation on prints other addresses."""
+    from agentrl_lib.envs import sandbox
+
+    if not sandbox.NO_ASLR:
+        pytest.skip("no setarch here")
+    command = "python -c 'print(object(), repr(object())[-12:])'"
+    runs = [run_sandboxed(command, work).output for _ in range(3)]
+    assert len(set(runs)) == 1 and " at 0x" in runs[0], runs
+    monkeypatch.setattr(sandbox, "NO_ASLR", [])
+    assert len({run_sandboxed(command, work).output for _ in range(3)}) > 1

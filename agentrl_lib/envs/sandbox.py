@@ -9,7 +9,8 @@ Every command of the `swe` family (the agent's bash commands and every test run)
            --bind <workdir> /repo                                    the ONLY writable path (plus a private /tmp)
            --dev /dev --proc /proc --tmpfs /tmp --clearenv
       setpriv --reuid U --regid U --clear-groups                     an unprivileged uid, no capabilities
-        bash -c COMMAND                                              under RLIMIT_CPU / AS / NPROC / FSIZE
+        setarch -R                                                   address-space randomisation off (NO_ASLR)
+          bash -c COMMAND                                            under RLIMIT_CPU / AS / NPROC / FSIZE
 
 Nothing else of the host is visible: not /work, /root, /home or /etc (so neither the task's gold patch nor the
 installed, unmutated package can be read). The uid U is drawn from the workdir's path (100000-199999), so that
@@ -152,6 +153,14 @@ def _set_limits(limits: Limits):
     return apply
 
 
+NO_ASLR = ["setarch", "-R"] if shutil.which("setarch") else []
+"""The command's prefix that turns address-space layout randomisation off inside the sandbox (util-linux's setarch;
+nothing where it is missing). CPython's object addresses, which pytest prints in assertion messages (whole, "at
+0x7f58...>", or cut by its repr limit, "....x7f58...>"), then repeat from run to run on one machine, and so do an
+swe episode's observations. ASLR hardens privileged targets against memory exploits; the sandbox holds none (an
+unprivileged uid, no network, one writable directory)."""
+
+
 def run_sandboxed(command: str, workdir: str | Path, limits: Limits = Limits(),
                   site: dict[str, Path] | None = None) -> RunResult:
     """Run `command` with bash in a sandbox whose only writable path is `workdir` (seen as /repo, the cwd).
@@ -176,9 +185,9 @@ def _run(command: str, workdir: Path, limits: Limits, site: dict[str, Path] | No
     uid = _uid_for(workdir)
     _own(workdir, uid)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(bwrap_args(workdir, uid, site) + ["bash", "-c", command], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=_set_limits(limits),
-                            start_new_session=True)
+    proc = subprocess.Popen(bwrap_args(workdir, uid, site) + NO_ASLR + ["bash", "-c", command],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            preexec_fn=_set_limits(limits), start_new_session=True)
     chunks, size, timed_out, capped = [], 0, False, False
     deadline = t0 + limits.wall_s
     sel = selectors.DefaultSelector()

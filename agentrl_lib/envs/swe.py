@@ -7,7 +7,8 @@ gold patch, the test lists) and repo/ (the buggy repository). An episode:
                       the observation is the problem statement at the set's difficulty level
     step(reply)       the reply's first ```bash fenced block (mini-swe-agent's text convention) runs in the sandbox
                       (envs/sandbox.py: no network, /repo the only writable path, 30 s, rlimits); the observation is
-                      its exit code and output, the middle elided past `max_output_chars`
+                      its exit code and output (pytest's wall time and object addresses masked:
+                      swe_tasks.mask_run_details), the middle elided past `max_output_chars`
     submit            the command `submit` (or the turn limit, `max_turns`: auto-submit) ends the episode: the agent's
                       diff is applied to a fresh copy with the task's tests restored and the tests run
                       (swe_tasks.score_submission); reward = the set's reward kind, info.won = resolved
@@ -44,6 +45,7 @@ from . import EnvFamily, register_family
 from .base import GameLoadError, reuse_game_set, write_manifest
 from .protocol import GameRecord, GameSet, StepInfo, StepResult
 from .sandbox import Limits, require_sandbox, run_sandboxed
+from .swe_tasks import mask_run_details, pytest_site, score_submission
 
 REWARD_KINDS = SWE_REWARDS
 """The env's reward kinds (swe_tasks.reward_kinds; config.SWE_REWARDS, EnvConfig.swe_reward); the first is the
@@ -127,7 +129,6 @@ class SweEnv:
         if max_turns < 1 or max_output_chars < 100 or command_timeout_s <= 0:
             raise ValueError("swe env: max_turns >= 1, max_output_chars >= 100 and command_timeout_s > 0 are needed")
         require_sandbox()
-        from .swe_tasks import pytest_site
 
         self.max_turns, self.reward, self.max_output_chars, self.log = max_turns, reward, max_output_chars, log
         self.wall_s = command_timeout_s
@@ -180,15 +181,13 @@ class SweEnv:
             r = run_sandboxed(command, self.work, Limits(wall_s=self.wall_s), site=self.site)
             note = (f"[killed: the command ran longer than {self.wall_s:g} s]" if r.timed_out else
                     "[killed: the command wrote too much output]" if r.output_capped else f"exit code {r.returncode}")
-            obs = f"{note}\n{truncate(r.output, self.max_output_chars)}".rstrip()
+            obs = f"{note}\n{truncate(mask_run_details(r.output), self.max_output_chars)}".rstrip()
         if self.turns >= self.max_turns:
             return self._submit("auto", obs + f"\n\nTurn limit ({self.max_turns}) reached: submitted automatically.",
                                 valid)
         return StepResult(obs, 0.0, False, self._info(valid, False))
 
     def _submit(self, how: str, obs: str, valid: bool = True) -> StepResult:
-        from .swe_tasks import score_submission
-
         t0 = time.perf_counter()
         res = score_submission(self.task, self.base, self.work, self.site)
         reward = res[self.kind]

@@ -58,6 +58,7 @@ import importlib.metadata
 import importlib.util
 import json
 import random
+import re
 import shutil
 import tempfile
 import time
@@ -359,9 +360,25 @@ def unified_diff(path: str, before: str, after: str) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # problem statements
 
+_PYTEST_TIME = re.compile(r"(\b(?:passed|failed|errors?|skipped|xfailed|xpassed|warnings?|deselected|no tests ran)"
+                          r" in )\d+(?:\.\d+)?s(?: \(\d+:\d\d:\d\d\))?")
+_ADDRESS = re.compile(r"( at )0x[0-9a-f]{4,}>")
+
+
+def mask_run_details(output: str) -> str:
+    """`output` with the two details of a test run that change from one run to the next replaced: pytest's
+    wall time on its summary line ("1 failed, 38 passed in 0.32s" becomes "... in <time>") and CPython's object
+    addresses in reprs ("<function f at 0x7f584e3defc0>" becomes "<function f at 0x...>"). With them, a problem
+    statement and an episode's observations (SweEnv.step) are a function of the repository and the commands alone,
+    so one seed's rollouts repeat token for token (with the sandbox's ASLR off, sandbox.NO_ASLR, for the addresses
+    pytest's repr limit cuts: "....x7f58...>"). Anything else (a hex constant in a file, a time the agent's own
+    command prints) is kept, unless it reads as pytest's summary ("3 passed in 0.5s" from an `echo` is masked too)."""
+    return _ADDRESS.sub(r"\g<1>0x...>", _PYTEST_TIME.sub(r"\g<1><time>", output))
+
+
 def _first_failure(output: str, max_lines: int = 40) -> str:
-    """The failing tests' section of pytest's output, at most `max_lines` lines (head kept)."""
-    lines = output.strip().splitlines()
+    """The failing tests' section of pytest's output (mask_run_details), at most `max_lines` lines (head kept)."""
+    lines = mask_run_details(output).strip().splitlines()
     start = next((i for i, ln in enumerate(lines) if "FAILURES" in ln), 0)
     part = lines[start:]
     if len(part) > max_lines:
