@@ -171,7 +171,7 @@ def cmd_sft(a) -> None:
     from .sft import sft
 
     cfg = SFTConfig(**section_args(a, "sft"))
-    cfg.validate()  # --epochs, --lr, --batch-size, --max-turns, --seed
+    cfg.validate()  # --epochs, --lr, --batch-size, --micro-batch-size, --max-turns, --seed
     lora_rank = getattr(a, "model.lora_rank")
     _require(lora_rank >= 0, f"--lora-rank must be >= 0 (got {lora_rank}); 0 is full fine-tuning")
     check_out_path("--out", a.out, is_dir=True)
@@ -189,7 +189,8 @@ def cmd_sft(a) -> None:
                  f"--demos {demos} is more than the {len(g)} games of --more-games {d}; pass --demos <= {len(g)}")
     more = [g.first(demos) if demos else g for g in more]
     s = sft(a.model, [games, *more] if more else games, a.out, epochs=cfg.epochs, lr=cfg.lr,
-            batch_size=cfg.batch_size, max_turns=cfg.max_turns, seed=cfg.seed, device=a.device, dtype=a.dtype,
+            batch_size=cfg.batch_size, micro_batch_size=cfg.micro_batch_size, max_turns=cfg.max_turns,
+            seed=cfg.seed, device=a.device, dtype=a.dtype,
             lora_rank=lora_rank, show_admissible=env["show_admissible"], show_inventory=env["show_inventory"],
             action_format=env["action_format"], max_actions_per_turn=env["max_actions_per_turn"])
     print(f"SFT on {s['examples']} walkthroughs ({s['assistant_tokens']} action tokens): loss "

@@ -101,16 +101,17 @@ class TrainConfig:
     did, and the bf16 rollouts wrote replies twice as long and won ~40 points less often than fp32's at the same
     weights (results/bf16_rollout.jsonl, benchmarks/bench_bf16_rollout.py). bf16_max_logprob_gap stops such a start.
     Even a start that passes that check can fail: the demo's RL stage under bf16 (its SFT at lr 5e-5, first-batch gap
-    0.005) won 0% of the held-out games against fp32's table in the README (results/demo_variants.jsonl; training
+    0.008) won 0% of the held-out games against fp32's table in the README (results/demo_variants.jsonl; training
     success fell from 0.38 to 0 by step 4, cause not diagnosed). Keep RL on a CPU in fp32."""
     bf16_max_logprob_gap: float = 0.03
     """With mixed_precision 'bf16': the largest mean |log π_bf16 − log π_fp32| (nats per action token) allowed on the
     first batch (update.bf16_logprob_gap: one more no-grad pass in fp32, once per run; a second, in bf16, where π_old
     is the rollout's); above it the run stops before its first update with one line. Always logged as
     bf16_logprob_gap; 0 = log only (>= 0). Measured on the first batch of
-    configs/cooking.yaml (16 episodes, 2-core Xeon): the base model 0.015, the demo's SFT model (lr 5e-5) 0.005, the
-    findings' SFT start (lr 7e-6) 0.044 — the start whose bf16 rollouts won ~40 points less often than fp32's
-    (results/bf16_rollout.jsonl); 0.03 stops that one and lets the others train. Three models calibrate it: raise it,
+    configs/cooking.yaml (16 episodes, 2-core AMD EPYC; results/bf16_guard.jsonl, benchmarks/bench_bf16_guard.py):
+    the base model 0.015, the demo's SFT model (lr 5e-5) 0.008, the findings' SFT start (lr 7e-6) 0.039 — the start
+    whose bf16 rollouts won ~40 points less often than fp32's (results/bf16_rollout.jsonl); 0.03 stops that one and
+    lets the others train. Three models calibrate it: raise it,
     or set 0, where a larger model's bf16 rounding alone exceeds it."""
     group_minibatches: bool = False
     """Minibatches made of whole groups (rows that share their first prompt) in random order instead of random rows,
@@ -219,6 +220,11 @@ class SFTConfig:
     """Learning rate (> 0), constant: no warm-up, no decay."""
     batch_size: int = 4
     """Walkthroughs per gradient step (>= 1; 4 on a CPU)."""
+    micro_batch_size: int | None = None
+    """Walkthroughs per forward pass (>= 1, dividing batch_size): batch_size / micro_batch_size passes accumulate one
+    gradient step (TRL's gradient_accumulation_steps; the loss is still the mean over the step's assistant tokens),
+    so the same step up to float rounding at a lower peak memory (e.g. 1 for long swe walkthroughs on a 16 GB
+    laptop). Default: batch_size, one pass."""
     max_turns: int | None = None
     """The episodes' turn limit, as the RL run's env.max_turns (>= 1): longer walkthroughs are skipped, and swe
     observations state this limit, so pass the RL run's (e.g. 5 for configs/swe.yaml); default: no cut, the env's
@@ -238,6 +244,10 @@ class SFTConfig:
             raise ConfigError(f"sft.lr (--lr) must be > 0 (got {self.lr}); 5e-5 is the default")
         if self.batch_size < 1:
             raise ConfigError(f"sft.batch_size (--batch-size) must be >= 1 (got {self.batch_size})")
+        micro = self.micro_batch_size
+        if micro is not None and (micro < 1 or self.batch_size % micro):
+            raise ConfigError(f"sft.micro_batch_size (--micro-batch-size) must be >= 1 and divide --batch-size "
+                              f"{self.batch_size} (got {micro}); e.g. 1")
         if self.max_turns is not None and self.max_turns < 1:
             raise ConfigError(f"sft.max_turns (--max-turns) must be >= 1 (got {self.max_turns})")
         if not 0 <= self.seed <= SEED_MAX:

@@ -88,7 +88,7 @@ def expert_examples(games: GameSet, chat: ChatFormat, system_prompt: str | None 
 
 
 def sft(model_name: str, games: GameSet | Sequence[GameSet], out: str | Path, epochs: float = 1.0, lr: float = 5e-5,
-        batch_size: int = 4,
+        batch_size: int = 4, micro_batch_size: int | None = None,
         max_turns: int | None = None, seed: int = 0, device: str = "auto", dtype: str = "auto",
         lora_rank: int = 0, show_admissible: bool = False, show_inventory: bool = False,
         action_format: str = "plain", max_actions_per_turn: int = 1) -> dict:
@@ -99,16 +99,23 @@ def sft(model_name: str, games: GameSet | Sequence[GameSet], out: str | Path, ep
     `bandit-reversed` (the same prompts, the labels swapped) the Phoenix, so the pooled demonstrations teach the reply
     format and no arm preference (notebooks/05_stability.md).
 
+    `batch_size` walkthroughs make one gradient step, passed `micro_batch_size` at a time (config.SFTConfig: the
+    same step up to float rounding, less memory; default: all at once).
+
     `max_turns`: the episodes' turn limit, as the RL run's env.max_turns (expert_examples: longer walkthroughs are
     skipped and the observations state this limit where the family shows one, swe; `agentrl sft --max-turns`).
 
     Returns a summary dict (examples, tokens, epochs, train_loss per logging step, seconds), also written to
     out/sft_summary.json.
-    Raises: ValueError if no walkthrough could be replayed.
+    Raises: ValueError if no walkthrough could be replayed, or if micro_batch_size is < 1 or does not divide
+    batch_size.
     """
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
+    micro = batch_size if micro_batch_size is None else micro_batch_size
+    if micro < 1 or batch_size % micro:
+        raise ValueError(f"micro_batch_size must be >= 1 and divide batch_size {batch_size} (got {micro})")
     t0 = time.perf_counter()
     out = Path(out)
     model, tok = load_policy(model_name, device, dtype, lora_rank=lora_rank)
@@ -127,7 +134,8 @@ def sft(model_name: str, games: GameSet | Sequence[GameSet], out: str | Path, ep
     # gradient_checkpointing
     no_checkpointing = {k: False for k in ("activation_checkpointing", "gradient_checkpointing")
                         if k in SFTConfig.__dataclass_fields__}
-    args = SFTConfig(output_dir=str(out / "trl"), num_train_epochs=epochs, per_device_train_batch_size=batch_size,
+    args = SFTConfig(output_dir=str(out / "trl"), num_train_epochs=epochs, per_device_train_batch_size=micro,
+                     gradient_accumulation_steps=batch_size // micro,
                      learning_rate=lr, lr_scheduler_type="constant", warmup_steps=0, logging_steps=1,
                      save_strategy="no", report_to=[], seed=seed, use_cpu=not on_gpu,
                      bf16=next(model.parameters()).dtype == torch.bfloat16,
@@ -143,7 +151,7 @@ def sft(model_name: str, games: GameSet | Sequence[GameSet], out: str | Path, ep
     summary = {"examples": len(examples), "skipped": sum(map(len, sets)) - len(examples),
                "tokens": sum(len(e["input_ids"]) for e in examples),
                "assistant_tokens": sum(sum(e["assistant_masks"]) for e in examples),
-               "epochs": epochs, "lr": lr, "batch_size": batch_size, "train_loss": losses,
+               "epochs": epochs, "lr": lr, "batch_size": batch_size, "micro_batch_size": micro, "train_loss": losses,
                "seconds": round(time.perf_counter() - t0, 1), "model": model_name,
                "games": str(sets[0].root) if len(sets) == 1 else [str(g.root) for g in sets]}
     (out / "sft_summary.json").write_text(json.dumps(summary, indent=1))

@@ -1,5 +1,7 @@
 """SFT on walkthroughs (agentrl_lib/sft.py): the expert examples and their loss mask."""
 
+import pytest
+
 
 def test_sft_examples_show_the_inventory_and_admissible_commands_when_asked(tokenizer, cooking_games):
     from agentrl_lib.prompts import ChatFormat
@@ -13,3 +15,27 @@ def test_sft_examples_show_the_inventory_and_admissible_commands_when_asked(toke
     assert "Inventory:" not in tokenizer.decode(plain[0]["input_ids"])
     # the loss mask still covers exactly the walkthrough's actions
     assert sum(shown[0]["assistant_masks"]) == sum(plain[0]["assistant_masks"])
+
+
+def test_micro_batches_make_the_same_sft_step(tiny_model_dir, cooking_games, tmp_path):
+    """--micro-batch-size 1 accumulates one step of 3 walkthroughs over 3 passes: the weights equal one pass of 3
+    up to float rounding. Control: 3 steps of 1 walkthrough (another optimisation) end elsewhere."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from agentrl_lib.sft import sft
+
+    def weights(batch, micro, name):
+        s = sft(tiny_model_dir, cooking_games, tmp_path / name, lr=1e-3, batch_size=batch, micro_batch_size=micro,
+                device="cpu", dtype="float32")
+        model = AutoModelForCausalLM.from_pretrained(tmp_path / name / "policy")
+        return s, torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    (one, w_one), (micro, w_micro), (_, w_small) = (weights(3, None, "one"), weights(3, 1, "micro"),
+                                                   weights(1, None, "small"))
+    assert one["micro_batch_size"] == 3 and micro["micro_batch_size"] == 1 and len(micro["train_loss"]) == 1
+    moved = (w_one - w_small).abs().max().item()
+    assert (w_one - w_micro).abs().max().item() < 1e-3 * moved and moved > 1e-4
+    for bad in (2, 0, -1):
+        with pytest.raises(ValueError, match="must be >= 1 and divide"):
+            sft(tiny_model_dir, cooking_games, tmp_path / "bad", batch_size=3, micro_batch_size=bad)
