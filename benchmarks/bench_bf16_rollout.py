@@ -34,7 +34,6 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # no spinning threads on a shared CPU; read when torch loads
 
-ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 PRECISIONS = ("no", "bf16")  # train.mixed_precision
 
@@ -119,17 +118,14 @@ def play(a, precision: str, step: int, pool) -> tuple[list[dict], list]:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    from bench_sweep_step import add_config_args
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--init", default="embedded", help="the weights: an SFT output, run or model dir")
-    p.add_argument("--config", default=str(ROOT / "configs" / "cooking.yaml"))
-    p.add_argument("--games", default="", help="games dir (default: the config's env.games)")
-    p.add_argument("--algo", default="ppo", help="an algorithm preset (only the rollout runs; it sets the config)")
+    add_config_args(p, "an algorithm preset (only the rollout runs; it sets the config)")
     p.add_argument("--steps", type=int, default=6, help="rollouts per precision: the games and seeds of steps 0..N-1")
     p.add_argument("--base", default="", help="the model --init was fine-tuned from (e.g. embedded): also measure the "
                    "share of its weight changes a cast to bf16 erases")
-    p.add_argument("--threads", type=int, default=2, help="torch threads (0: torch's own)")
-    p.add_argument("--set", action="append", default=[], help="a config override, e.g. train.games_per_step=1")
-    p.add_argument("--machine", default="", help='how the results name this machine, e.g. "2-core shared CPU"')
     p.add_argument("--out", default="", help="append one JSON line (e.g. results/bf16_rollout.jsonl)")
     a = p.parse_args(argv)
     import torch

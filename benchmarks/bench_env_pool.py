@@ -1,13 +1,15 @@
 """Cost of running env steps in worker processes (ProcessPool) instead of in the trainer's process (SerialPool).
 
-    python benchmarks/bench_env_pool.py --games DIR [--slots 8] [--turns 8] [--rounds 5] [--out FILE.json]
+    python benchmarks/bench_env_pool.py --games DIR [--slots 8] [--turns 8] [--rounds 5] [--machine TEXT]
+                                        [--out results/env_pool.jsonl]
 
 On a games dir (e.g. 16 cooking games from `agentrl make-games textworld --challenge tw-cooking --challenge-args
 "--recipe 1 --take 1 --go 1" --n 16`), both pools play the same batches: `slots` episodes reset together, then
 `turns` batched steps whose actions are drawn once (the walkthrough's next command half of the time, else a random
 admissible command) and replayed identically in both pools, as a rollout calls them. Prints per batched call:
 median step time (ms) and median reset time, the first call of a fresh pool (process start), and the workers'
-memory (RSS, MB).
+memory (RSS, MB); appends them as one JSON line to --out (book/benchmarks.md's table "Env steps in worker
+processes", and the numbers book/when_things_go_wrong.md quotes).
 """
 from __future__ import annotations
 
@@ -82,14 +84,19 @@ def main(argv=None) -> int:
     ap.add_argument("--turns", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out")
+    ap.add_argument("--machine", default="", help="how to name the machine in the results, e.g. '2-core shared CPU'")
+    ap.add_argument("--out", default="", help="append one JSON line (e.g. results/env_pool.jsonl)")
     a = ap.parse_args(argv)
     from agentrl_lib.envs.base import load_game_set
     from agentrl_lib.envs.pool import ProcessPool, SerialPool
 
     games = load_game_set(a.games)
     rounds = plan(games, a.slots, a.turns, a.rounds, a.seed)
-    res = {"games": str(games.root), "family": games.family, "slots": a.slots, "turns": a.turns, "rounds": a.rounds}
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from benchutil import load1, machine_info, write_result
+
+    res = {"bench": "env_pool", "games": str(games.root), "n_games": len(games), "family": games.family,
+           "slots": a.slots, "turns": a.turns, "rounds": a.rounds, **machine_info(a.machine), "load_before": load1()}
     with SerialPool(a.slots, family=games.family) as sp:
         res["serial"] = run(sp, rounds)
     with ProcessPool(a.slots, family=games.family) as pp:
@@ -97,9 +104,9 @@ def main(argv=None) -> int:
         res["process"]["worker_rss_mb"] = [round(_rss_mb(pp.pid(i)), 1) for i in range(a.slots)]
     s, p = res["serial"], res["process"]
     res["step_overhead_ms_per_episode"] = round(p["step_ms_per_episode_median"] - s["step_ms_per_episode_median"], 3)
+    res["load_after"] = load1()
     print(json.dumps(res, indent=1))
-    if a.out:
-        Path(a.out).write_text(json.dumps(res, indent=1))
+    write_result(a.out, res, a, seed=a.seed)
     return 0
 
 

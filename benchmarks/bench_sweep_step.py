@@ -103,6 +103,17 @@ def plan(names: list[str], critic: bool, bf16_problem: str | None) -> tuple[dict
     return run, skipped
 
 
+def add_config_args(p: argparse.ArgumentParser, algo_help: str) -> None:
+    """The flags build_config reads (--config, --games, --algo, --set), with --threads and --machine, as every
+    benchmark that starts Trainers from a run config takes them."""
+    p.add_argument("--config", default=str(ROOT / "configs" / "cooking.yaml"))
+    p.add_argument("--games", default="", help="games dir (default: the config's env.games)")
+    p.add_argument("--algo", default="ppo", help=algo_help)
+    p.add_argument("--threads", type=int, default=2, help="torch threads (0: torch's own)")
+    p.add_argument("--set", action="append", default=[], help="a config override, e.g. train.games_per_step=1")
+    p.add_argument("--machine", default="", help='how the results name this machine, e.g. "2-core shared CPU"')
+
+
 def build_config(a, levers: dict, warmup: bool = False):
     """The run config of one measurement: --config, --algo's preset, --set, BASELINE, then `levers`."""
     from agentrl_lib.config import ALGO_PRESETS, RunConfig, parse_field
@@ -221,17 +232,12 @@ def summarize(runs: list[dict], base: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--init", default="embedded", help="the model the step starts from: an SFT output, run or model dir")
-    p.add_argument("--config", default=str(ROOT / "configs" / "cooking.yaml"))
-    p.add_argument("--games", default="", help="games dir (default: the config's env.games)")
-    p.add_argument("--algo", default="ppo", help="an algorithm preset (config.ALGO_PRESETS): ppo, grpo, rloo, ...")
+    add_config_args(p, "an algorithm preset (config.ALGO_PRESETS): ppo, grpo, rloo, ...")
     p.add_argument("--settings", default="baseline,exact,exact+behaviour,grouped,bf16,all")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed-per-repeat", action="store_true",
                    help="repeat r seeds train.seed + r (pairs over seeds); default: every repeat the same seed")
     p.add_argument("--warmup", type=int, default=1, help="1: an untimed short step (1 turn × 4 tokens) per setting")
-    p.add_argument("--threads", type=int, default=2, help="torch threads (0: torch's own)")
-    p.add_argument("--set", action="append", default=[], help="a config override, e.g. train.games_per_step=1")
-    p.add_argument("--machine", default="", help='how the results name this machine, e.g. "2-core shared CPU"')
     p.add_argument("--out", default="", help="append one JSON line (e.g. results/sweep_step.jsonl)")
     a = p.parse_args(argv)
     import torch

@@ -1,5 +1,7 @@
-"""The measured numbers that book/benchmarks.md's prose ("What the tables say") quotes, each computed from a results
-file, so that the prose cannot drift from the tables above it (the chapters' `glue`, for a Markdown page).
+"""The measured numbers that book/benchmarks.md's prose ("What the tables say") quotes, and those of every other page
+that marks one (report.numbered_pages: book/design.md, environments.md, demo.md, when_things_go_wrong.md, README.md),
+each computed from a results file, so that the prose cannot drift from the tables (the chapters' `glue`, for a
+Markdown page).
 
 In the page a number stands between two markers, `<!-- n:KEY -->2.1×<!-- /n -->`; the markers are HTML comments, so
 GitHub and the book show the number alone. `python benchmarks/report.py --write` rewrites every marked number from
@@ -14,7 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # report.py beside it, also when this file is loaded by path
-from report import all_lines, newest_per, rl_step_medians, seeded_per_repeat
+from report import all_lines, demo_runs, newest_per, rl_step_medians, seeded_per_repeat
 
 MARK = re.compile(r"<!-- n:([\w.-]+) -->(.*?)<!-- /n -->", re.S)
 """One marked number: group 1 its KEY, group 2 the number as the page shows it."""
@@ -68,22 +70,74 @@ def rollout_numbers() -> dict[str, str]:
     out["grow.cache_len"] = f"{profile['cache_len']}"
     for rows, ms in profile["median_ms_by_rows"].items():
         out[f"grow.decode.{rows}"] = _x(profile["concat_median_ms_by_rows"][rows] / ms, 2)
+    out["grow.decode.16.ms"] = f"{profile['median_ms_by_rows']['16']:.0f} ms"
+    out["grow.decode.16.concat_ms"] = f"{profile['concat_median_ms_by_rows']['16']:.0f} ms"
+    shared = next(r for r in all_lines("rollout_speed") if r.get("comparison") == "batched,unshared")
+    pairs = zip(shared["batched"]["runs"], shared["unshared"]["runs"])
+    out["share.positions"] = f"{shared['batched']['runs'][0]['shared_positions']:,}"
+    out["share.cpu"] = _x(shared["cpu_ratio_vs_unshared"], 2)
+    out["share.pairs"] = " / ".join(f"{u['cpu_seconds'] / b['cpu_seconds']:.2f}" for b, u in pairs)
     weights = next(r["weight_bytes"] for r in all_lines("rollout_profile") if r.get("weight_bytes"))
     out["profile.weight_mb"] = f"{weights / 1e6:.0f} MB"
     return out
 
 
-def other_numbers() -> dict[str, str]:
-    """results/sweep_step.jsonl (the exact lever paired over seeds), demo_variants.jsonl (the demo's stages) and
-    env_step.jsonl (one env step's median per family)."""
+def update_numbers() -> dict[str, str]:
+    """results/update_speed.jsonl (the padding cut, π_old from the rollout, shared prompts: the first line of each
+    comparison), bench_update_memory.jsonl (the newest unlabelled line), peak.jsonl (the newest line of each CPU
+    kind), sft_memory.jsonl (the SFT warm-up's micro-batches) and bf16_guard.jsonl (the guard's reading per start)."""
+    out = {}
+    lines = all_lines("update_speed")
+    cut = next(r for r in lines if r["algo"] == "ppo" and "padded" in r)
+    out["cut.padded"], out["cut.cut"] = (f"{cut[k]['median_seconds']:.1f}" for k in ("padded", "cut"))
+    out["cut.x"] = _x(cut["padded"]["median_seconds"] / cut["cut"]["median_seconds"], 2)
+    beh = next(r for r in lines if "behaviour" in r)
+    out["behaviour.cut"], out["behaviour.behaviour"] = (f"{beh[k]['median_seconds']:.1f}" for k in ("cut", "behaviour"))
+    out["behaviour.x"] = _x(beh["cut"]["median_seconds"] / beh["behaviour"]["median_seconds"], 2)
+    grp = next(r for r in lines if "grouped" in r)
+    cpu = {k: grp[k]["median_cpu_seconds"] for k in ("cut", "shared", "grouped")}
+    out.update({f"prompts.{k}": f"{v:.1f}" for k, v in cpu.items()})
+    out["prompts.shared.x"], out["prompts.grouped.x"] = (_x(cpu["cut"] / cpu[k], 2) for k in ("shared", "grouped"))
+    mem = [r for r in all_lines("bench_update_memory") if not r.get("label")][-1]
+    plain = mem["settings"]["plain"]
+    for name, key in (("plain", "plain"), ("microbatch", "micro"), ("checkpointing", "ckpt"),
+                      ("microbatch+checkpointing", "both")):
+        x = mem["settings"][name]
+        out[f"mem.{key}.s"], out[f"mem.{key}.gb"] = f"{x['step_seconds_median']:.0f} s", f"{x['peak_rss_gb']:.2f} GB"
+        out[f"mem.{key}.time"] = f"×{x['step_seconds_median'] / plain['step_seconds_median']:.2f}"
+        out[f"mem.{key}.mem"] = f"×{x['peak_rss_gb'] / plain['peak_rss_gb']:.2f}"
+    out["mem.load"] = f"{mem['load_avg'][0]:.1f}"
+    for r in newest_per("peak", "cpu"):
+        kind = "xeon" if "Xeon" in r["cpu"] else "epyc" if "EPYC" in r["cpu"] else None
+        if kind:
+            out[f"peak.{kind}.bf16"] = _x(r["bf16_speedup"], 2)
+            for dtype, short in (("float32", "fp32"), ("bfloat16", "bf16")):
+                out[f"peak.{kind}.{short}.share"] = f"{r['update'][dtype]['fraction_of_matmul_peak']:.0%}"
+    sft = all_lines("sft_memory")
+    if sft:  # the newest line: all walkthroughs of a step in one pass against the smallest micro-batch
+        one, micro = sft[-1]["settings"][0], sft[-1]["settings"][-1]
+        out["sft.one.gb"], out["sft.micro.gb"] = (f"{x['peak_rss_gb']:.1f} GB" for x in (one, micro))
+        out["sft.memory"], out["sft.time"] = f"×{micro['memory_ratio']:.2f}", f"×{micro['time_ratio']:.2f}"
+        out["sft.loss_diff"] = f"{micro['max_loss_diff']:.0e}"
+    guard = all_lines("bf16_guard")
+    if guard:  # the newest line: the base model, the demo's SFT model, the findings' SFT start, in that order
+        models = guard[-1]["models"]
+        out.update({f"guard.{i}": f"{x['gap']:.3f}" for i, x in enumerate(models)})
+        stopped = [i for i, x in enumerate(models) if x["gap"] > guard[-1]["limit"]]
+        out["guard.stopped"] = ("only the last" if stopped == [len(models) - 1] else
+                                f"{len(stopped)} of the {len(models)}")
+    return out
+
+
+def sweep_and_demo_numbers() -> dict[str, str]:
+    """results/sweep_step.jsonl (the exact lever paired over seeds) and demo_variants.jsonl (the newest run of each
+    variant and seed: its stages, times and memory)."""
     out = {}
     paired = [r for r in newest_per("sweep_step", ("algo", "comparison")) if seeded_per_repeat(r)
               and "grouped" in r["summary"]][-1]["summary"]["exact"]
     out["sweep.exact.medians"] = _x(paired["speedup"], 2)
     out["sweep.exact.pairs"] = _x(paired["median_pair_speedup"], 2)
-    demo = {}
-    for r in all_lines("demo_variants"):
-        demo[(r["variant"], r["seed"])] = r  # the newest of each variant and seed, as the table
+    demo = {key: runs[-1] for key, runs in demo_runs(all_lines("demo_variants")).items()}  # as the table
 
     def won(r: dict) -> int:
         return sum(bool(w) for _, w, _ in r["per_game"]["RL"])
@@ -92,22 +146,46 @@ def other_numbers() -> dict[str, str]:
     grouped = demo[("fp32, whole-group minibatches", 0)]
     out["demo.bf16.won"] = f"{won(bf16)}" if won(bf16) else "none"
     out["demo.fp32.won"], out["demo.games"] = f"{won(fp32)}", f"{len(fp32['per_game']['RL'])}"
+    minutes, seconds = divmod(round(fp32["total_seconds"]), 60)  # book/demo.md: the newest fp32 run of seed 0
+    out["demo.wall"], out["demo.cpu"] = f"{minutes} min {seconds} s", fp32["machine"].get("cpu") or "CPU"
+    out["demo.minutes"] = f"{round(fp32['total_seconds'] / 60)} min"  # README.md
+    out.update({f"demo.t.{k}": f"{v:.0f} s" for k, v in fp32["timings_seconds"].items() if k != "games"})
+    rl = fp32["rl"]
+    out["demo.step"], out["demo.rollout"], out["demo.update"] = (
+        f"{rl[k]:.0f} s" for k in ("step_seconds_median", "rollout_seconds_median", "update_seconds_median"))
+    out["demo.gen"], out["demo.peak"] = f"{rl['gen_tokens_per_s_median']:.0f}", f"{fp32['peak_rss_gb']:.1f} GiB"
     for name, r in (("fp32", fp32), ("grouped", grouped)):
         out[f"demo.{name}.update"] = f"{r['rl']['update_seconds_median']:.0f} s"
         out[f"demo.{name}.heldout"] = f"{r['stages']['RL']['success_rate']:.1%}".replace(".0%", "%")
+    return out
+
+
+def env_numbers() -> dict[str, str]:
+    """results/env_step.jsonl (one env step's median per family; swe's steps by kind) and env_pool.jsonl (the newest
+    line: in-process against worker processes)."""
+    out = {}
+    pool = all_lines("env_pool")
+    if pool:  # book/when_things_go_wrong.md
+        sp, pp = pool[-1]["serial"], pool[-1]["process"]
+        out["pool.serial"], out["pool.process"] = (f"{x['step_ms_per_episode_median']:.1f} ms" for x in (sp, pp))
+        out["pool.first"], out["pool.games"] = f"{pp['first_call_s']:.1f} s", f"{pool[-1]['n_games']}"
+        out["pool.rss"] = f"{min(pp['worker_rss_mb']):.0f}–{max(pp['worker_rss_mb']):.0f} MB"
     fam = next(r for r in reversed(all_lines("env_step")) if "textworld" in r["families"])["families"]
     for name in ("textworld", "alfworld"):
         out[f"env.{name}"] = f"~{fam[name]['step_ms_median']:.0f} ms"
     swe = next((r["families"]["swe"] for r in reversed(all_lines("env_step")) if "swe" in r["families"]), None)
     if swe:
         out["env.swe"], out["env.swe.test_run"] = f"{swe['step_ms_median']:.0f} ms", f"{swe['test_run_ms']:.0f} ms"
+        for key, field in (("command", "command_ms"), ("submit", "submit_ms"), ("noop", "noop_submit_ms"),
+                           ("noop_uncached", "noop_uncached_ms"), ("memo", "submit_memo_ms")):
+            out[f"env.swe.{key}"] = f"{swe[field]:.0f} ms"
     out["env.ragen"] = f"{max(fam[n]['step_ms_median'] for n in ('bandit', 'frozenlake', 'sokoban')):.2f} ms"
     return out
 
 
 def numbers() -> dict[str, str]:
-    """Every marked number of book/benchmarks.md by KEY, as the page shows it (e.g. 'trl.step' → '2.1×')."""
-    return {**rl_step_numbers(), **rollout_numbers(), **other_numbers()}
+    """Every marked number of the pages (module docstring) by KEY, as the page shows it (e.g. 'trl.step' → '2.1×')."""
+    return {**rl_step_numbers(), **rollout_numbers(), **update_numbers(), **sweep_and_demo_numbers(), **env_numbers()}
 
 
 def with_numbers(text: str, values: dict[str, str] | None = None) -> str:

