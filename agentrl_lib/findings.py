@@ -61,6 +61,13 @@ def _judge(diff: float, lo: float, hi: float, expect_sign: int) -> str:
     return AGREES if expect_sign != 0 and (diff > 0) == (expect_sign > 0) else DISAGREES
 
 
+def _verdict(diff: float, lo: float, hi: float, expect_sign: int, floor: str | None = None) -> str:
+    """_judge's verdict; where both sides won nothing (`floor` not None: where, e.g. " in every seed") it says so,
+    whatever the paper's direction: a floor is not evidence either way."""
+    verdict = _judge(diff, lo, hi, expect_sign)
+    return verdict if floor is None else f"{verdict} (both 0%{floor}: a floor, not evidence either way)"
+
+
 def compare(records: list[dict], axis: str, a: Any, b: Any, where: dict | None = None, expect_sign: int = 1,
             metric: str = "eval.success_rate", names: tuple[str, str] | None = None) -> tuple[str, str]:
     """(ours, verdict) for mean(a) − mean(b) of `metric` between two values of `axis` within `where` ({axis: value}
@@ -82,9 +89,8 @@ def compare(records: list[dict], axis: str, a: Any, b: Any, where: dict | None =
     if d.dropped_a or d.dropped_b:
         left = [f"{n} seed {s}" for n, seeds in ((na, d.dropped_a), (nb, d.dropped_b)) for s in seeds]
         ours += f" over the {d.n} seeds both have (left out: {', '.join(left)})"
-    if metric.endswith("success_rate") and not any((*ca.outcomes.values(), *cb.outcomes.values())):
-        return ours, f"{_judge(d.diff, lo, hi, expect_sign)} (both 0% in every seed: a floor, not evidence either way)"
-    return ours, _judge(d.diff, lo, hi, expect_sign)
+    floor = metric.endswith("success_rate") and not any((*ca.outcomes.values(), *cb.outcomes.values()))
+    return ours, _verdict(d.diff, lo, hi, expect_sign, " in every seed" if floor else None)
 
 
 def collapse(records: list[dict]) -> tuple[str, str]:
@@ -119,9 +125,7 @@ def compare_evaluations(evals: list[dict], a: dict, b: dict, expect_sign: int, n
     if ci is None:
         return ours, f"{CANNOT_TELL} (fewer than 2 games)"
     ours += f"; Δ {100 * diff:+.0f} pts [{100 * ci[0]:+.0f}, {100 * ci[1]:+.0f}] (interval over games: one model each)"
-    if not any(wins[0]) and not any(wins[1]):  # a floor: nothing to compare, whatever the paper's direction
-        return ours, f"{_judge(diff, *ci, expect_sign)} (both 0%: a floor, not evidence either way)"
-    return ours, _judge(diff, *ci, expect_sign)
+    return ours, _verdict(diff, *ci, expect_sign, "" if not any(wins[0]) and not any(wins[1]) else None)
 
 
 # ---------------------------------------------------------------------------------------------------------------
