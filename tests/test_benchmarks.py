@@ -628,3 +628,51 @@ def test_bench_env_pool_tiny(monkeypatch, tmp_path, cooking_games):
     assert len(p["worker_rss_mb"]) == 2 and positive(*p["worker_rss_mb"])
     table = load_bench(monkeypatch, "report").env_pool_table(res)
     assert "| in-process |" in table and "| worker processes |" in table
+
+
+def test_bench_make_test_parses_pytest_summaries(monkeypatch):
+    bench = load_bench(monkeypatch, "bench_make_test")
+    out = ("..... [100%]\n919 passed, 3 skipped, 2 warnings in 1236.12s (0:20:36)\nmake: ...\n"
+           "10 passed in 65.01s (0:01:05)\n===== 1 failed, 5 passed, 1 error in 3.2s =====\n")
+    assert bench.pytest_summaries(out) == [{"passed": 919, "skipped": 3, "warnings": 2, "seconds": 1236.12},
+                                           {"passed": 10, "seconds": 65.01},
+                                           {"failed": 1, "passed": 5, "errors": 1, "seconds": 3.2}]
+    assert bench.pytest_summaries("no tests ran in 0.01s\n3 passed\n") == []  # neither line is a count 'in' seconds
+
+
+FAKE_MAKEFILE = """venv:
+\t@echo venv
+browser sandbox vllm-or-skip:
+\t@echo $@
+test:
+\t@echo '12 passed, 1 skipped in 3.50s (0:00:03)'; echo '2 passed in 1.00s'; exit $(FAIL)
+book:
+\t@mkdir -p book/_build/html/_static book/_build/html/notebooks && touch book/_build/html/index.html \\
+\t  book/_build/html/search.html book/_build/html/notebooks/01.html book/_build/html/_static/x.html
+"""
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("fail", [0, 1])
+def test_bench_make_test_times_the_phases_of_a_fresh_clone(tmp_path, fail):
+    """The bench on a stand-in project whose Makefile prints pytest-like summaries: it clones the source's HEAD (the
+    uncommitted Makefile edit below is not seen), times the four phases, counts the book's pages (not search.html nor
+    _static/), and records a failing `make test` (the negative control) as ok false with a non-zero exit."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "Makefile").write_text(FAKE_MAKEFILE.replace("$(FAIL)", str(fail)))
+    for cmd in (["init", "-q"], ["add", "Makefile"],
+                ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        subprocess.run(["git", *cmd], cwd=src, check=True)
+    (src / "Makefile").write_text("test:\n\texit 3\n")  # uncommitted: the clone must not see it
+    out = tmp_path / "make_test.jsonl"
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_make_test.py"), "--source", str(src),
+                        "--log", str(tmp_path / "log.txt"), "--out", str(out)], capture_output=True, text=True)
+    assert (p.returncode != 0) is bool(fail), p.stdout + p.stderr  # make exits 2 when a recipe fails
+    res = json.loads(out.read_text())
+    assert list(res["phases"]) == ["venv", "prerequisites", "test", "book"]
+    assert all(isinstance(s, float) and s >= 0 for s in res["phases"].values())
+    assert res["pytest"] == {"passed": 12, "skipped": 1, "seconds": 3.5}
+    assert res["pytest_vllm"] == {"passed": 2, "seconds": 1.0}
+    assert res["book_pages"] == 2 and res["ok"] is (not fail)
+    assert "===== test" in (tmp_path / "log.txt").read_text()
