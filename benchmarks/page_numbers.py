@@ -183,9 +183,43 @@ def env_numbers() -> dict[str, str]:
     return out
 
 
+def _min_s(seconds: float) -> str:
+    minutes, s = divmod(round(seconds), 60)
+    return f"{minutes} min {s} s" if minutes else f"{s} s"
+
+
+def _counts(run: dict | None) -> str:
+    """'919 passed, 3 skipped' from one pytest summary of bench_make_test.py (failures first, as pytest prints)."""
+    if not run:
+        return "not run"
+    return ", ".join(f"{run[k]} {k}" for k in ("failed", "errors", "passed", "skipped") if run.get(k))
+
+
+def make_test_numbers() -> dict[str, str]:
+    """results/make_test.jsonl (benchmarks/bench_make_test.py), its newest line: a fresh clone's install, make test's
+    phases and counts, and make book (book/install.md, book/the_book.md)."""
+    lines = all_lines("make_test")
+    if not lines:
+        return {}
+    r, out = lines[-1], {}
+    out["make.date"], out["make.cpu"] = r["date"][:10], f"{r['cpus']} cores ({r['cpu']})"
+    for phase, seconds in r["phases"].items():
+        out[f"make.{phase}"] = _min_s(seconds)
+    out["make.total"] = _min_s(r["total_seconds"])
+    out["make.pytest"], out["make.pytest.time"] = _counts(r["pytest"]), _min_s((r["pytest"] or {}).get("seconds", 0))
+    n = r["pytest"] or {}
+    out["make.tests"] = f"{sum(n.get(k, 0) for k in ('passed', 'failed', 'skipped', 'errors')):,}"
+    out["make.vllm"] = _counts(r["pytest_vllm"])
+    out["make.vllm.time"] = _min_s((r["pytest_vllm"] or {}).get("seconds", 0))
+    out["make.pip_cache"] = "warm" if r["pip_cache_mb"] > 500 else "cold"
+    out["book.pages"], out["book.mib"] = f"{r['book_pages']}", f"{r['book_mib']:.1f} MiB"
+    return out
+
+
 def numbers() -> dict[str, str]:
     """Every marked number of the pages (module docstring) by KEY, as the page shows it (e.g. 'trl.step' → '2.1×')."""
-    return {**rl_step_numbers(), **rollout_numbers(), **update_numbers(), **sweep_and_demo_numbers(), **env_numbers()}
+    return {**rl_step_numbers(), **rollout_numbers(), **update_numbers(), **sweep_and_demo_numbers(), **env_numbers(),
+            **make_test_numbers()}
 
 
 def with_numbers(text: str, values: dict[str, str] | None = None) -> str:
