@@ -12,7 +12,8 @@ each phase timed (wall seconds):
 - `prerequisites`: `make browser sandbox vllm-or-skip` — Debian's chromium and bubblewrap where missing (`found`
   records which were installed before), and the optional vLLM environment `.venv-vllm`;
 - `test`: `make test` — ruff, pytest over tests/ and the notebooks under nbval in fast mode (the book in headless
-  Chromium included), then tests/test_vllm.py in .venv-vllm;
+  Chromium included), then tests/test_vllm.py in .venv-vllm; with PYTEST_ADDOPTS=-rs, so `skipped` lists each
+  skipped test's file and reason;
 - `book`: `make book` — the static site; `book_pages` counts its HTML pages, `book_mib` its size.
 
 `AGENTRL_HOME` (converted models, generated games) points into the clone, so the model's conversion and the games'
@@ -50,6 +51,15 @@ def pytest_summaries(output: str) -> list[dict]:
         row["seconds"] = float(m.group(2))
         out.append(row)
     return out
+
+
+SKIP = re.compile(r"^SKIPPED \[(\d+)\] ([^:\s]+)(?::\d+)?: (.*)$", re.M)
+"""One line of pytest's `-rs` summary, e.g. 'SKIPPED [1] tests/test_gpu.py:12: needs a CUDA GPU'."""
+
+
+def skip_reasons(output: str) -> list[dict]:
+    """The skipped tests of `output` (pytest run with -rs) as [{"n": count, "file": path, "reason": text}]."""
+    return [{"n": int(m.group(1)), "file": m.group(2), "reason": m.group(3).strip()} for m in SKIP.finditer(output)]
 
 
 def _du_mb(path: Path) -> float:
@@ -95,11 +105,14 @@ def main() -> int:
     with open(a.log, "w") as log:
         for name, cmd in (("venv", ["make", "venv"]), ("prerequisites", ["make", "browser", "sandbox", "vllm-or-skip"]),
                           ("test", ["make", "test"]), ("book", ["make", "book"])):
-            wall, rc, output = run_phase(name, cmd, clone, env, log)
+            # -rs: pytest lists every skipped test with its reason (PYTEST_ADDOPTS reaches both pytest runs)
+            wall, rc, output = run_phase(name, cmd, clone, {**env, "PYTEST_ADDOPTS": "-rs"} if name == "test" else env,
+                                         log)
             row["phases"][name] = round(wall, 1)
             if name == "test":
                 runs = pytest_summaries(output)
                 row["pytest"], row["pytest_vllm"] = (runs + [None, None])[:2]
+                row["skipped"] = skip_reasons(output)
                 failed = rc
             if rc:
                 row["ok"] = False

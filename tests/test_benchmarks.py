@@ -638,6 +638,10 @@ def test_bench_make_test_parses_pytest_summaries(monkeypatch):
                                            {"passed": 10, "seconds": 65.01},
                                            {"failed": 1, "passed": 5, "errors": 1, "seconds": 3.2}]
     assert bench.pytest_summaries("no tests ran in 0.01s\n3 passed\n") == []  # neither line is a count 'in' seconds
+    skips = ("SKIPPED [1] tests/test_gpu.py:7: needs a CUDA GPU\nSKIPPED [2] notebooks/x.ipynb: no GPU\n"
+             "   SKIPPED [1] indented.py:1: not a summary line\n")
+    assert bench.skip_reasons(skips) == [{"n": 1, "file": "tests/test_gpu.py", "reason": "needs a CUDA GPU"},
+                                         {"n": 2, "file": "notebooks/x.ipynb", "reason": "no GPU"}]
 
 
 FAKE_MAKEFILE = """venv:
@@ -645,7 +649,8 @@ FAKE_MAKEFILE = """venv:
 browser sandbox vllm-or-skip:
 \t@echo $@
 test:
-\t@echo '12 passed, 1 skipped in 3.50s (0:00:03)'; echo '2 passed in 1.00s'; exit $(FAIL)
+\t@echo "SKIPPED [1] t.py:3: $$PYTEST_ADDOPTS"; echo '12 passed, 1 skipped in 3.50s (0:00:03)'
+\t@echo '2 passed in 1.00s'; exit $(FAIL)
 book:
 \t@mkdir -p book/_build/html/_static book/_build/html/notebooks && touch book/_build/html/index.html \\
 \t  book/_build/html/search.html book/_build/html/notebooks/01.html book/_build/html/_static/x.html
@@ -674,5 +679,6 @@ def test_bench_make_test_times_the_phases_of_a_fresh_clone(tmp_path, fail):
     assert all(isinstance(s, float) and s >= 0 for s in res["phases"].values())
     assert res["pytest"] == {"passed": 12, "skipped": 1, "seconds": 3.5}
     assert res["pytest_vllm"] == {"passed": 2, "seconds": 1.0}
+    assert res["skipped"] == [{"n": 1, "file": "t.py", "reason": "-rs"}]  # make test ran with PYTEST_ADDOPTS=-rs
     assert res["book_pages"] == 2 and res["ok"] is (not fail)
     assert "===== test" in (tmp_path / "log.txt").read_text()
