@@ -72,8 +72,7 @@ vllm-or-skip:
 	@$(MAKE) --no-print-directory vllm || echo "make: could not build $(VLLM_VENV); tests/test_vllm.py will skip"
 
 ## the tests that neither train, start processes nor take over ~10 s (markers in pyproject.toml); no notebooks, no
-## lint: 341 of 513 tests (340 pass; the CUDA test and the vLLM module skip) in 1 min 44 s (2 min with make) here,
-## 2 CPU cores shared with other jobs (load average 5)
+## lint: the quick subset for an edit-test loop (make test's counts and times: book/install.md)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m "not trains and not subprocess and not slow" tests
 

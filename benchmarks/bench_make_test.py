@@ -124,7 +124,8 @@ def main() -> int:
     row["book_mib"] = round(_du_mb(html), 1)
     row["total_seconds"] = round(sum(row["phases"].values()), 1)
     row["load_after"] = load1()
-    write_result(a.out, {**row, **machine_info(a.machine)}, a, seed=0)
+    # commit: the clone's (the tested code), not this checkout's, which machine_info would name
+    write_result(a.out, {**row, **machine_info(a.machine), "commit": commit}, a, seed=0)
     print({k: row[k] for k in ("phases", "pytest", "pytest_vllm", "book_pages", "book_mib", "ok") if k in row})
     print(f"appended to {a.out}; every phase's output: {a.log}")
     if not a.keep:

@@ -1,5 +1,6 @@
 """The measured numbers that book/benchmarks.md's prose ("What the tables say") quotes, and those of every other page
-that marks one (report.numbered_pages: book/design.md, environments.md, demo.md, when_things_go_wrong.md, README.md),
+that marks one (report.numbered_pages: book/design.md, environments.md, demo.md, when_things_go_wrong.md, install.md,
+the_book.md, README.md),
 each computed from a results file, so that the prose cannot drift from the tables (the chapters' `glue`, for a
 Markdown page).
 
@@ -211,7 +212,7 @@ def make_test_numbers() -> dict[str, str]:
     out["make.tests"] = f"{sum(n.get(k, 0) for k in ('passed', 'failed', 'skipped', 'errors')):,}"
     out["make.vllm"] = _counts(r["pytest_vllm"])
     out["make.vllm.time"] = _min_s((r["pytest_vllm"] or {}).get("seconds", 0))
-    out["make.pip_cache"] = "warm" if r["pip_cache_mb"] > 500 else "cold"
+    out["make.skipped"] = ", ".join(f"{x['file']}" + (f" ({x['n']})" if x["n"] > 1 else "") for x in r["skipped"])
     out["book.pages"], out["book.mib"] = f"{r['book_pages']}", f"{r['book_mib']:.1f} MiB"
     return out
 

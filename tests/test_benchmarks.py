@@ -157,7 +157,8 @@ def test_book_benchmark_tables_are_rendered_from_the_results_files():
 
 NUMBERED_PAGES = [("book/benchmarks.md", 30, "trl.step"), ("book/design.md", 30, "mem.micro.gb"),
                   ("book/environments.md", 9, "env.swe.command"), ("book/demo.md", 12, "demo.wall"),
-                  ("book/when_things_go_wrong.md", 4, "pool.first"), ("README.md", 1, "demo.minutes")]
+                  ("book/when_things_go_wrong.md", 4, "pool.first"), ("README.md", 1, "demo.minutes"),
+                  ("book/install.md", 10, "make.pytest"), ("book/the_book.md", 5, "book.pages")]
 
 
 def test_every_page_that_marks_a_number_is_checked(monkeypatch):
@@ -681,4 +682,6 @@ def test_bench_make_test_times_the_phases_of_a_fresh_clone(tmp_path, fail):
     assert res["pytest_vllm"] == {"passed": 2, "seconds": 1.0}
     assert res["skipped"] == [{"n": 1, "file": "t.py", "reason": "-rs"}]  # make test ran with PYTEST_ADDOPTS=-rs
     assert res["book_pages"] == 2 and res["ok"] is (not fail)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True, text=True).stdout.strip()
+    assert res["commit"] == res["source_commit"] == head  # the tested clone's commit, not the bench's checkout
     assert "===== test" in (tmp_path / "log.txt").read_text()
