@@ -23,6 +23,12 @@ MARK = re.compile(r"<!-- n:([\w.-]+) -->(.*?)<!-- /n -->", re.S)
 """One marked number: group 1 its KEY, group 2 the number as the page shows it."""
 
 
+def _min_s(seconds: float) -> str:
+    """'12 min 41 s' ('41 s' under a minute)."""
+    minutes, s = divmod(round(seconds), 60)
+    return f"{minutes} min {s} s" if minutes else f"{s} s"
+
+
 def _x(ratio: float, digits: int = 1) -> str:
     return f"{ratio:.{digits}f}×"
 
@@ -147,8 +153,8 @@ def sweep_and_demo_numbers() -> dict[str, str]:
     grouped = demo[("fp32, whole-group minibatches", 0)]
     out["demo.bf16.won"] = f"{won(bf16)}" if won(bf16) else "none"
     out["demo.fp32.won"], out["demo.games"] = f"{won(fp32)}", f"{len(fp32['per_game']['RL'])}"
-    minutes, seconds = divmod(round(fp32["total_seconds"]), 60)  # book/demo.md: the newest fp32 run of seed 0
-    out["demo.wall"], out["demo.cpu"] = f"{minutes} min {seconds} s", fp32["machine"].get("cpu") or "CPU"
+    # book/demo.md: the newest fp32 run of seed 0
+    out["demo.wall"], out["demo.cpu"] = _min_s(fp32["total_seconds"]), fp32["machine"].get("cpu") or "CPU"
     out["demo.minutes"] = f"{round(fp32['total_seconds'] / 60)} min"  # README.md
     out.update({f"demo.t.{k}": f"{v:.0f} s" for k, v in fp32["timings_seconds"].items() if k != "games"})
     rl = fp32["rl"]
@@ -184,12 +190,7 @@ def env_numbers() -> dict[str, str]:
     return out
 
 
-def _min_s(seconds: float) -> str:
-    minutes, s = divmod(round(seconds), 60)
-    return f"{minutes} min {s} s" if minutes else f"{s} s"
-
-
-def _counts(run: dict | None) -> str:
+def _counts(run: dict) -> str:
     """'919 passed, 3 skipped' from one pytest summary of bench_make_test.py (failures first, as pytest prints)."""
     if not run:
         return "not run"
@@ -206,12 +207,10 @@ def make_test_numbers() -> dict[str, str]:
     out["make.date"], out["make.cpu"] = r["date"][:10], f"{r['cpus']} cores ({r['cpu']})"
     for phase, seconds in r["phases"].items():
         out[f"make.{phase}"] = _min_s(seconds)
-    out["make.total"] = _min_s(r["total_seconds"])
-    out["make.pytest"], out["make.pytest.time"] = _counts(r["pytest"]), _min_s((r["pytest"] or {}).get("seconds", 0))
-    n = r["pytest"] or {}
-    out["make.tests"] = f"{sum(n.get(k, 0) for k in ('passed', 'failed', 'skipped', 'errors')):,}"
-    out["make.vllm"] = _counts(r["pytest_vllm"])
-    out["make.vllm.time"] = _min_s((r["pytest_vllm"] or {}).get("seconds", 0))
+    main, vllm = r["pytest"] or {}, r["pytest_vllm"] or {}
+    out["make.pytest"], out["make.pytest.time"] = _counts(main), _min_s(main.get("seconds", 0))
+    out["make.tests"] = f"{sum(main.get(k, 0) for k in ('passed', 'failed', 'skipped', 'errors')):,}"
+    out["make.vllm"], out["make.vllm.time"] = _counts(vllm), _min_s(vllm.get("seconds", 0))
     out["make.skipped"] = ", ".join(f"{x['file']}" + (f" ({x['n']})" if x["n"] > 1 else "") for x in r["skipped"])
     out["book.pages"], out["book.mib"] = f"{r['book_pages']}", f"{r['book_mib']:.1f} MiB"
     return out
