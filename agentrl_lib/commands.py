@@ -116,7 +116,8 @@ def _check_model_flags(a) -> None:
 
 def cmd_eval(a) -> None:
     """Evaluate --model on --games (evaluate.evaluate): --max-turns turns, --max-new-tokens tokens per turn (the
-    train section's field: pass the run's, e.g. 160 for configs/swe.yaml), --temperature. Refuses, in one line and
+    train section's field: pass the run's, e.g. 160 for configs/swe.yaml), --temperature; the result (printed, and
+    written to --out) names the model, the games, the commit and the device. Refuses, in one line and
     before the model loads: --max-turns < 1, --batch-size < 1, --max-new-tokens outside [1, MAX_NEW_TOKENS_MAX], a
     negative --temperature, an --out that cannot be written, a --device / --dtype this machine lacks, and games that
     fail their check."""
@@ -125,6 +126,7 @@ def cmd_eval(a) -> None:
     from .evaluate import evaluate, format_eval, keep_unsaved, save_eval
     from .generation import check_generator
     from .models import load_policy
+    from .paths import git_commit
 
     env_cfg = EnvConfig(**section_args(a, "env"))
     _require(env_cfg.max_turns >= 1, f"--max-turns must be >= 1 (got {env_cfg.max_turns}); 8-12 suits small "
@@ -150,7 +152,8 @@ def cmd_eval(a) -> None:
                        generator=getattr(a, "model.generator"), seed=getattr(a, "train.seed"))
     finally:
         pool.close()
-    res["model"], res["games"] = a.model, str(games.root)
+    # provenance, as a sweep record has it: which code evaluated the model, on which device
+    res.update(model=a.model, games=str(games.root), commit=git_commit(), device=str(model.device))
     print(format_eval(res, a.model))
     if a.out:
         try:

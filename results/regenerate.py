@@ -16,7 +16,8 @@ Parts (each a results file; the commands it runs are printed, and are ordinary `
               (results/sft_choice.json: the candidate whose validation success is nearest TARGET_SFT_SUCCESS, so RL
               has headroom).
 - explore     results/exploration.jsonl: the exploration budget, PPO dense from the main sweep's SFT start with
-              max turns 5, 8, 10 and 15 (1x-3x the 5-command walkthrough), 15 steps, seeds 0-1.
+              max turns 5, 8, 10 and 15 (1x-3x the 5-command walkthrough), 15 steps, seeds 0-1; then each run
+              evaluated again greedily and sampling at 0.4 and 1.0 (results/exploration_evals.jsonl).
 - split       results/sft_rl_split.jsonl: SFT:RL split of one budget (a demonstration costs 10 units, an episode 1;
               the paper's accounting), PPO dense, seeds 0-1, evaluated in-domain and on harder games (2 ingredients).
 - complexity  results/complexity.jsonl: SFT + PPO on TextWorld custom games of growing size (the paper's w/o/q
@@ -124,6 +125,12 @@ settings (lr 1e-5, no whitening) won 88% of its training episodes at step 9 and 
 is its own, not the main sweep's."""
 EXPLORE_SEEDS = (0, 1)
 """Seeds of the exploration sweep: what the CPU budget leaves (about 20 CPU hours for every sweep)."""
+EXPLORE_EVAL_TEMPERATURES = (0.0, 0.4, 1.0)
+"""Every exploration run is evaluated again on the same held-out games at these temperatures (sampling seed 0), each
+episode's actions kept (results/exploration_evals.jsonl): 0 repeats the sweep's greedy evaluation (it must reproduce
+the record game for game), 0.4 is the paper's evaluation temperature, 1.0 the policy's own distribution. Why: seed 1's
+15-turn run won 0 of 64 held-out games greedily, while every episode of its last training step (sampled at 0.7) won:
+a greedy evaluation can hide a policy that wins when it samples."""
 MAX_DIFF_HALF_WIDTH = 0.15
 """The pilot sets the number of seeds: the fewest (at least 3, at most MAX_SEEDS) for which the 95% interval of the
 difference of two cells' means is at most +-15 points, given the seed-to-seed spread measured in the pilot."""
@@ -330,52 +337,81 @@ def sft(games_name: str, demos: int, epochs: float, seed: int, *more_games: str,
                                        *(["--max-turns", str(max_turns)] if max_turns else [])])]
 
 
-def stage_eval(model: str, games_name: str, max_turns: int, stage: str, **meta) -> list[tuple[str, list[str]]]:
-    """`agentrl eval` of a model without RL on a game set, into runs/evals/ (collected by collect_evals)."""
-    name = f"{stage}-{Path(model).name}-on-{games_name}"
-    out = ROOT / "runs" / "evals" / f"{name}.json"
+def stage_eval(model: str, games_name: str, max_turns: int, stage: str, folder: str = "evals",
+               **meta) -> list[tuple[str, list[str]]]:
+    """`agentrl eval` of a model on a game set, into runs/FOLDER/ (collected by collect_evals(FOLDER)): greedy, or
+    sampled when meta has "temperature" (and "sample_seed", the sampling seed); none when done."""
+    temp = meta.get("temperature")
+    name = f"{stage}-{Path(model).name}-on-{games_name}" + (f"-t{temp:g}" if temp is not None else "")
+    out = ROOT / "runs" / folder / f"{name}.json"
     meta_path = out.with_suffix(".meta.json")
+    sampling = ["--temperature", f"{temp:g}", "--seed", str(meta.get("sample_seed", 0))] if temp else []
+    cmd = [*AGENTRL, "eval", "--model", model, "--games", f"games/{games_name}", "--max-turns", str(max_turns),
+           *sampling, "--dtype", "float32", "--out", str(out)]
     if DRY_RUN:
-        return [] if out.exists() else [(f"eval-{name}", [*AGENTRL, "eval", "--model", model, "--games",
-                                                          f"games/{games_name}"])]
+        return [] if out.exists() else [(f"eval-{name}", cmd)]
     meta_path.parent.mkdir(parents=True, exist_ok=True)
     meta_path.write_text(json.dumps({"stage": stage, "model": model, "games": games_name, "max_turns": max_turns,
                                      **meta}))
-    if out.exists():
-        return []
-    return [(f"eval-{name}", [*AGENTRL, "eval", "--model", model, "--games", f"games/{games_name}", "--max-turns",
-                              str(max_turns), "--dtype", "float32", "--out", str(out)])]
+    return [] if out.exists() else [(f"eval-{name}", cmd)]
+
+
+def explore_evals() -> list[tuple[str, list[str]]]:
+    """The evaluations of EXPLORE_EVAL_TEMPERATURES of every recorded exploration run (RESULTS/exploration.jsonl)
+    whose run dir is here, into runs/evals-explore/; a run recorded on another machine (its dir is not here) is
+    named and skipped: remove its record and run the part again to retrain it."""
+    path = RESULTS / "exploration.jsonl"
+    jobs = []
+    for r in map(json.loads, path.read_text().splitlines() if path.exists() else []):
+        if not (ROOT / r["run_dir"] / "config.yaml").exists():
+            log(f"no run dir {r['run_dir']} here: not evaluated at temperatures {EXPLORE_EVAL_TEMPERATURES}")
+            continue
+        for temp in EXPLORE_EVAL_TEMPERATURES:
+            jobs += stage_eval(r["run_dir"], "cooking-heldout", r["config"]["env"]["max_turns"], "rl",
+                               "evals-explore", temperature=temp, sample_seed=0, seed=r["seed"], cell=r["cell"])
+    return jobs
 
 
 def collect_evals(folder: str = "evals") -> int:
-    """Append every finished runs/FOLDER/*.json (with its meta) to results/stage_evals.jsonl once. FOLDER "evals":
-    `agentrl eval` outputs (stage_eval); "evals-swe": the swe part's `agentrl eval --max-new-tokens` outputs
-    (swe_stage_eval: their meta name the level and the reply length). Every record has a `seed`: the SFT model's,
-    or null for the base model (untrained and evaluated greedily, so no seed is involved)."""
-    path = RESULTS / "stage_evals.jsonl"
-    have = {json.dumps([r["stage"], r["model"], r["games"]]) for r in map(json.loads, path.read_text().splitlines())
-            } if path.exists() else set()
+    """Append every finished runs/FOLDER/*.json (with its meta) to its results file once. FOLDER "evals": `agentrl
+    eval` outputs (stage_eval) into results/stage_evals.jsonl; "evals-swe": the swe part's `agentrl eval
+    --max-new-tokens` outputs (swe_stage_eval: their meta name the level and the reply length), there too;
+    "evals-explore": the exploration runs at EXPLORE_EVAL_TEMPERATURES (explore_evals) into
+    results/exploration_evals.jsonl, each episode's score and actions kept ("episodes"). Every record has a `seed`:
+    the trained model's, or null for the base model (untrained and evaluated greedily, so no seed is involved); a
+    sampled evaluation's own seed is "sample_seed"."""
+    explore, swe = folder == "evals-explore", folder == "evals-swe"
+    path = RESULTS / ("exploration_evals.jsonl" if explore else "stage_evals.jsonl")
+
+    def key(r: dict) -> str:
+        return json.dumps([r["stage"], r["model"], r["games"], r.get("temperature")])
+
+    have = set(map(key, map(json.loads, path.read_text().splitlines()))) if path.exists() else set()
     sys.path.insert(0, str(ROOT))
     from agentrl_lib.paths import git_commit
     from agentrl_lib.records import append_record, compact_eval, machine_info
 
-    swe, machine, n = folder == "evals-swe", None, 0
+    machine, n = None, 0
     for meta_path in sorted((ROOT / "runs" / folder).glob("*.meta.json")):
         res_path = Path(str(meta_path).replace(".meta.json", ".json"))
         meta = json.loads(meta_path.read_text())
-        if not res_path.exists() or json.dumps([meta["stage"], meta["model"], meta["games"]]) in have:
+        if not res_path.exists() or key(meta) in have:
             continue
         machine = machine or machine_info()
         res = json.loads(res_path.read_text())
-        config = {"command": "agentrl eval", "model": meta["model"],
-                  "games": f"games/{meta['games']}", "max_turns": meta["max_turns"], "dtype": "float32",
-                  "temperature": 0.0, "max_new_tokens": meta["max_new_tokens"] if swe else 24}
+        config = {"command": "agentrl eval", "model": meta["model"], "games": f"games/{meta['games']}",
+                  "max_turns": meta["max_turns"], "dtype": "float32", "temperature": meta.get("temperature") or 0.0,
+                  "max_new_tokens": meta["max_new_tokens"] if swe else 24}
         fields = {k: meta[k] for k in ("stage", "model", "games", "level", "max_turns")} if swe else dict(meta)
         # the SFT model's seed; null for the untrained base model, evaluated greedily: nothing in it is random
         fields["seed"] = None if meta["stage"] == "base" else meta.get("seed", 0)
-        ev = {**compact_eval(res), "mean_score_frac": res.get("mean_score_frac")} if swe else compact_eval(res)
-        append_record(path, {**fields, "config": config, "commit": git_commit(), "device": machine["torch_device"],
-                             "machine": machine, "eval": ev})
+        ev = {**compact_eval(res), "mean_score_frac": res.get("mean_score_frac")} if swe or explore else \
+            compact_eval(res)
+        if explore:
+            ev["episodes"] = [{"game": g["game"], "score_frac": g["score"] / g["max_score"] if g.get("max_score")
+                               else None, "actions": g.get("actions", [])} for g in res.get("per_game", [])]
+        append_record(path, {**fields, "config": config, "commit": res.get("commit") or git_commit(),
+                             "device": res.get("device") or machine["torch_device"], "machine": machine, "eval": ev})
         n += 1
     return n
 
@@ -774,6 +810,10 @@ def main() -> None:
         choose_seeds(main_init)
     if "swe" in parts:
         failed += swe_part(a.jobs)
+    if "explore" in parts:  # the runs recorded by now, at EXPLORE_EVAL_TEMPERATURES
+        failed += parallel(explore_evals(), a.jobs)
+        if not DRY_RUN:
+            log(f"collected {collect_evals('evals-explore')} new evaluations into results/exploration_evals.jsonl")
     if DRY_RUN:
         total = sum(m for _, m in PLAN)
         n = sum(m > 0 for _, m in PLAN)

@@ -8,6 +8,7 @@ import yaml
 from agentrl_lib.cli import main
 from agentrl_lib.demo import DemoBudget, run_demo
 from agentrl_lib.models import resolve_model_path
+from agentrl_lib.paths import git_commit
 
 pytestmark = [pytest.mark.slow, pytest.mark.trains, pytest.mark.subprocess]
 
@@ -41,6 +42,7 @@ def test_make_games_sft_train_resume_eval(tmp_path, tiny_model_dir, capsys):
                  "--device", "cpu"]) == 0
     res = json.loads(out.read_text())
     assert res["n_games"] == 2 and len(res["per_game"]) == 2 and 0.0 <= res["success_rate"] <= 1.0
+    assert res["device"] == "cpu" and res["commit"] == git_commit()   # provenance, as in a sweep record
     assert "success" in capsys.readouterr().out
     assert resolve_model_path(str(run)).endswith("step_000002/policy")
 

@@ -91,6 +91,47 @@ def test_collect_evals_appends_each_finished_evaluation_once(tmp_path, monkeypat
     assert plain["seed"] is None and swe["seed"] == 0     # the base model has no seed; an SFT model has its own
 
 
+def test_explore_evals_evaluate_each_run_here_at_each_temperature_and_keep_the_episodes(tmp_path, monkeypatch):
+    """Every recorded exploration run whose dir is here gets one `agentrl eval` per EXPLORE_EVAL_TEMPERATURES at its
+    own turn limit (the commands parse with the real CLI: greedy without --temperature, sampled with it and seed 0);
+    a run whose dir is gone is skipped; the collected records (results/exploration_evals.jsonl, not
+    stage_evals.jsonl) keep the temperature, the training seed and each episode's score and actions, once each.
+    Negative control (by hand when written): with the temperature left out of collect_evals' key, a run's second
+    temperature, finished after its first was collected, was never collected (0 == 1)."""
+    import json
+
+    from agentrl_lib import cli
+
+    regen = load_regenerate()
+    for name, value in [("ROOT", tmp_path), ("RESULTS", tmp_path / "results"), ("DRY_RUN", False)]:
+        monkeypatch.setattr(regen, name, value)
+    (tmp_path / "results").mkdir()
+    recs = [{"run_dir": f"runs/sweeps/exploration/t{t}-s{s}", "seed": s, "cell": {"env.max_turns": t},
+             "config": {"env": {"max_turns": t}}} for t, s in [(15, 1), (5, 0)]]
+    (tmp_path / "results" / "exploration.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (tmp_path / recs[0]["run_dir"]).mkdir(parents=True)
+    (tmp_path / recs[0]["run_dir"] / "config.yaml").write_text("{}")     # the 5-turn run's dir is not here
+    jobs = regen.explore_evals()
+    assert len(jobs) == len(regen.EXPLORE_EVAL_TEMPERATURES) == 3
+    parsed = [cli.build_parser().parse_args(cmd[3:]) for _, cmd in jobs]
+    assert [a.temperature for a in parsed] == list(regen.EXPLORE_EVAL_TEMPERATURES)
+    assert {a.model for a in parsed} == {recs[0]["run_dir"]} and {getattr(a, "env.max_turns") for a in parsed} == {15}
+    assert {getattr(a, "train.seed") for a in parsed} == {0}
+    ep = {"game": "g0", "won": False, "turns": 15, "score": 2.0, "max_score": 3.0, "actions": ["prepare meal"]}
+    for _, cmd in jobs:   # each evaluation finishes after the previous one was collected
+        Path(cmd[cmd.index("--out") + 1]).write_text(json.dumps(
+            {"success_rate": 0.0, "n_games": 1, "per_game": [ep], "commit": "abc", "device": "cpu"}))
+        assert regen.collect_evals("evals-explore") == 1
+    assert regen.collect_evals("evals-explore") == 0
+    assert not (tmp_path / "results" / "stage_evals.jsonl").exists()
+    out = sorted((json.loads(x) for x in (tmp_path / "results" / "exploration_evals.jsonl").read_text().splitlines()),
+                 key=lambda r: r["temperature"])
+    assert [r["temperature"] for r in out] == [r["config"]["temperature"] for r in out] == [0.0, 0.4, 1.0]
+    assert {r["seed"] for r in out} == {1} and {r["sample_seed"] for r in out} == {0} and out[0]["commit"] == "abc"
+    assert out[2]["eval"]["episodes"] == [{"game": "g0", "score_frac": 2 / 3, "actions": ["prepare meal"]}]
+    assert out[2]["eval"]["per_game"] == [["g0", False, 15]]
+
+
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_swe_stage_eval_is_agentrl_eval_with_the_swe_configs_budget(tmp_path, monkeypatch, dry_run):
     """The swe part evaluates through `agentrl eval` itself: its command parses with the real CLI parser, and the
