@@ -377,7 +377,8 @@ def collect_evals(folder: str = "evals") -> int:
     eval` outputs (stage_eval) into results/stage_evals.jsonl; "evals-swe": the swe part's `agentrl eval
     --max-new-tokens` outputs (swe_stage_eval: their meta name the level and the reply length), there too;
     "evals-explore": the exploration runs at EXPLORE_EVAL_TEMPERATURES (explore_evals) into
-    results/exploration_evals.jsonl, each episode's score and actions kept ("episodes"). Every record has a `seed`:
+    results/exploration_evals.jsonl, each episode's score and actions kept ("episodes", beside the game's
+    walkthrough from the game set's manifest.json). Every record has a `seed`:
     the trained model's, or null for the base model (untrained and evaluated greedily, so no seed is involved); a
     sampled evaluation's own seed is "sample_seed"."""
     explore, swe = folder == "evals-explore", folder == "evals-swe"
@@ -407,9 +408,13 @@ def collect_evals(folder: str = "evals") -> int:
         fields["seed"] = None if meta["stage"] == "base" else meta.get("seed", 0)
         ev = {**compact_eval(res), "mean_score_frac": res.get("mean_score_frac")} if swe or explore else \
             compact_eval(res)
-        if explore:
+        if explore:  # each episode beside its game's walkthrough (the games' manifest): what the policy missed
+            manifest = ROOT / "games" / meta["games"] / "manifest.json"
+            walk = {g["name"]: g.get("walkthrough") for g in json.loads(manifest.read_text())["games"]} \
+                if manifest.exists() else {}
             ev["episodes"] = [{"game": g["game"], "score_frac": g["score"] / g["max_score"] if g.get("max_score")
-                               else None, "actions": g.get("actions", [])} for g in res.get("per_game", [])]
+                               else None, "actions": g.get("actions", []), "walkthrough": walk.get(g["game"])}
+                              for g in res.get("per_game", [])]
         append_record(path, {**fields, "config": config, "commit": res.get("commit") or git_commit(),
                              "device": res.get("device") or machine["torch_device"], "machine": machine, "eval": ev})
         n += 1

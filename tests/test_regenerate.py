@@ -95,7 +95,8 @@ def test_explore_evals_evaluate_each_run_here_at_each_temperature_and_keep_the_e
     """Every recorded exploration run whose dir is here gets one `agentrl eval` per EXPLORE_EVAL_TEMPERATURES at its
     own turn limit (the commands parse with the real CLI: greedy without --temperature, sampled with it and seed 0);
     a run whose dir is gone is skipped; the collected records (results/exploration_evals.jsonl, not
-    stage_evals.jsonl) keep the temperature, the training seed and each episode's score and actions, once each.
+    stage_evals.jsonl) keep the temperature, the training seed and each episode's score and actions beside the
+    game's walkthrough (the game set's manifest), once each.
     Negative control (by hand when written): with the temperature left out of collect_evals' key, a run's second
     temperature, finished after its first was collected, was never collected (0 == 1)."""
     import json
@@ -111,6 +112,9 @@ def test_explore_evals_evaluate_each_run_here_at_each_temperature_and_keep_the_e
     (tmp_path / "results" / "exploration.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     (tmp_path / recs[0]["run_dir"]).mkdir(parents=True)
     (tmp_path / recs[0]["run_dir"] / "config.yaml").write_text("{}")     # the 5-turn run's dir is not here
+    (tmp_path / "games" / "cooking-heldout").mkdir(parents=True)
+    (tmp_path / "games" / "cooking-heldout" / "manifest.json").write_text(json.dumps(
+        {"games": [{"name": "g0", "walkthrough": ["take tuna from fridge", "prepare meal", "eat meal"]}]}))
     jobs = regen.explore_evals()
     assert len(jobs) == len(regen.EXPLORE_EVAL_TEMPERATURES) == 3
     parsed = [cli.build_parser().parse_args(cmd[3:]) for _, cmd in jobs]
@@ -128,7 +132,8 @@ def test_explore_evals_evaluate_each_run_here_at_each_temperature_and_keep_the_e
                  key=lambda r: r["temperature"])
     assert [r["temperature"] for r in out] == [r["config"]["temperature"] for r in out] == [0.0, 0.4, 1.0]
     assert {r["seed"] for r in out} == {1} and {r["sample_seed"] for r in out} == {0} and out[0]["commit"] == "abc"
-    assert out[2]["eval"]["episodes"] == [{"game": "g0", "score_frac": 2 / 3, "actions": ["prepare meal"]}]
+    assert out[2]["eval"]["episodes"] == [{"game": "g0", "score_frac": 2 / 3, "actions": ["prepare meal"],
+                                           "walkthrough": ["take tuna from fridge", "prepare meal", "eat meal"]}]
     assert out[2]["eval"]["per_game"] == [["g0", False, 15]]
 
 
