@@ -17,7 +17,7 @@ Parts (each a results file; the commands it runs are printed, and are ordinary `
               has headroom).
 - explore     results/exploration.jsonl: the exploration budget, PPO dense from the main sweep's SFT start with
               max turns 5, 8, 10 and 15 (1x-3x the 5-command walkthrough), 15 steps, seeds 0-1; then each run
-              evaluated again greedily and sampling at 0.4 and 1.0 (results/exploration_evals.jsonl).
+              evaluated again greedily and sampling at 0.4, 0.7 and 1.0 (results/exploration_evals.jsonl).
 - split       results/sft_rl_split.jsonl: SFT:RL split of one budget (a demonstration costs 10 units, an episode 1;
               the paper's accounting), PPO dense, seeds 0-1, evaluated in-domain and on harder games (2 ingredients).
 - complexity  results/complexity.jsonl: SFT + PPO on TextWorld custom games of growing size (the paper's w/o/q
@@ -125,12 +125,13 @@ settings (lr 1e-5, no whitening) won 88% of its training episodes at step 9 and 
 is its own, not the main sweep's."""
 EXPLORE_SEEDS = (0, 1)
 """Seeds of the exploration sweep: what the CPU budget leaves (about 20 CPU hours for every sweep)."""
-EXPLORE_EVAL_TEMPERATURES = (0.0, 0.4, 1.0)
+EXPLORE_EVAL_TEMPERATURES = (0.0, 0.4, 0.7, 1.0)
 """Every exploration run is evaluated again on the same held-out games at these temperatures (sampling seed 0), each
 episode's actions kept (results/exploration_evals.jsonl): 0 repeats the sweep's greedy evaluation (it must reproduce
-the record game for game), 0.4 is the paper's evaluation temperature, 1.0 the policy's own distribution. Why: seed 1's
-15-turn run won 0 of 64 held-out games greedily, while every episode of its last training step (sampled at 0.7) won:
-a greedy evaluation can hide a policy that wins when it samples."""
+the record game for game), 0.4 is the paper's evaluation temperature, 0.7 the training rollouts' (configs/cooking.yaml:
+the behaviour policy's own success on held-out games), 1.0 the policy's unscaled distribution. Why: seed 1's 15-turn
+run won 0 of 64 held-out games greedily, while every episode of its last training step (sampled at 0.7) won: a greedy
+evaluation can hide a policy that wins when it samples."""
 MAX_DIFF_HALF_WIDTH = 0.15
 """The pilot sets the number of seeds: the fewest (at least 3, at most MAX_SEEDS) for which the 95% interval of the
 difference of two cells' means is at most +-15 points, given the seed-to-seed spread measured in the pilot."""

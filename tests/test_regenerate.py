@@ -116,7 +116,7 @@ def test_explore_evals_evaluate_each_run_here_at_each_temperature_and_keep_the_e
     (tmp_path / "games" / "cooking-heldout" / "manifest.json").write_text(json.dumps(
         {"games": [{"name": "g0", "walkthrough": ["take tuna from fridge", "prepare meal", "eat meal"]}]}))
     jobs = regen.explore_evals()
-    assert len(jobs) == len(regen.EXPLORE_EVAL_TEMPERATURES) == 3
+    assert len(jobs) == len(regen.EXPLORE_EVAL_TEMPERATURES) == 4
     parsed = [cli.build_parser().parse_args(cmd[3:]) for _, cmd in jobs]
     assert [a.temperature for a in parsed] == list(regen.EXPLORE_EVAL_TEMPERATURES)
     assert {a.model for a in parsed} == {recs[0]["run_dir"]} and {getattr(a, "env.max_turns") for a in parsed} == {15}
@@ -130,11 +130,11 @@ def test_explore_evals_evaluate_each_run_here_at_each_temperature_and_keep_the_e
     assert not (tmp_path / "results" / "stage_evals.jsonl").exists()
     out = sorted((json.loads(x) for x in (tmp_path / "results" / "exploration_evals.jsonl").read_text().splitlines()),
                  key=lambda r: r["temperature"])
-    assert [r["temperature"] for r in out] == [r["config"]["temperature"] for r in out] == [0.0, 0.4, 1.0]
+    assert [r["temperature"] for r in out] == [r["config"]["temperature"] for r in out] == [0.0, 0.4, 0.7, 1.0]
     assert {r["seed"] for r in out} == {1} and {r["sample_seed"] for r in out} == {0} and out[0]["commit"] == "abc"
-    assert out[2]["eval"]["episodes"] == [{"game": "g0", "score_frac": 2 / 3, "actions": ["prepare meal"],
+    assert out[3]["eval"]["episodes"] == [{"game": "g0", "score_frac": 2 / 3, "actions": ["prepare meal"],
                                            "walkthrough": ["take tuna from fridge", "prepare meal", "eat meal"]}]
-    assert out[2]["eval"]["per_game"] == [["g0", False, 15]]
+    assert out[3]["eval"]["per_game"] == [["g0", False, 15]]
 
 
 @pytest.mark.parametrize("dry_run", [False, True])
