@@ -225,9 +225,12 @@ FINDINGS: list[tuple[str, str, str, str, Callable[[dict], tuple[str, str]]]] = [
     ("03_policy", "Echo Trap: reward spread collapses", "RAGEN: group reward std falls before reward, collapse",
      "25 steps per run (RAGEN: 200)", _collapse_main),
     ("01_environment", "A 2× turn budget beats 1× (exploration)", "max turns 6 → 55%, 8 (2× optimal) → 73%",
-     "15 RL steps, 2 seeds; the walkthrough is 5 commands, so 10 turns is 2×", _explore(10, 5, 1)),
+     "15 RL steps, 2 seeds; the walkthrough is 5 commands, so 10 turns is 2×; no run won a game with more turns "
+     "that its seed lost with 5: the runs that won learned one habit, take the ingredient from the fridge "
+     "(chapter 01 §5b)", _explore(10, 5, 1)),
     ("01_environment", "More than 2× the turns adds little", "more than 8 turns adds little",
-     "15 RL steps, 2 seeds; 15 turns is 3× the walkthrough", _explore(15, 10, 0)),
+     "15 RL steps, 2 seeds; 15 turns is 3× the walkthrough; seed 1's 15-turn policy prepares the meal, then loops "
+     "instead of eating it when decoded greedily (chapter 01 §5b)", _explore(15, 10, 0)),
     ("04_sft_then_rl", "Mostly RL generalises worse to harder games than an SFT:RL mix",
      "all-RL ≈ 11% on harder games vs 59% for 60 demos + 400 episodes", "a budget of 400 units (paper 1,000); the "
      "fewest demos here is 4, not 0; 2 seeds", _split(20, 4, "evals.hard.success_rate", 1)),
