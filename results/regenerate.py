@@ -379,9 +379,9 @@ def collect_evals(folder: str = "evals") -> int:
     --max-new-tokens` outputs (swe_stage_eval: their meta name the level and the reply length), there too;
     "evals-explore": the exploration runs at EXPLORE_EVAL_TEMPERATURES (explore_evals) into
     results/exploration_evals.jsonl, each episode's score and actions kept ("episodes", beside the game's
-    walkthrough from the game set's manifest.json). Every record has a `seed`:
-    the trained model's, or null for the base model (untrained and evaluated greedily, so no seed is involved); a
-    sampled evaluation's own seed is "sample_seed"."""
+    walkthrough from the game set's manifest.json). Every record has a `seed`: the trained model's, or null for the
+    base model (untrained and evaluated greedily, so no seed is involved); a sampled evaluation's own seed is
+    "sample_seed"."""
     explore, swe = folder == "evals-explore", folder == "evals-swe"
     path = RESULTS / ("exploration_evals.jsonl" if explore else "stage_evals.jsonl")
 
