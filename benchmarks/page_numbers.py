@@ -216,10 +216,21 @@ def make_test_numbers() -> dict[str, str]:
     return out
 
 
+def first_run_numbers() -> dict[str, str]:
+    """results/first_run.jsonl (benchmarks/bench_first_run.py), its newest line: what a first demo spends once,
+    converting the embedded model and making its games, medians over fresh caches (book/demo.md)."""
+    lines = all_lines("first_run")
+    if not lines:
+        return {}
+    r = lines[-1]
+    return {"first.convert": _min_s(r["convert_seconds_median"]), "first.games": _min_s(r["games_seconds_median"]),
+            "first.n": f"{r['games']}"}
+
+
 def numbers() -> dict[str, str]:
     """Every marked number of the pages (module docstring) by KEY, as the page shows it (e.g. 'trl.step' → '2.1×')."""
     return {**rl_step_numbers(), **rollout_numbers(), **update_numbers(), **sweep_and_demo_numbers(), **env_numbers(),
-            **make_test_numbers()}
+            **make_test_numbers(), **first_run_numbers()}
 
 
 def with_numbers(text: str, values: dict[str, str] | None = None) -> str:
