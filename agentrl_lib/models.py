@@ -125,7 +125,8 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 
 def embedded_model_dir() -> Path:
-    """Directory of the embedded model as safetensors, converting the wheel's GGUF file on first use (~30 s).
+    """Directory of the embedded model as safetensors, converting the wheel's GGUF file on first use (16-27 s on a
+    2-core AMD EPYC beside a sweep: results/first_run.jsonl, benchmarks/bench_first_run.py).
 
     The GGUF file is Q4_1-quantised; transformers dequantises it to an fp32 LlamaForCausalLM (134.5M parameters).
     transformers marks GGUF-loaded models as quantised and refuses to save or train them, although the weights are

