@@ -22,6 +22,7 @@ import re
 import shutil
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -581,7 +582,8 @@ def test_eval_max_new_tokens_reaches_the_evaluation(flags, expected, seed, cooki
                 "env_error_reasons": []}
 
     monkeypatch.setattr(agentrl_lib.envs.pool, "open_pool", lambda *a, **k: NoPool())
-    monkeypatch.setattr(agentrl_lib.models, "load_policy", lambda *a, **k: (None, None))
+    # a stand-in model: eval records the device it ran on (res["device"]), as a loaded policy has it
+    monkeypatch.setattr(agentrl_lib.models, "load_policy", lambda *a, **k: (SimpleNamespace(device="cpu"), None))
     monkeypatch.setattr(agentrl_lib.evaluate, "evaluate", fake_evaluate)
     assert main(["eval", "--games", str(cooking_games.root), "--device", "cpu", *flags]) == 0
     assert seen["max_new_tokens"] == expected and (expected != 24 or expected == TrainConfig().max_new_tokens)
