@@ -93,6 +93,18 @@ walkthrough 5 commands), small enough for a CPU and with intermediate scores for
 HELD_OUT_SEED = 100_000
 
 
+def make_demo_games(budget: DemoBudget, seed: int = 0, progress: bool = True):
+    """The demo's training games (seeds `seed`...) and held-out games (seeds HELD_OUT_SEED...), budget.train_games
+    and budget.eval_games of GAME_FAMILY, as two GameSets; cached under the cache root, keyed by their parameters
+    (make_textworld_games). benchmarks/bench_first_run.py times them in a fresh cache."""
+    games_root = cache_root() / "games"
+    train = make_textworld_games(games_root / f"cooking-train-s{seed}-n{budget.train_games}", budget.train_games,
+                                 seed=seed, progress=progress, **GAME_FAMILY)
+    held = make_textworld_games(games_root / f"cooking-heldout-s{HELD_OUT_SEED}-n{budget.eval_games}",
+                                budget.eval_games, seed=HELD_OUT_SEED, progress=progress, **GAME_FAMILY)
+    return train, held
+
+
 def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo", reward: str = "dense",
              model: str = "embedded", seed: int = 0, progress: bool = True, mixed_precision: str = "no") -> dict:
     """Run the whole recipe into `out` and return the summary (also out/summary.json and out/stages.png).
@@ -121,13 +133,9 @@ def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo
         if progress:
             print(f"[{time.perf_counter() - t0:6.0f}s] {msg}", flush=True)
 
-    # 1. games (cached under the cache root, keyed by their parameters)
-    games_root = cache_root() / "games"
+    # 1. games
     t = time.perf_counter()
-    train = make_textworld_games(games_root / f"cooking-train-s{seed}-n{budget.train_games}", budget.train_games,
-                                 seed=seed, progress=progress, **GAME_FAMILY)
-    held = make_textworld_games(games_root / f"cooking-heldout-s{HELD_OUT_SEED}-n{budget.eval_games}",
-                                budget.eval_games, seed=HELD_OUT_SEED, progress=progress, **GAME_FAMILY)
+    train, held = make_demo_games(budget, seed, progress)
     overlap = {g.params.get("fingerprint") for g in train.games} & {g.params.get("fingerprint") for g in held.games}
     timings["games"] = time.perf_counter() - t
     say(f"{len(train)} training games, {len(held)} held-out games ({len(overlap)} identical to a training game)")

@@ -12,6 +12,7 @@ second). Appends one JSON line (the medians, every repeat, the load average befo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -25,22 +26,17 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # no spinning threads on a 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def first_run(train_games: int, eval_games: int) -> dict:
-    """Seconds to convert the embedded model and to make the demo's two game sets in the current (empty) cache."""
-    from agentrl_lib.demo import GAME_FAMILY, HELD_OUT_SEED
-    from agentrl_lib.envs.textworld import make_textworld_games
+def first_run(budget) -> dict:
+    """Seconds to convert the embedded model and to make the demo's two game sets (demo.make_demo_games with
+    `budget`, a DemoBudget) in the current (empty) cache."""
+    from agentrl_lib.demo import make_demo_games
     from agentrl_lib.models import embedded_model_dir
-    from agentrl_lib.paths import cache_root
 
     t = time.perf_counter()
     embedded_model_dir()
     convert = time.perf_counter() - t
     t = time.perf_counter()
-    games = cache_root() / "games"
-    made = [make_textworld_games(games / f"cooking-train-s0-n{train_games}", train_games, seed=0, progress=False,
-                                 **GAME_FAMILY),
-            make_textworld_games(games / f"cooking-heldout-s{HELD_OUT_SEED}-n{eval_games}", eval_games,
-                                 seed=HELD_OUT_SEED, progress=False, **GAME_FAMILY)]
+    made = make_demo_games(budget, seed=0, progress=False)
     return {"convert_seconds": round(convert, 1), "games_seconds": round(time.perf_counter() - t, 1),
             "games": sum(len(g) for g in made)}
 
@@ -60,13 +56,15 @@ def main(argv=None) -> int:
         ap.error("--repeats, --train-games and --eval-games must be >= 1")
     from benchutil import load1, machine_info, write_result
 
+    budget = dataclasses.replace(full, train_games=a.train_games, eval_games=a.eval_games)
+
     res = {"bench": "first_run", **machine_info(a.machine), "load_before": load1(), "repeats": []}
     home = os.environ.get("AGENTRL_HOME")
     try:
         for _ in range(a.repeats):
             with tempfile.TemporaryDirectory(prefix="agentrl-first-run-") as tmp:
                 os.environ["AGENTRL_HOME"] = tmp
-                res["repeats"].append(first_run(a.train_games, a.eval_games))
+                res["repeats"].append(first_run(budget))
     finally:  # the caller's cache again
         if home is None:
             os.environ.pop("AGENTRL_HOME", None)

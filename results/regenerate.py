@@ -393,7 +393,7 @@ def collect_evals(folder: str = "evals") -> int:
     from agentrl_lib.paths import git_commit
     from agentrl_lib.records import append_record, compact_eval, machine_info
 
-    machine, n = None, 0
+    machine, n, walkthroughs = None, 0, {}
     for meta_path in sorted((ROOT / "runs" / folder).glob("*.meta.json")):
         res_path = Path(str(meta_path).replace(".meta.json", ".json"))
         meta = json.loads(meta_path.read_text())
@@ -410,9 +410,11 @@ def collect_evals(folder: str = "evals") -> int:
         ev = {**compact_eval(res), "mean_score_frac": res.get("mean_score_frac")} if swe or explore else \
             compact_eval(res)
         if explore:  # each episode beside its game's walkthrough (the games' manifest): what the policy missed
-            manifest = ROOT / "games" / meta["games"] / "manifest.json"
-            walk = {g["name"]: g.get("walkthrough") for g in json.loads(manifest.read_text())["games"]} \
-                if manifest.exists() else {}
+            if meta["games"] not in walkthroughs:  # one read per game set
+                manifest = ROOT / "games" / meta["games"] / "manifest.json"
+                walkthroughs[meta["games"]] = {g["name"]: g.get("walkthrough") for g in json.loads(
+                    manifest.read_text())["games"]} if manifest.exists() else {}
+            walk = walkthroughs[meta["games"]]
             ev["episodes"] = [{"game": g["game"], "score_frac": g["score"] / g["max_score"] if g.get("max_score")
                                else None, "actions": g.get("actions", []), "walkthrough": walk.get(g["game"])}
                               for g in res.get("per_game", [])]
