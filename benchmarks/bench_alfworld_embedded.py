@@ -2,14 +2,14 @@
 *Environments* ("ALFWorld offline").
 
     python benchmarks/bench_alfworld_embedded.py [--train-games 60] [--eval-games 12] [--max-turns 24] [--rl-steps 3]
-        [--games-per-step 2] [--group-size 4] [--gradient-checkpointing] [--seed 0] [--machine TEXT]
-        [--out results/alfworld_embedded.jsonl] [--work DIR]
+        [--games-per-step 2] [--group-size 4] [--no-gradient-checkpointing] [--model embedded] [--seed 0]
+        [--machine TEXT] [--out results/alfworld_embedded.jsonl] [--work DIR]
 
 Each stage is one `agentrl` command in its own process (timed wall-clock, peak RSS from the OS: os.wait4), in a fresh
 working folder (a temporary one unless --work; made games are not taken from the cache):
   games.train   make-games alfworld --split train --n TRAIN_GAMES --seed SEED
   games.unseen  make-games alfworld --split valid_unseen --n EVAL_GAMES --seed SEED (floor plans never in train)
-  eval.base     eval --model embedded on the valid_unseen games, greedy, --max-turns
+  eval.base     eval --model MODEL (default: the embedded SmolLM2-135M-Instruct) on the valid_unseen games, greedy
   sft           sft on the train games' planner walkthroughs (1 epoch, the CLI's other defaults)
   eval.sft      eval of the SFT model on the same games
   rl            train --algo ppo --reward sparse --init <sft> for --rl-steps steps on the train games
@@ -84,6 +84,7 @@ def main(argv=None) -> int:
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True,
                     help="in the RL updates (about half the update's memory; book page Benchmarks)")
+    ap.add_argument("--model", default="embedded", help="the base model (default: SmolLM2-135M-Instruct, embedded)")
     ap.add_argument("--seed", type=int, default=0, help="games, SFT and RL seed")
     ap.add_argument("--machine", default="", help="how to name the machine in the results, e.g. '2-core shared CPU'")
     ap.add_argument("--out", default="", help="append one JSON line (e.g. results/alfworld_embedded.jsonl)")
@@ -106,9 +107,10 @@ def main(argv=None) -> int:
                              "--seed", str(a.seed), "--out", str(train)], lambda: game_stats(train)),
             ("games.unseen", ["make-games", "alfworld", "--split", "valid_unseen", "--n", str(a.eval_games),
                               "--seed", str(a.seed), "--out", str(unseen)], lambda: game_stats(unseen)),
-            ("eval.base", ["eval", "--model", "embedded", "--games", str(unseen), *turns,
+            ("eval.base", ["eval", "--model", a.model, "--games", str(unseen), *turns,
                            "--out", str(work / "eval_base.json")], lambda: eval_stats(work / "eval_base.json")),
-            ("sft", ["sft", "--games", str(train), "--epochs", "1", "--seed", str(a.seed), *turns, "--out", str(sft)],
+            ("sft", ["sft", "--model", a.model, "--games", str(train), "--epochs", "1", "--seed", str(a.seed), *turns,
+                     "--out", str(sft)],
              lambda: {k: v for k, v in json.loads((sft / "sft_summary.json").read_text()).items()
                       if k in ("examples", "skipped", "tokens", "assistant_tokens", "epochs", "lr", "batch_size",
                                "train_loss")}),

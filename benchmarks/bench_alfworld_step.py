@@ -1,6 +1,7 @@
 """Step time of ALFWorld's stock text env vs agentrl_lib's AlfWorldEnv on the same generated games and actions.
 
-    python benchmarks/bench_alfworld_step.py [--games 6] [--steps 40] [--seed 0] [--out DIR]
+    python benchmarks/bench_alfworld_step.py [--games 6] [--steps 40] [--seed 0] [--games-dir DIR] [--machine TEXT]
+        [--out results/alfworld_step.jsonl]
 
 Each game is played along one fixed action sequence (its walkthrough interleaved with random admissible commands,
 drawn once and replayed identically in every env). Envs compared:
@@ -9,7 +10,8 @@ drawn once and replayed identically in every env). Envs compared:
   stock + expert      the same with ALFWorld's default DAgger config (handcoded expert)
   stock PddlEnv       textworld's PddlEnv + AlfredDemangler in this process (the engine without gym plumbing)
   AlfWorldEnv         ours, expert="walkthrough" (default) and expert="none"
-Prints the median step time (ms) of each and the ratios to ours.
+Prints the median step time (ms) of each and the ratios to ours; with --out, appends them as one JSON line (the
+book page *Environments* quotes it).
 """
 from __future__ import annotations
 
@@ -108,12 +110,21 @@ def main(argv=None) -> None:
     p.add_argument("--games", type=int, default=6)
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(Path(tempfile.gettempdir()) / "agentrl_bench_alfworld"))
+    p.add_argument("--games-dir", default=str(Path(tempfile.gettempdir()) / "agentrl_bench_alfworld"),
+                   help="where the games are made (reused when already there)")
+    p.add_argument("--machine", default="", help="how to name the machine in the results, e.g. '2-core shared CPU'")
+    p.add_argument("--out", default="", help="append one JSON line (e.g. results/alfworld_step.jsonl)")
     args = p.parse_args(argv)
+    if min(args.games, args.steps) < 1:
+        p.error("--games and --steps must be >= 1")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from benchutil import load1, machine_info, write_result
+
+    res = {"bench": "alfworld_step", **machine_info(args.machine), "load_before": load1()}
 
     from agentrl_lib.envs.alfworld_gen import make_alfworld_games
 
-    gs = make_alfworld_games(args.out, n=args.games, seed=args.seed, split="train", progress=False)
+    gs = make_alfworld_games(args.games_dir, n=args.games, seed=args.seed, split="train", progress=False)
     games = gs.games
     seqs = action_sequences(games, args.steps, args.seed)
     print(f"{len(games)} games ({', '.join(g.params['task_type'] + '@' + g.params['floor_plan'] for g in games)}),"
@@ -132,6 +143,10 @@ def main(argv=None) -> None:
     for name, ts in rows.items():
         med = statistics.median(ts)
         print(f"{name:40s} {med * 1e3:10.2f} {statistics.mean(ts) * 1e3:10.2f} {med / ours:8.1f}x")
+    res.update(games=len(games), steps=len(rows["AlfWorldEnv expert=walkthrough"]), load_after=load1(),
+               envs={name: {"step_ms_median": round(statistics.median(ts) * 1e3, 3),
+                            "step_ms_mean": round(statistics.mean(ts) * 1e3, 3)} for name, ts in rows.items()})
+    write_result(args.out, res, args, seed=args.seed)
 
 
 if __name__ == "__main__":

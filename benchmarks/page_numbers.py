@@ -227,10 +227,57 @@ def first_run_numbers() -> dict[str, str]:
             "first.n": f"{r['games']}", "first.repeats": f"{len(r['repeats'])}"}
 
 
+def alfworld_numbers() -> dict[str, str]:
+    """results/alfworld_embedded.jsonl (bench_alfworld_embedded.py: the embedded model on generated ALFWorld games,
+    base, SFT and a few PPO steps, each stage timed) and results/alfworld_step.jsonl (bench_alfworld_step.py: one env
+    step, ours against the stock envs), their newest lines (book/environments.md)."""
+    out = {}
+    if lines := all_lines("alfworld_embedded"):
+        st = lines[-1]["stages"]
+        for split in ("train", "unseen"):
+            g = st[f"games.{split}"]
+            out[f"alf.{split}.n"], out[f"alf.{split}.s"] = f"{g['n']}", _min_s(g["seconds"])
+            out[f"alf.{split}.plans"] = f"{g['floor_plans']}"
+            out[f"alf.{split}.candidates"] = f"{g['n'] + sum(g['skipped'].values())}"
+            out[f"alf.{split}.skipped"] = ", ".join(f"{n} {why}" for why, n in sorted(g["skipped"].items())) or "none"
+        out["alf.walk"] = f"{st['games.train']['walkthrough_mean']:.1f}"
+        for stage in ("base", "sft"):
+            e = st[f"eval.{stage}"]
+            out[f"alf.{stage}.won"] = f"{sum(g['won'] for g in e['per_game'])} / {e['n_games']}"
+            out[f"alf.{stage}.invalid"] = f"{e['invalid_rate']:.0%}"
+            out[f"alf.{stage}.eval_s"] = _min_s(e["seconds"])
+            out[f"alf.{stage}.env_errors"] = f"{e['env_errors']}"
+        out["alf.turns"] = f"{st['eval.base']['max_turns']}"
+        out["alf.base.reply"] = st["eval.base"]["per_game"][0]["actions"][0]
+        sft = st["sft"]
+        out["alf.sft.s"], out["alf.sft.examples"] = _min_s(sft["seconds"]), f"{sft['examples']}"
+        out["alf.sft.loss"] = f"{sft['train_loss'][0]:.2f} → {sft['train_loss'][-1]:.2f}"
+        out["alf.sft.rss"] = f"{st['sft']['peak_rss_gib']:.1f} GB"
+        steps = st["rl"]["steps"]
+        out["alf.rl.n"], out["alf.rl.episodes"] = f"{len(steps)}", f"{steps[0]['episodes']}"
+        out["alf.rl.invalid"] = " → ".join(f"{s['invalid_rate']:.2f}" for s in steps)
+        out["alf.rl.won"] = f"{sum(round(s['success_rate'] * s['episodes']) for s in steps)}"
+        out["alf.rl.env_errors"] = f"{sum(s['env_errors'] for s in steps)}"
+        for part in ("step", "rollout", "update"):
+            out[f"alf.rl.{part}"] = _min_s(statistics.median(s[f"{part}_seconds"] for s in steps))
+        out["alf.rl.tokens"] = f"{max(s['seq_len_max'] for s in steps):,}"
+        out["alf.rl.rss"] = f"{st['rl']['peak_rss_gib']:.1f} GB"
+        out["alf.rl.checkpointing"] = "with" if lines[-1]["config"]["gradient_checkpointing"] else "without"
+    if lines := all_lines("alfworld_step"):
+        r = lines[-1]
+        env = {name: e["step_ms_median"] for name, e in r["envs"].items()}
+        ours = env["AlfWorldEnv expert=walkthrough"]
+        out["alf.step.ours"], out["alf.step.stock"] = f"{ours:.2f} ms", f"{env['stock AlfredTWEnv (no expert)']:.1f} ms"
+        out["alf.step.x"] = _x(env["stock AlfredTWEnv (no expert)"] / ours, 0)
+        out["alf.step.pddl_x"] = _x(env["stock PddlEnv+AlfredDemangler"] / ours, 0)
+        out["alf.step.games"], out["alf.step.n"] = f"{r['games']}", f"{r['steps']}"
+    return out
+
+
 def numbers() -> dict[str, str]:
     """Every marked number of the pages (module docstring) by KEY, as the page shows it (e.g. 'trl.step' → '2.1×')."""
     return {**rl_step_numbers(), **rollout_numbers(), **update_numbers(), **sweep_and_demo_numbers(), **env_numbers(),
-            **make_test_numbers(), **first_run_numbers()}
+            **make_test_numbers(), **first_run_numbers(), **alfworld_numbers()}
 
 
 def with_numbers(text: str, values: dict[str, str] | None = None) -> str:

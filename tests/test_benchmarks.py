@@ -703,3 +703,45 @@ def test_bench_first_run_converts_and_makes_games_in_a_fresh_cache(tmp_path, mon
     assert rep["games"] == res["games"] == 2 and positive(rep["convert_seconds"], rep["games_seconds"])
     assert res["convert_seconds_median"] == rep["convert_seconds"] and res["config"]["repeats"] == 1
     assert list(home.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_bench_alfworld_embedded_runs_every_stage_as_its_own_command(tmp_path, tiny_model_dir):
+    """Games made, base and SFT evaluated, one PPO step: each stage an agentrl command with its seconds, peak RSS and
+    what it measured, in one results line (book/environments.md's ALFWorld numbers); the tiny model stands in for the
+    embedded one."""
+    tiny = ["--model", tiny_model_dir, "--train-games", "2", "--eval-games", "1", "--max-turns", "10",
+            "--rl-steps", "1", "--games-per-step", "1", "--group-size", "2"]
+    res = run_script("bench_alfworld_embedded.py", tiny, tmp_path / "alf.jsonl")
+    st = res["stages"]
+    assert list(st) == ["games.train", "games.unseen", "eval.base", "sft", "eval.sft", "rl"]
+    assert all(positive(s["seconds"], s["peak_rss_gib"]) for s in st.values())
+    assert (st["games.train"]["n"], st["games.unseen"]["n"]) == (2, 1) and st["games.train"]["walkthrough_mean"] > 0
+    for e in (st["eval.base"], st["eval.sft"]):
+        assert e["n_games"] == 1 and e["max_turns"] == 10 and e["per_game"][0]["actions"]
+    assert st["sft"]["examples"] >= 1 and st["sft"]["train_loss"]
+    assert [s["step"] for s in st["rl"]["steps"]] == [1] and positive(st["rl"]["steps"][0]["seq_len_max"])
+    assert res["config"]["model"] == tiny_model_dir and res["config"]["gradient_checkpointing"] and res["seed"] == 0
+
+
+@pytest.mark.subprocess
+def test_bench_alfworld_embedded_stops_at_a_failed_stage_and_writes_nothing(tmp_path):
+    """Negative control: a stage whose command fails (here a model folder that does not exist) ends the bench with one
+    line naming the stage, and no results line is written."""
+    out = tmp_path / "alf.jsonl"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_alfworld_embedded.py"), "--model",
+                           str(tmp_path / "no-model"), "--train-games", "1", "--eval-games", "1", "--out", str(out)],
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_WAIT_POLICY": "PASSIVE"},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "stage eval.base" in proc.stderr and not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_bench_alfworld_step_writes_each_envs_median(tmp_path):
+    res = run_script("bench_alfworld_step.py", ["--games", "1", "--steps", "5", "--games-dir", str(tmp_path / "games")],
+                     tmp_path / "step.jsonl")
+    assert res["games"] == 1 and 1 <= res["steps"] <= 5 and res["seed"] == 0
+    assert {"AlfWorldEnv expert=walkthrough", "stock AlfredTWEnv (no expert)"} <= set(res["envs"])
+    assert all(positive(e["step_ms_median"]) for e in res["envs"].values())
