@@ -239,7 +239,8 @@ def alfworld_numbers() -> dict[str, str]:
             out[f"alf.{split}.n"], out[f"alf.{split}.s"] = f"{g['n']}", _min_s(g["seconds"])
             out[f"alf.{split}.plans"] = f"{g['floor_plans']}"
             out[f"alf.{split}.candidates"] = f"{g['n'] + sum(g['skipped'].values())}"
-            out[f"alf.{split}.skipped"] = ", ".join(f"{n} {why}" for why, n in sorted(g["skipped"].items())) or "none"
+            out[f"alf.{split}.skipped"] = "; ".join(f"{why}: {n}" for why, n in sorted(g["skipped"].items())) or "none"
+            out[f"alf.{split}.per_game"] = f"{g['seconds'] / g['n']:.1f} s"
         out["alf.walk"] = f"{st['games.train']['walkthrough_mean']:.1f}"
         for stage in ("base", "sft"):
             e = st[f"eval.{stage}"]
@@ -249,10 +250,14 @@ def alfworld_numbers() -> dict[str, str]:
             out[f"alf.{stage}.env_errors"] = f"{e['env_errors']}"
         out["alf.turns"] = f"{st['eval.base']['max_turns']}"
         out["alf.base.reply"] = st["eval.base"]["per_game"][0]["actions"][0]
+        first = st["eval.sft"]["per_game"][0]   # the game's name: task type-object-...-receptacle-floor plan
+        out["alf.sft.object"] = first["game"].split("-")[1].lower()
+        out["alf.sft.example"] = ", ".join(f"`{a}`" for a in first["actions"][:3])
         sft = st["sft"]
         out["alf.sft.s"], out["alf.sft.examples"] = _min_s(sft["seconds"]), f"{sft['examples']}"
         out["alf.sft.loss"] = f"{sft['train_loss'][0]:.2f} → {sft['train_loss'][-1]:.2f}"
         out["alf.sft.rss"] = f"{st['sft']['peak_rss_gib']:.1f} GB"
+        out["alf.sft.batch"] = f"{sft['batch_size']}"
         steps = st["rl"]["steps"]
         out["alf.rl.n"], out["alf.rl.episodes"] = f"{len(steps)}", f"{steps[0]['episodes']}"
         out["alf.rl.invalid"] = " → ".join(f"{s['invalid_rate']:.2f}" for s in steps)

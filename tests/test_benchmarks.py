@@ -156,7 +156,7 @@ def test_book_benchmark_tables_are_rendered_from_the_results_files():
 
 
 NUMBERED_PAGES = [("book/benchmarks.md", 30, "trl.step"), ("book/design.md", 30, "mem.micro.gb"),
-                  ("book/environments.md", 9, "env.swe.command"), ("book/demo.md", 12, "demo.wall"),
+                  ("book/environments.md", 40, "alf.rl.rss"), ("book/demo.md", 12, "demo.wall"),
                   ("book/when_things_go_wrong.md", 4, "pool.first"), ("README.md", 1, "demo.minutes"),
                   ("book/install.md", 10, "make.pytest"), ("book/the_book.md", 5, "book.pages")]
 
