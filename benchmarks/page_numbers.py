@@ -247,7 +247,6 @@ def alfworld_numbers() -> dict[str, str]:
             out[f"alf.{stage}.won"] = f"{sum(g['won'] for g in e['per_game'])} / {e['n_games']}"
             out[f"alf.{stage}.invalid"] = f"{e['invalid_rate']:.0%}"
             out[f"alf.{stage}.eval_s"] = _min_s(e["seconds"])
-            out[f"alf.{stage}.env_errors"] = f"{e['env_errors']}"
         out["alf.turns"] = f"{st['eval.base']['max_turns']}"
         out["alf.base.reply"] = st["eval.base"]["per_game"][0]["actions"][0]
         first = st["eval.sft"]["per_game"][0]   # the game's name: task type-object-...-receptacle-floor plan
