@@ -15,8 +15,8 @@ working folder (a temporary one unless --work; made games are not taken from the
   rl            train --algo ppo --reward sparse --init <sft> for --rl-steps steps on the train games
 Appends one JSON line to --out: per stage its seconds, peak RSS (GiB) and what it measured (game counts, skipped
 candidates and walkthrough lengths; success, invalid-action rate and each game's commands; SFT losses; per RL step
-success, invalid rate, rollout / update seconds and the longest trajectory in tokens). About 35 CPU minutes and 10 GB
-(16 GB without --gradient-checkpointing) on a 2-core CPU.
+success, invalid rate, rollout / update seconds and the longest trajectory in tokens). About half an hour on a 2-core
+CPU, the SFT stage's peak near 10 GB (results/alfworld_embedded.jsonl holds what was measured).
 """
 from __future__ import annotations
 
