@@ -55,8 +55,9 @@ def game_stats(folder: Path) -> dict:
 
     games = load_game_set(folder)
     lengths = [len(g.walkthrough) for g in games.games]
-    return {"n": len(games), "floor_plans": len(games.params.get("games_per_floor_plan") or {}),
-            "skipped": games.params.get("skipped") or {}, "walkthrough_mean": round(statistics.mean(lengths), 2),
+    # make-games alfworld always writes both (alfworld_gen.make_alfworld_games); a KeyError here is a changed manifest
+    return {"n": len(games), "floor_plans": len(games.params["games_per_floor_plan"]),
+            "skipped": games.params["skipped"], "walkthrough_mean": round(statistics.mean(lengths), 2),
             "walkthrough_max": max(lengths)}
 
 
