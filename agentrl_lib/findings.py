@@ -131,7 +131,8 @@ def compare_evaluations(evals: list[dict], a: dict, b: dict, expect_sign: int, n
 # ---------------------------------------------------------------------------------------------------------------
 # The findings. Each: (chapter, finding, paper, why ours may differ, results files, check(results) -> (ours, verdict))
 
-MAIN_WHY = "135M model (paper 1.5B / 7B); 5-command cooking games; 400 episodes at lr 1e-5 (paper: actor 1e-6)"
+MAIN_WHY = ("135M model (paper 1.5B / 7B); 5-command cooking games; 400 episodes at lr 1e-5 (paper: actor 1e-6); "
+            "many runs of every algorithm end on one habit, take X from fridge (chapter 03 §6)")
 BANDIT_WHY = "10 steps × 16 episodes (RAGEN: 200 steps × 128); 135M model (RAGEN 0.5B)"
 
 
