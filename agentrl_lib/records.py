@@ -304,6 +304,26 @@ def compact_eval(ev: dict) -> dict:
             "per_game": [[g["game"], bool(g["won"]), g["turns"]] for g in ev.get("per_game", [])]}
 
 
+def ingredient_places(evaluations: list[dict]) -> dict[str, str]:
+    """Where each cooking game keeps its one ingredient: {game: PLACE} from the walkthrough's `take X from PLACE`
+    (e.g. "fridge", "counter"), read from evaluation records whose eval["episodes"] store each game's walkthrough
+    (results/exploration_evals.jsonl: the cooking held-out games). The walkthrough is the game's, not the policy's,
+    so every record of a game gives the same place; a game whose walkthrough takes nothing from a place (another
+    family) is left out. Used to ask which games a greedy policy wins: chapter 01 §5b found runs that learned
+    `take X from fridge` and win exactly the fridge games (chapters 01, 03 and 04 count them).
+
+    evaluations: records with r["eval"]["episodes"] = [{"game": str, "walkthrough": [str, ...], ...}, ...];
+    records or episodes without them are skipped, so [] gives {}.
+    """
+    places: dict[str, str] = {}
+    for record in evaluations:
+        for episode in (record.get("eval") or {}).get("episodes") or []:
+            take = [c for c in episode.get("walkthrough") or [] if c.startswith("take ") and " from " in c]
+            if take:
+                places.setdefault(episode["game"], take[0].rsplit(" from ", 1)[1])
+    return places
+
+
 def finished_run(run_dir: Path) -> dict | None:
     """The summary (run_rl's "rows" and "eval") of a run that finished training and its held-out evaluation — an
     eval.json written after the last metrics row — or None. A sweep stopped after that point (its record cut short,

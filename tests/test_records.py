@@ -147,3 +147,21 @@ def test_compact_eval_and_finished_run(tmp_path):
     (run / "eval.json").write_text(json.dumps(ev))
     done = records.finished_run(run)
     assert done["rows"] == [{"step": 1, "success_rate": 0.5}] and done["eval"]["n_games"] == 2
+
+
+def test_ingredient_places_reads_the_place_from_each_walkthrough():
+    def ep(game, take):
+        return {"game": game, "walkthrough": ["inventory", "examine cookbook", take, "prepare meal", "eat meal"]}
+
+    evaluations = [{"eval": {"episodes": [ep("a", "take red tuna from fridge"), ep("b", "take salt from counter"),
+                                          {"game": "c", "walkthrough": ["go north", "eat apple"]}]}},
+                   {"eval": {"episodes": [ep("a", "take red tuna from fridge")]}}, {"eval": {}}]
+    assert records.ingredient_places(evaluations) == {"a": "fridge", "b": "counter"}
+    assert records.ingredient_places([]) == {}
+    # the committed records: the exploration part's 64 held-out cooking games, one place each (chapters 01, 03, 04
+    # count wins by it; a reader that took the word after the first "from" of any command, or every "take", would
+    # give other counts)
+    places = records.ingredient_places(records.load_results("exploration_evals"))
+    if places:
+        assert len(places) == 64 and sorted(set(places.values())) == ["counter", "fridge"]
+        assert sum(p == "fridge" for p in places.values()) == 37
