@@ -304,13 +304,19 @@ def compact_eval(ev: dict) -> dict:
             "per_game": [[g["game"], bool(g["won"]), g["turns"]] for g in ev.get("per_game", [])]}
 
 
+def take_places(walkthrough: list[str]) -> list[str]:
+    """PLACE of each `take X from PLACE` of a cooking game's walkthrough, in order: one per ingredient that is not
+    in the inventory already (e.g. ["fridge"] for a one-ingredient game whose ingredient is in the fridge)."""
+    return [c.rsplit(" from ", 1)[1] for c in walkthrough if c.startswith("take ") and " from " in c]
+
+
 def ingredient_places(evaluations: list[dict]) -> dict[str, str]:
-    """Where each cooking game keeps its one ingredient: {game: PLACE} from the walkthrough's `take X from PLACE`
-    (e.g. "fridge", "counter"), read from evaluation records whose eval["episodes"] store each game's walkthrough
-    (results/exploration_evals.jsonl: the cooking held-out games). The walkthrough is the game's, not the policy's,
-    so every record of a game gives the same place; a game whose walkthrough takes nothing from a place (another
-    family) is left out. Used to ask which games a greedy policy wins: chapter 01 §5b found runs that learned
-    `take X from fridge` and win exactly the fridge games (chapters 01, 03 and 04 count them).
+    """Where each one-ingredient cooking game keeps its ingredient: {game: PLACE} from the walkthrough's first
+    `take X from PLACE` (take_places; e.g. "fridge", "counter"), read from evaluation records whose eval["episodes"]
+    store each game's walkthrough (results/exploration_evals.jsonl: the cooking held-out games). The walkthrough is
+    the game's, not the policy's, so every record of a game gives the same place; a game whose walkthrough takes
+    nothing from a place (another family) is left out. Used to ask which games a greedy policy wins: chapter 01 §5b
+    found runs that learned `take X from fridge` and win exactly the fridge games (chapters 01, 03 and 04 count them).
 
     evaluations: records with r["eval"]["episodes"] = [{"game": str, "walkthrough": [str, ...], ...}, ...];
     records or episodes without them are skipped, so [] gives {}.
@@ -318,9 +324,9 @@ def ingredient_places(evaluations: list[dict]) -> dict[str, str]:
     places: dict[str, str] = {}
     for record in evaluations:
         for episode in (record.get("eval") or {}).get("episodes") or []:
-            take = [c for c in episode.get("walkthrough") or [] if c.startswith("take ") and " from " in c]
+            take = take_places(episode.get("walkthrough") or [])
             if take:
-                places.setdefault(episode["game"], take[0].rsplit(" from ", 1)[1])
+                places.setdefault(episode["game"], take[0])
     return places
 
 

@@ -31,6 +31,8 @@ Parts (each a results file; the commands it runs are printed, and are ordinary `
               the estimators {PPO (GAE), GRPO, RLOO} without filtering, GRPO with StarPO-S filtering (keep 75 / 50 /
               25% of groups), StarPO-S itself (GAE + keep 25%), then Dr. GRPO, REINFORCE++ and GiGPO without
               filtering, seeds 0-2.
+Every part first makes the game sets it needs (games/, cached) and writes results/game_sets.json: each cooking
+game's walkthrough length and ingredient place, in the order `agentrl sft --demos d` takes them.
 Nothing here is tuned on held-out games: the only choice (the SFT strength) is made on the validation games.
 Each step skips what is done: games are cached, an SFT dir with sft_summary.json is kept, recorded runs are skipped.
 Runs go seed-major (every cell's seed 0, then every cell's seed 1, ...), so a regeneration stopped half-way leaves the
@@ -316,6 +318,29 @@ def games(names) -> list[tuple[str, list[str]]]:
     spec = {**{g: ("textworld", GAMES[g]) for g in GAMES}, **OTHER_GAMES}
     return [(f"games-{g}", [*AGENTRL, "make-games", spec[g][0], "--out", f"games/{g}", *spec[g][1]])
             for g in names if not (ROOT / "games" / g / "manifest.json").exists()]
+
+
+def write_game_sets() -> dict:
+    """results/game_sets.json: the cooking game sets made here, game by game in the manifest's order, with each
+    game's walkthrough length and the place of each ingredient its walkthrough takes (records.take_places: `take X
+    from PLACE`; `agentrl sft --demos d` takes the first d games' walkthroughs). The chapters count from it what the
+    sweeps' models were trained on, e.g. how many training games keep the ingredient in the fridge (chapter 04 §4)."""
+    sys.path.insert(0, str(ROOT))
+    from agentrl_lib.paths import git_commit
+    from agentrl_lib.records import take_places
+
+    sets = {}
+    for name, flags in GAMES.items():
+        manifest = ROOT / "games" / name / "manifest.json"
+        if "tw-cooking" in flags and manifest.exists():
+            listed = json.loads(manifest.read_text())["games"]
+            sets[name] = {"make_games": ["textworld", *flags], "games": [g["name"] for g in listed],
+                          "take_places": [take_places(g["walkthrough"]) for g in listed],
+                          "walkthrough_len": [len(g["walkthrough"]) for g in listed]}
+    if sets:  # one line a set
+        body = ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in sets.items())
+        (RESULTS / "game_sets.json").write_text(f'{{"commit": {json.dumps(git_commit())}, "sets": {{\n{body}}}}}\n')
+    return sets
 
 
 def sft_dir(games_name: str, demos: int, epochs: float, seed: int, lr: float = SFT_LR) -> str:
@@ -738,6 +763,7 @@ def main() -> None:
         if parts in (["pilot"], ["probe"]) else list(GAMES)
     parallel(games([*need, *(OTHER_GAMES if "stability" in parts else ())]), a.jobs)
     if not DRY_RUN:
+        write_game_sets()
         subprocess.run([*AGENTRL[:1], "-c", "from agentrl_lib.models import embedded_model_dir as e; e()"], cwd=ROOT,
                        env=ENV, check=True)  # convert the embedded model once, before parallel jobs load it
     if parts == ["behaviour"]:  # the SFT candidates' sampled validation success (sft_behaviour.json) and the choice

@@ -3,6 +3,7 @@ and the swe part's evaluation command (`agentrl eval --max-new-tokens`)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -322,3 +323,37 @@ def test_only_the_smallest_worlds_complexity_runs_are_evaluated_on_the_larger_wo
 
     assert yaml.safe_load((ROOT / "configs" / "custom.yaml").read_text())["env"]["max_turns"] == \
         regen.COMPLEXITY_TURNS
+
+
+def test_game_sets_lists_each_cooking_games_ingredient_places_in_sft_order(tmp_path, monkeypatch):
+    regen = load_regenerate()
+    monkeypatch.setattr(regen, "ROOT", tmp_path)
+    monkeypatch.setattr(regen, "RESULTS", tmp_path / "results")
+    (tmp_path / "results").mkdir()
+    walk = [["inventory", "examine cookbook", f"take {x} from {p}", "prepare meal", "eat meal"]
+            for x, p in [("tuna", "fridge"), ("salt", "counter"), ("carrot", "fridge")]]
+    walk.append(["inventory", "examine cookbook", "take a from counter", "take b from fridge", "prepare meal",
+                 "eat meal"])
+    (tmp_path / "games" / "cooking-train").mkdir(parents=True)
+    (tmp_path / "games" / "cooking-train" / "manifest.json").write_text(json.dumps(
+        {"games": [{"name": f"game_{i}", "walkthrough": w} for i, w in enumerate(walk)]}))
+    (tmp_path / "games" / "w2-o3-q4-train").mkdir(parents=True)   # not a cooking set: left out
+    (tmp_path / "games" / "w2-o3-q4-train" / "manifest.json").write_text(json.dumps({"games": []}))
+    regen.write_game_sets()
+    sets = json.loads((tmp_path / "results" / "game_sets.json").read_text())["sets"]
+    assert list(sets) == ["cooking-train"]
+    assert sets["cooking-train"]["games"] == ["game_0", "game_1", "game_2", "game_3"]
+    assert sets["cooking-train"]["take_places"] == [["fridge"], ["counter"], ["fridge"], ["counter", "fridge"]]
+    assert sets["cooking-train"]["walkthrough_len"] == [5, 5, 5, 6]
+    assert sets["cooking-train"]["make_games"][-4:] == ["--n", "64", "--seed", "0"]
+
+
+def test_committed_game_sets_match_the_held_out_walkthroughs_in_the_evaluations():
+    """results/game_sets.json and results/exploration_evals.jsonl were written from the same held-out games: the
+    place of each game's ingredient must agree (a game set made with other flags or seeds would not)."""
+    sets = json.loads((ROOT / "results" / "game_sets.json").read_text())["sets"]
+    from agentrl_lib.records import ingredient_places, load_results
+    seen = ingredient_places(load_results("exploration_evals"))
+    held = dict(zip(sets["cooking-heldout"]["games"], sets["cooking-heldout"]["take_places"]))
+    assert seen and {g: held[g][0] for g in seen} == seen
+    assert len(sets["cooking-train"]["games"]) == 64
