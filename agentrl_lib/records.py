@@ -99,6 +99,17 @@ def record_base(record: dict) -> str:
     return record["base_hash"]
 
 
+def record_base_without_start(record: dict) -> str:
+    """record_base leaving out model.name, the model the run started from: equal for the runs of one sweep that
+    start each seed from its own SFT model (regenerate.py's split and complexity parts), so a report counts them as
+    one cell's seeds (report.report)."""
+    config = record.get("config")
+    if isinstance(config, dict) and isinstance(config.get("model"), dict):
+        config = {**config, "model": {k: v for k, v in config["model"].items() if k != "name"}}
+        return base_key(config, record["cell"])
+    return record_base(record)
+
+
 def record_key(record: dict) -> tuple[str, int, str]:
     """(cell as canonical JSON, seed, base key): a run is done when a record with this key exists (record_base:
     computed from the record's config, so records stay valid when the library gains config fields)."""

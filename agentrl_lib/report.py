@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .records import cell_key, cell_text, record_base, record_key
+from .records import cell_key, cell_text, record_base, record_base_without_start, record_key
 
 NO_DIFFERENCE = "no difference at this scale"
 """The verdict of a difference whose bootstrap interval contains 0."""
@@ -354,7 +354,9 @@ def report(records: list[dict], metric: str = "eval.success_rate", compare: str 
 
     Args:
         records: sweep records (records.load_results / load_records); records of several base configs
-            (record_base) are told apart by an extra axis `base`.
+            (record_base) are told apart by an extra axis `base`, except runs that differ only in the model they
+            start from (model.name: each seed's own SFT model, records.record_base_without_start), which are one
+            cell's seeds unless two of them ran the same seed.
         metric: what to summarise (metric_value): 'eval.success_rate', 'eval.mean_turns', 'final.return_mean', ...
         compare: the axis whose values are differenced pairwise (in the order they first appear).
         by: axes (a list, or comma-separated) held fixed for the differences: pairs are formed within each of their
@@ -368,12 +370,22 @@ def report(records: list[dict], metric: str = "eval.success_rate", compare: str 
     axes: list[str] = []
     for r in records:
         axes += [k for k in r["cell"] if k not in axes]
-    hashes = list(dict.fromkeys(record_base(r) for r in records))
+    # runs of a cell that differ only in the model they start from (each seed's own SFT model) are that cell's
+    # seeds, unless two of them ran the same seed: then every base config is told apart (column `base`)
+    bases_of: dict[tuple[str, int], set[str]] = {}
+    for r in records:
+        bases_of.setdefault((cell_key(r["cell"]), int(r["seed"])), set()).add(record_base(r))
+    base_of = record_base if any(len(b) > 1 for b in bases_of.values()) else record_base_without_start
+    hashes = list(dict.fromkeys(base_of(r) for r in records))
     notes = []
-    cell_of = lambda r: {**r["cell"], **({"base": record_base(r)} if len(hashes) > 1 else {})}  # noqa: E731
+    cell_of = lambda r: {**r["cell"], **({"base": base_of(r)} if len(hashes) > 1 else {})}  # noqa: E731
     if len(hashes) > 1:
         axes.append("base")
         notes.append(f"the records come from {len(hashes)} base configs; column `base` is their hash")
+    starts = {(r.get("config") or {}).get("model", {}).get("name") for r in records}
+    if base_of is record_base_without_start and len({record_base(r) for r in records}) > len(hashes):
+        notes.append(f"the runs start from {len(starts)} models (model.name, e.g. each seed's own SFT model); runs "
+                     "that differ only in it are one cell's seeds")
     groups: dict[str, tuple[dict, list[float], list[int]]] = {}
     seen: set = set()
     missing = 0

@@ -202,6 +202,26 @@ def test_a_pooled_axis_that_changes_with_the_compared_one_pairs_by_seed():
     assert report.cell(recs, level="w2").outcomes == {0: 0.8, 1: 0.9, 2: 0.7}
 
 
+def test_runs_from_each_seeds_own_sft_model_are_one_cells_seeds():
+    """The split and complexity sweeps start each seed from its own SFT model (model.name differs, so record_base
+    does): the report's cell rows hold both seeds. Runs whose configs differ otherwise (here the learning rate) stay
+    apart (column `base`), and so do two runs of one seed from two starts."""
+    def rec(demos, seed, value, model=None, lr=1e-5):
+        return {"cell": {"sft.demos": demos}, "seed": seed, "base_hash": "x", "eval": {"success_rate": value},
+                "config": {"model": {"name": model or f"runs/sft/d{demos}-s{seed}"}, "train": {"lr": lr}}}
+
+    recs = [rec(d, s, v) for d, vals in ((4, [0.0, 0.1]), (20, [0.6, 0.8])) for s, v in enumerate(vals)]
+    rep = report.report(recs, compare="sft.demos", by=[])
+    assert [(c["cell"], c["n"]) for c in rep.cells] == [({"sft.demos": 4}, 2), ({"sft.demos": 20}, 2)]
+    assert "runs that differ only in it are one cell's seeds" in rep.markdown()
+    (d,) = rep.differences
+    assert d["seeds"] == [0, 1] and d["diff"] == pytest.approx(-0.65)
+    other_lr = recs[:2] + [rec(20, 0, 0.6), rec(20, 1, 0.8, lr=3e-5)]
+    assert sorted(c["n"] for c in report.report(other_lr).cells) == [1, 1, 2]
+    same_seed = recs + [rec(4, 0, 0.5, model="runs/sft/another")]
+    assert all(c["n"] == 1 for c in report.report(same_seed).cells)
+
+
 def test_a_report_file_round_trip(tmp_path):
     out = tmp_path / "r.jsonl"
     for r in fake_records({("gae", "dense"): [0.2, 0.4]}):
