@@ -104,6 +104,8 @@ def test_a_success_rate_of_zero_in_every_seed_of_both_cells_is_a_floor():
     ours, verdict = lib.compare(floor, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)
     assert "Δ +0 pts [+0, +0]" in ours
     assert verdict == "no difference at this scale (both 0% in every seed: a floor, not evidence either way)"
+    # where the paper found no difference (expect_sign 0) a floor does not agree with it either
+    assert lib.compare(floor, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 0)[1] == verdict
     some = _recs({("ppo", "dense"): [0.0, 0.0, 0.1], ("grpo", "dense"): [0.0, 0.0, 0.0]})
     assert lib.compare(some, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)[1] == "no difference at this scale"
 
