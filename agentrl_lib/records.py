@@ -266,21 +266,47 @@ def _round(x: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------------------------ one record
+CPU_FEATURES = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+"""The /proc/cpuinfo flags a record keeps (machine_info's cpu_features): AVX2-only, AVX-512 and AMX CPUs of one
+machine kind compute at different speeds, and bf16 is emulated without avx512_bf16 / amx_bf16."""
+VERSIONED = ("transformers", "trl", "peft", "accelerate", "textworld", "numpy")
+"""The packages whose versions a record keeps beside torch's (machine_info's versions)."""
+
+
+def package_versions(names: tuple[str, ...] = VERSIONED) -> dict[str, str | None]:
+    """{package: installed version, or None} from the installed distributions' metadata (importlib.metadata: no
+    import of the package itself)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
 def machine_info(device: str = "auto") -> dict[str, Any]:
-    """platform, python, cpu_count, cpu (the CPU model, /proc/cpuinfo), torch version, torch_threads (the intra-op
-    threads a run computes with: OMP_NUM_THREADS, which `regenerate.py --jobs J` sets to cores // J), torch_device
-    (model.device resolved on this machine) and gpu (the CUDA device name, or None)."""
+    """platform, python, cpu_count, cpu (the CPU model, /proc/cpuinfo), cpu_features (which of CPU_FEATURES its
+    flags have: the instructions that change torch's speed and bf16 numerics), torch version, torch_threads (the
+    intra-op threads a run computes with: OMP_NUM_THREADS, which `regenerate.py --jobs J` sets to cores // J),
+    torch_device (model.device resolved on this machine), gpu (the CUDA device name, or None) and versions (of
+    VERSIONED packages: transformers, trl, peft, ... ; None for one not installed). Records written before
+    cpu_features and versions existed lack them (book/findings.md says which)."""
     info: dict[str, Any] = {"platform": platform.platform(), "python": platform.python_version(),
-                            "cpu_count": os.cpu_count(), "cpu": None, "torch": None, "torch_threads": None,
-                            "torch_device": None, "gpu": None}
+                            "cpu_count": os.cpu_count(), "cpu": None, "cpu_features": None, "torch": None,
+                            "torch_threads": None, "torch_device": None, "gpu": None, "versions": package_versions()}
     try:
         import torch
 
-        from .models import cpu_model, pick_device
+        from .models import cpu_flags, cpu_model, pick_device
 
         dev = pick_device(device)
+        flags = cpu_flags()
         info.update(torch=torch.__version__, torch_threads=torch.get_num_threads(), torch_device=str(dev),
-                    cpu=cpu_model() or platform.processor() or None)
+                    cpu=cpu_model() or platform.processor() or None,
+                    cpu_features=None if flags is None else [f for f in CPU_FEATURES if f in flags])
         if torch.cuda.is_available():
             info["gpu"] = torch.cuda.get_device_name(dev if dev.type == "cuda" else 0)
     except Exception as e:  # a record is still worth writing without it

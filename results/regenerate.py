@@ -60,6 +60,25 @@ GAMES = {  # name: make-games flags (textworld); game i has seed `--seed` + i
     "cooking-heldout": [*COOKING, "--recipe 1 --take 1 --go 1", "--n", "64", "--seed", "100000"],
     "cooking2-heldout": [*COOKING, "--recipe 2 --take 2 --go 1", "--n", "64", "--seed", "100000"],
 }
+BALANCED = {  # name: (pool game set, games per ingredient place); see balanced_games
+    "cooking-bal-train": ("cooking-pool-train", 32),
+    "cooking-bal-valid": ("cooking-pool-valid", 16),
+    "cooking-bal-heldout": ("cooking-pool-heldout", 32),
+}
+"""The balanced cooking sets of the `balanced` part: as many games that keep the ingredient in the fridge as on the
+counter (the first of each place in seed order, interleaved fridge, counter, fridge, ... so that `agentrl sft --demos
+d` takes them balanced too), drawn from pools made with the same flags and seed ranges as the shortcut sets above
+(training 0..., validation 200000..., held-out 100000...: disjoint). Why: the shortcut sets keep the ingredient in the
+fridge in 52 of 64 training games against 37 of 64 held-out games, so `take X from fridge` wins most training
+episodes whatever the observation says, and 18 of the main sweep's 36 runs ended on that habit (chapter 03 §6)."""
+BALANCED_PLACES = ("fridge", "counter")
+"""The ingredient places a one-ingredient cooking game of these flags uses (records.take_places); a pool game with
+another place would be left out and named."""
+GAMES.update({  # the pools (one-ingredient games hold the ingredient in the fridge 19-42% of the time)
+    "cooking-pool-train": [*COOKING, "--recipe 1 --take 1 --go 1", "--n", "256", "--seed", "0"],
+    "cooking-pool-valid": [*COOKING, "--recipe 1 --take 1 --go 1", "--n", "96", "--seed", "200000"],
+    "cooking-pool-heldout": [*COOKING, "--recipe 1 --take 1 --go 1", "--n", "112", "--seed", "100000"],
+})
 LEVELS = {"w2-o3-q4": (2, 3, 4), "w4-o6-q4": (4, 6, 4), "w8-o12-q4": (8, 12, 4)}
 """Complexity levels: (world size, objects, quest length); the paper's PPO: 88% at w2-o3-q4, 51% at w8-o12-q4."""
 OTHER_GAMES = {  # name: (family, make-games flags) of the RAGEN families (games are seeds)
@@ -258,7 +277,9 @@ def parallel(jobs: list[tuple[str, list[str]]], n: int) -> list[str]:
 # the chosen SFT start, 2-core Xeon shared with tests (load 3-8): 14 steps of 16 episodes in 1361 s, 6.1 s an episode;
 # the first design's weak SFT start took 92-140 s a step quiet; an SFT of 16 walkthroughs 86 s; an evaluation of 16
 # cooking games 18-21 s). Recorded runs of a results file replace the guess with their median wall time.
-SECONDS_PER_EPISODE = {"cooking.yaml": 6.1, "custom.yaml": 7.3, "bandit.yaml": 9.0}
+SECONDS_PER_EPISODE = {"cooking.yaml": 6.1, "cooking_balanced.yaml": 6.1, "custom.yaml": 7.3, "bandit.yaml": 9.0}
+TIMED_LIKE = {"algo_reward_balanced.jsonl": "algo_reward.jsonl"}
+"""A results file with no recorded CPU run yet is timed by the median of another's (the same config on other games)."""
 SECONDS_PER_DEMO, SECONDS_PER_EVAL_GAME = 5.5, 1.3
 PLAN: list[tuple[str, float]] = []
 
@@ -293,6 +314,10 @@ def estimate_minutes(cmd: list[str]) -> tuple[float, str]:
         # a run recorded from its finished run dir has the recording's wall time: its training time is the floor
         cpu = [max(r["wall_seconds"], r.get("train_seconds") or 0.0) for r in records
                if r.get("device") == "cpu" and r.get("wall_seconds")]
+        like = ROOT / "results" / TIMED_LIKE.get(out.name, out.name)
+        if not cpu and like.exists():
+            cpu = [max(r["wall_seconds"], r.get("train_seconds") or 0.0) for r in map(json.loads,
+                   like.read_text().splitlines()) if r.get("device") == "cpu" and r.get("wall_seconds")]
         if cpu:
             return len(left) * sorted(cpu)[len(cpu) // 2] / 60, \
                 f"{len(left)} run(s) x the median of {len(cpu)} recorded CPU runs"
@@ -330,17 +355,70 @@ def write_game_sets() -> dict:
     from agentrl_lib.records import take_places
 
     sets = {}
-    for name, flags in GAMES.items():
+    made = {**{n: ["textworld", *f] for n, f in GAMES.items() if "tw-cooking" in f and not n.startswith(
+        "cooking-pool")}, **{n: ["balanced from", pool, f"{k} per place"] for n, (pool, k) in BALANCED.items()}}
+    for name, how in made.items():
         manifest = ROOT / "games" / name / "manifest.json"
-        if "tw-cooking" in flags and manifest.exists():
+        if manifest.exists():
             listed = json.loads(manifest.read_text())["games"]
-            sets[name] = {"make_games": ["textworld", *flags], "games": [g["name"] for g in listed],
+            sets[name] = {"make_games": how, "games": [g["name"] for g in listed],
                           "take_places": [take_places(g["walkthrough"]) for g in listed],
                           "walkthrough_len": [len(g["walkthrough"]) for g in listed]}
     if sets:  # one line a set
         body = ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in sets.items())
         (RESULTS / "game_sets.json").write_text(f'{{"commit": {json.dumps(git_commit())}, "sets": {{\n{body}}}}}\n')
     return sets
+
+
+def balanced_games(name: str) -> dict:
+    """Make games/NAME (a key of BALANCED) from its pool, once: the first `per place` games of each of
+    BALANCED_PLACES in seed order (the place of a game's ingredient from its walkthrough: records.take_places),
+    interleaved, their files copied so the set stands alone; its manifest.json names the pool and the places.
+    Returns {place: games taken}. Raises SystemExit when the pool holds too few games of a place (the line says
+    which --n to raise in GAMES)."""
+    import shutil
+
+    sys.path.insert(0, str(ROOT))
+    from agentrl_lib.envs.base import load_game_set, write_manifest
+    from agentrl_lib.records import take_places
+
+    pool_name, per_place = BALANCED[name]
+    out = ROOT / "games" / name
+    if (out / "manifest.json").exists():
+        return {p: per_place for p in BALANCED_PLACES}
+    pool = load_game_set(ROOT / "games" / pool_name)
+    by_place: dict[str, list] = {p: [] for p in BALANCED_PLACES}
+    other = []
+    for g in sorted(pool.games, key=lambda g: g.seed):
+        place = (take_places(g.walkthrough) or ["none"])[0]
+        (by_place[place] if place in by_place else other).append(g)
+    short = {p: len(v) for p, v in by_place.items() if len(v) < per_place}
+    if short:
+        raise SystemExit(f"games/{pool_name} holds too few games of a place for {name} ({per_place} each needed; "
+                         f"{', '.join(f'{p}: {n}' for p, n in short.items())}): raise its --n in GAMES "
+                         "(results/regenerate.py) and run the same command again")
+    if other:
+        log(f"{name}: {len(other)} pool game(s) with another ingredient place left out "
+            f"({', '.join(sorted({(take_places(g.walkthrough) or ['none'])[0] for g in other}))})")
+    chosen = [g for pair in zip(*(by_place[p][:per_place] for p in BALANCED_PLACES)) for g in pair]
+    tmp = out.with_name(f".{name}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    from dataclasses import replace
+
+    from agentrl_lib.envs.textworld import game_files
+
+    games = []
+    for g in chosen:
+        for f in game_files(g.path):
+            shutil.copy2(f, tmp / f.name)
+        games.append(replace(g, path=str(out / Path(g.path).name)))
+    params = {"balanced_from": pool_name, "per_place": per_place, "places": list(BALANCED_PLACES),
+              "pool_params": pool.params}
+    tmp.rename(out)
+    write_manifest(out, "textworld", games, params)
+    log(f"{name}: {len(chosen)} games from games/{pool_name} ({per_place} per place: {', '.join(BALANCED_PLACES)})")
+    return {p: per_place for p in BALANCED_PLACES}
 
 
 def sft_dir(games_name: str, demos: int, epochs: float, seed: int, lr: float = SFT_LR) -> str:
@@ -608,6 +686,166 @@ def choose_seeds(main_init: str) -> tuple[int, ...]:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# the balanced part (chapters 02-03): the algorithm x reward sweep again, on cooking games that hold the ingredient as
+# often in the fridge as on the counter (BALANCED), so that no single command wins most training episodes
+
+BALANCED_CONFIG = "configs/cooking_balanced.yaml"
+BAL_SFT_CANDIDATES = ((64, 6.5e-6), (64, 7e-6), (64, 7.5e-6), (64, 8e-6), (64, 9e-6))
+"""(walkthroughs, learning rate) tried for the balanced sweep's RL start: all 64 balanced training walkthroughs
+(16 optimizer steps), around the shortcut sweep's choice (7e-6: 44% sampled validation success there). The start is
+chosen as there: sampled validation success (T = BEHAVIOUR_T, seed 0) on the balanced VALIDATION games nearest
+TARGET_SFT_SUCCESS inside SFT_BAND (choose_balanced_start)."""
+BAL_CELLS = [[f"algo={a}", f"reward.kind={r}"] for a in ("ppo", "grpo", "rloo") for r in ("sparse", "dense")]
+BAL_PILOT_SEEDS = (0, 1)
+"""The pilot is the sweep's first two seeds of every cell (seed-major): their seed-by-cell table sets the number of
+seeds (seeds_for_paired), and they are ordinary records of the sweep."""
+BAL_MAX_SEEDS = 6
+"""What the budget pays for: 6 cells x 6 seeds at ~32 min a run is ~19 CPU hours (the issue: at most ~20). If the
+pilot asks for more, the sweep runs BAL_MAX_SEEDS and seeds_choice_balanced.json says what half-width that buys."""
+
+
+def curve_area(record: dict) -> float:
+    """The learning curve's area: mean training success over a run's steps (record["steps"][i]["success_rate"]),
+    a fraction. Every step's 16 sampled episodes count, so it is less noisy than one greedy held-out evaluation."""
+    rates = [s["success_rate"] for s in record["steps"] if s.get("success_rate") is not None]
+    if not rates:
+        raise ValueError(f"record of {record.get('run_dir')} has no training success")
+    return sum(rates) / len(rates)
+
+
+def seeds_for_paired(table: dict[str, dict[int, float]], half_width: float = MAX_DIFF_HALF_WIDTH,
+                     max_seeds: int = BAL_MAX_SEEDS) -> dict:
+    """The number of seeds for a sweep whose cells share seeds (every cell's seed s starts from the same SFT model
+    and draws the same first rollouts), from a pilot table {cell: {seed: outcome}} over the seeds every cell has.
+
+    A two-way layout cell x seed: the residual variance s_e^2 = sum (y - row mean - seed mean + grand mean)^2 /
+    ((C-1)(S-1)) is the spread left once each seed's shared part is taken out; a paired difference of two cells
+    has variance 2 s_e^2, so over n seeds the 95% interval of a mean paired difference has half-width
+    t(0.975, n-1) * s_e * sqrt(2 / n). Returns the fewest n in 3..max_seeds with a half-width <= half_width (else
+    max_seeds, met False), s_e, the sd of a paired difference, and the half-width at each n.
+    Raises ValueError with fewer than 2 cells or 2 common seeds."""
+    from scipy.stats import t
+
+    seeds = sorted(set.intersection(*(set(v) for v in table.values()))) if table else []
+    cells = sorted(table)
+    if len(cells) < 2 or len(seeds) < 2:
+        raise ValueError(f"the pilot needs at least 2 cells with 2 common seeds (got {len(cells)} cells, "
+                         f"seeds {seeds})")
+    y = [[table[c][s] for s in seeds] for c in cells]
+    grand = sum(map(sum, y)) / (len(cells) * len(seeds))
+    row = [sum(r) / len(seeds) for r in y]
+    col = [sum(y[i][j] for i in range(len(cells))) / len(cells) for j in range(len(seeds))]
+    ss = sum((y[i][j] - row[i] - col[j] + grand) ** 2 for i in range(len(cells)) for j in range(len(seeds)))
+    s_e = (ss / ((len(cells) - 1) * (len(seeds) - 1))) ** 0.5
+    half = {n: float(t.ppf(0.975, n - 1) * s_e * (2 / n) ** 0.5) for n in range(3, max_seeds + 1)}
+    ok = [n for n, h in half.items() if h <= half_width]
+    return {"n_seeds": min(ok) if ok else max_seeds, "residual_sd": s_e, "paired_diff_sd": s_e * 2 ** 0.5,
+            "half_width_by_n": half, "met": bool(ok), "pilot_seeds": seeds, "cells": cells}
+
+
+def choose_balanced_start(jobs: int) -> str:
+    """The balanced sweep's RL start (RESULTS/sft_choice_balanced.json, made once): every BAL_SFT_CANDIDATES model
+    trained on the balanced training walkthroughs and played once on the balanced validation games at BEHAVIOUR_T
+    (seed 0), as its first rollouts would; the one nearest TARGET_SFT_SUCCESS inside SFT_BAND (ties: smaller lr).
+    Raises SystemExit naming the candidates when none is inside the band, or when an evaluation failed."""
+    choice = RESULTS / "sft_choice_balanced.json"
+    if choice.exists():
+        chosen = json.loads(choice.read_text())
+        parallel(sft("cooking-bal-train", chosen["chosen_demos"], 1.0, 0, lr=chosen["chosen_lr"]), jobs)
+        return chosen["chosen"]
+    if DRY_RUN:
+        for d, lr in BAL_SFT_CANDIDATES:
+            parallel(sft("cooking-bal-train", d, 1.0, 0, lr=lr), jobs)
+        return sft_dir("cooking-bal-train", 64, 1.0, 0, 7e-6) + "-OR-ANOTHER-CANDIDATE"
+    parallel([j for d, lr in BAL_SFT_CANDIDATES for j in sft("cooking-bal-train", d, 1.0, 0, lr=lr)], jobs)
+    evals = [j for d, lr in BAL_SFT_CANDIDATES
+             for j in stage_eval(sft_dir("cooking-bal-train", d, 1.0, 0, lr), "cooking-bal-valid", 8,
+                                 "sft-candidate-balanced", "evals-bal", temperature=BEHAVIOUR_T, sample_seed=0,
+                                 demos=d, epochs=1.0, seed=0, lr=lr)]
+    if failed := parallel(evals, jobs):
+        raise SystemExit(f"the sampled validation evaluation of {', '.join(failed)} failed: see runs/logs/, then run "
+                         "the same command again")
+    by, invalid = {}, {}
+    for d, lr in BAL_SFT_CANDIDATES:
+        name = f"sft-candidate-balanced-{Path(sft_dir('cooking-bal-train', d, 1.0, 0, lr)).name}-on-cooking-bal-valid"
+        res = json.loads((ROOT / "runs" / "evals-bal" / f"{name}-t{BEHAVIOUR_T:g}.json").read_text())
+        by[(d, lr)], invalid[(d, lr)] = res["success_rate"], res["invalid_rate"]
+    inside = [c for c in by if SFT_BAND[0] <= by[c] <= SFT_BAND[1]]
+    seen = ", ".join(f"{candidate_name(*c)}: {v:.0%}" for c, v in sorted(by.items(), key=lambda x: x[0][1]))
+    if not inside:
+        raise SystemExit(f"no balanced SFT candidate's sampled validation success is within {SFT_BAND[0]:.0%}-"
+                         f"{SFT_BAND[1]:.0%} ({seen}): add learning rates between the two that bracket it to "
+                         "BAL_SFT_CANDIDATES in results/regenerate.py")
+    best = min(inside, key=lambda c: (abs(by[c] - TARGET_SFT_SUCCESS), c[1], c[0]))
+    chosen = sft_dir("cooking-bal-train", best[0], 1.0, 0, best[1])
+    choice.write_text(json.dumps({
+        "rule": f"sampled validation success (T = {BEHAVIOUR_T:g}, seed 0) nearest {TARGET_SFT_SUCCESS} within "
+                f"{SFT_BAND} (ties: smaller lr)", "statistic": "sampled", "validation_games": "games/cooking-bal-valid",
+        "sampled_success": {candidate_name(*c): v for c, v in by.items()},
+        "sampled_invalid": {candidate_name(*c): v for c, v in invalid.items()},
+        "chosen_demos": best[0], "chosen_lr": best[1], "chosen": chosen}, indent=1) + "\n")
+    log(f"balanced RL start: {candidate_name(*best)} ({by[best]:.0%} sampled; candidates {seen}) -> {choice}")
+    return chosen
+
+
+def choose_balanced_seeds() -> tuple[int, ...]:
+    """The balanced sweep's seeds (0 .. n-1): RESULTS/seeds_choice_balanced.json, else from the pilot (every cell's
+    seeds BAL_PILOT_SEEDS in RESULTS/algo_reward_balanced.jsonl): seeds_for_paired on the learning-curve area (the
+    outcome the rule must resolve to +-15 points), with held-out success's figures beside it. Before the pilot is
+    whole: the pilot's seeds."""
+    choice = RESULTS / "seeds_choice_balanced.json"
+    if choice.exists():
+        return tuple(range(json.loads(choice.read_text())["n_seeds"]))
+    path = RESULTS / "algo_reward_balanced.jsonl"
+    records = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    area: dict[str, dict[int, float]] = {}
+    heldout: dict[str, dict[int, float]] = {}
+    for r in records:
+        if r["seed"] in BAL_PILOT_SEEDS:
+            key = " ".join(f"{k}={v}" for k, v in sorted(r["cell"].items()))
+            area.setdefault(key, {})[r["seed"]] = curve_area(r)
+            heldout.setdefault(key, {})[r["seed"]] = r["eval"]["success_rate"]
+    if len(area) < len(BAL_CELLS) or any(len(v) < len(BAL_PILOT_SEEDS) for v in area.values()):
+        return BAL_PILOT_SEEDS
+    by_area, by_heldout = seeds_for_paired(area), seeds_for_paired(heldout)
+    out = {"rule": f"fewest seeds (3..{BAL_MAX_SEEDS}) whose paired 95% half-width of a two-cell difference in the "
+                   f"learning-curve area is <= {MAX_DIFF_HALF_WIDTH} (seeds_for_paired)",
+           **by_area, "heldout": by_heldout, "pilot_area": area, "pilot_heldout_success": heldout}
+    choice.write_text(json.dumps(out, indent=1) + "\n")
+    log(f"balanced seeds: {out['n_seeds']} (paired-difference sd of the area {by_area['paired_diff_sd']:.3f}, "
+        f"of held-out success {by_heldout['paired_diff_sd']:.3f})")
+    return tuple(range(out["n_seeds"]))
+
+
+def balanced_part(n_jobs: int) -> list[str]:
+    """The balanced part: its games (pools, then BALANCED), the RL start chosen on the balanced validation games,
+    the pilot (every cell x BAL_PILOT_SEEDS), the seeds rule, then the remaining seeds, seed-major, into
+    RESULTS/algo_reward_balanced.jsonl. Returns the names of the commands that failed."""
+    failed = parallel(games([g for g in GAMES if g.startswith("cooking-pool")]), n_jobs)
+    if failed:
+        return failed
+    if not DRY_RUN:
+        for name in BALANCED:
+            balanced_games(name)
+        write_game_sets()
+    init = choose_balanced_start(n_jobs)
+    out = str(RESULTS / "algo_reward_balanced.jsonl")
+    first = len(PLAN)
+    failed += parallel([sweep(BALANCED_CONFIG, out, cell, s, init) for s in BAL_PILOT_SEEDS for cell in BAL_CELLS],
+                       n_jobs)
+    if failed:
+        return failed
+    seeds = choose_balanced_seeds() if not DRY_RUN else tuple(range(4))
+    failed += parallel([sweep(BALANCED_CONFIG, out, cell, s, init) for s in seeds if s not in BAL_PILOT_SEEDS
+                        for cell in BAL_CELLS], n_jobs)
+    if DRY_RUN:
+        total = sum(m for _, m in PLAN[first:])
+        print(f"balanced part: about {total / 60:.1f} run-hours (each run at 1 thread with --jobs 2 on 2 cores) "
+              f"assuming 4 seeds before the pilot sets them (BAL_MAX_SEEDS = {BAL_MAX_SEEDS})")
+    return failed
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # the swe part (chapter 06): tasks, SFT on walkthroughs, GRPO with the pass-ratio vs the resolved reward, and the
 # base / SFT / RL models on the held-out tasks at each statement level
 
@@ -733,7 +971,7 @@ def swe_part(n_jobs: int) -> list[str]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("part", choices=["all", "pilot", "probe", "behaviour", "main", "explore", "split", "complexity",
-                                      "evals", "stability", "swe"])
+                                      "evals", "stability", "swe", "balanced"])
     p.add_argument("--jobs", type=int, default=1,
                    help="commands at once, each with cores // jobs threads (OMP_NUM_THREADS). On a 2-core CPU 2 runs "
                         "at 1 thread each did the same runs faster than 1 at a time at 2 threads, but computed other "
@@ -757,10 +995,11 @@ def main() -> None:
            # threads of oversubscribed processes are one cause of such slowdowns, and PASSIVE costs a quiet run nothing
            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
     parts = ([a.part] if a.part != "all" else
-             ["probe", "pilot", "main", "explore", "split", "complexity", "evals", "stability", "swe"])
+             ["probe", "pilot", "main", "explore", "split", "complexity", "evals", "stability", "swe", "balanced"])
     t0 = time.perf_counter()
-    need = [] if set(parts) <= {"stability", "swe"} else [g for g in GAMES if g.startswith("cooking")] \
-        if parts in (["pilot"], ["probe"]) else list(GAMES)
+    shortcut = [g for g in GAMES if g.startswith("cooking") and not g.startswith("cooking-pool")]
+    need = [] if set(parts) <= {"stability", "swe", "balanced"} else shortcut if parts in (["pilot"], ["probe"]) \
+        else [g for g in GAMES if not g.startswith("cooking-pool")]
     parallel(games([*need, *(OTHER_GAMES if "stability" in parts else ())]), a.jobs)
     if not DRY_RUN:
         write_game_sets()
@@ -844,6 +1083,8 @@ def main() -> None:
         choose_seeds(main_init)
     if "swe" in parts:
         failed += swe_part(a.jobs)
+    if "balanced" in parts:
+        failed += balanced_part(a.jobs)
     if "explore" in parts:  # the runs recorded by now, at EXPLORE_EVAL_TEMPERATURES
         failed += parallel(explore_evals(), a.jobs)
         if not DRY_RUN:

@@ -111,6 +111,9 @@ def test_sweep_writes_one_record_per_run_and_skips_recorded_runs(tiny_model_dir,
         assert r["resumed"] is False
         assert r["device"] == "cpu" and r["machine"]["cpu_count"] >= 1 and r["commit"]
         assert r["machine"]["torch_threads"] >= 1 and r["machine"]["cpu"]
+        # where it ran: the CPU's features and the packages' versions (issue: records that say where they ran)
+        assert isinstance(r["machine"]["cpu_features"], list) and r["machine"]["versions"]["transformers"]
+        assert r["machine"]["versions"]["trl"] and r["machine"]["torch"]
         assert r["started"] <= r["finished"]
         assert r["run_dir"] == str(runs / f"{sweep.cell_slug(r['cell'])}-s{r['seed']}")
         assert (runs / r["run_dir"].rsplit("/", 1)[1] / "eval.json").is_file()
