@@ -4,28 +4,50 @@ The chapters close with `verdict_table(chapter)`, the book's findings page and t
 (written by `python results/findings.py --write`), so a verdict is computed in one place and the three cannot
 disagree. Every row reads results files only (records.load_results); nothing is typed.
 
-A row: the finding, the paper's number, ours (held-out success, mean over seeds, the difference over the seeds both
-cells have and its 95% percentile-bootstrap interval: report.difference), the verdict, and why ours may differ
-(model size, budget, game). The verdict of a difference:
-- "agrees" / "disagrees": the interval excludes 0 and its sign is / is not the paper's;
-- "no difference at this scale": the interval contains 0 (" (agrees)" appended where the paper found none either;
-  a note appended where both sides won nothing: a floor, not evidence either way);
-- "cannot tell yet": a cell has fewer than 2 seeds, or the sweep has not run (the command that runs it is named).
+A row: the finding, the paper's number, ours on two outcomes, each with its verdict, and why ours may differ.
+- Held-out success (`eval.success_rate`: greedy, on held-out games; the papers' metric) decides the **verdict**
+  column. The **learning-curve area** (`area`: mean training success over every step, 16 sampled episodes a step)
+  has its own verdict beside it: its seed-to-seed spread is 2-4 times smaller, so it resolves differences held-out
+  success cannot, but it measures learning on the training games, not generalisation.
+- A difference of two cells is taken **paired by seed** where the cells share seeds (the same start model and the
+  same training games: seed s draws the same first rollouts in every cell), as the mean of the per-seed differences
+  with a t interval (n - 1 degrees of freedom); otherwise (different start models or games per cell) Welch's
+  interval. A t interval, not a bootstrap: a percentile bootstrap over 3 seeds is the range of 3 values and covers
+  the truth about 75% of the time.
+- The verdict words (VERDICTS): **agrees** / **disagrees** (the interval excludes 0, in / against the paper's
+  direction); **cannot tell at this scale** (the interval contains 0; it says how many seeds the measured spread
+  would need for an interval of +-15 points, and what they would cost); **a floor** / **near a floor** (both cells
+  at 0% / at most 10% in every seed: neither agrees nor disagrees). Where the paper found *no* difference, "agrees"
+  needs the whole interval inside +- the paper's effect size (`margin`): a null with no power confirms nothing.
+- Rows of 3 seeds or fewer say in how many seeds the difference had the paper's sign.
 
 Sources: R. Wang, P. Ammanabrolu, *A Practitioner's Guide to Multi-turn Agentic RL*, arXiv 2510.01132 (§4
 environment, §5 reward, §6 policy); Z. Wang et al., *RAGEN*, arXiv 2504.20073 (§4 Echo Trap, StarPO-S).
 """
 from __future__ import annotations
 
+import json
+import math
+import statistics
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .diagnostics import collapse_step
+from . import records as _records
 from .records import load_results
-from .report import bootstrap_diff_ci, cell, difference, metric_value
+from .report import bootstrap_diff_ci, cell, metric_value
 
 REGENERATE = "python results/regenerate.py"
-AGREES, DISAGREES, CANNOT_TELL = "agrees", "disagrees", "cannot tell yet"
+AGREES, DISAGREES, CANNOT_TELL = "agrees", "disagrees", "cannot tell at this scale"
+FLOOR, NEAR_FLOOR = "a floor", "near a floor"
+NOT_RUN = "cannot tell yet"
+VERDICTS = (AGREES, DISAGREES, CANNOT_TELL, FLOOR, NEAR_FLOOR, NOT_RUN)
+"""Every verdict starts with one of these words (NOT_RUN: a sweep not in results/ yet, or a cell below 2 seeds)."""
+RESOLVE = 0.15
+"""The half-width (a fraction, +-15 points) that `seeds_needed` aims at."""
+NEAR = 0.10
+"""Both cells at most this success in every seed: near a floor."""
+AREA = "area"
+"""The metric name of the learning-curve area (curve_area) in compare()."""
 
 
 @dataclass(frozen=True)
@@ -35,11 +57,17 @@ class Verdict:
     finding: str
     paper: str
     ours: str
+    """Held-out success: each cell's mean over seeds, the difference with its interval."""
     verdict: str
+    """The verdict on held-out success (the papers' metric)."""
     why: str
     """Why ours may differ from the paper's (scale, budget, game), whatever the verdict."""
     chapter: str
     """The notebook that teaches it, e.g. "02_reward"."""
+    area: str = "—"
+    """The same comparison on the learning-curve area (mean training success over steps), "—" where it does not
+    apply (one evaluation without training, or another set of games)."""
+    area_verdict: str = "—"
 
 
 def _pct(x: float) -> str:
@@ -52,58 +80,274 @@ worktree writes into results/incoming/, and moves up when it is complete, with t
 
 
 def _not_run(part: str) -> tuple[str, str]:
-    return NOT_IN_RESULTS, f"{CANNOT_TELL} (`{REGENERATE} {part}`)"
+    return NOT_IN_RESULTS, f"{NOT_RUN} (`{REGENERATE} {part}`)"
 
 
-def _judge(diff: float, lo: float, hi: float, expect_sign: int) -> str:
-    if lo <= 0 <= hi:
-        return "no difference at this scale" + (f" ({AGREES})" if expect_sign == 0 else "")
-    return AGREES if expect_sign != 0 and (diff > 0) == (expect_sign > 0) else DISAGREES
+def curve_area(record: dict) -> float | None:
+    """The learning curve's area of a sweep record: mean training success over its steps (record["steps"][i]
+    ["success_rate"], fractions); None when no step has one."""
+    rates = [s["success_rate"] for s in record.get("steps") or [] if s.get("success_rate") is not None]
+    return sum(rates) / len(rates) if rates else None
 
 
-def _verdict(diff: float, lo: float, hi: float, expect_sign: int, floor: str | None = None) -> str:
-    """_judge's verdict; where both sides won nothing (`floor` not None: where, e.g. " in every seed") it says so,
-    whatever the paper's direction: a floor is not evidence either way."""
-    if floor is not None:  # not "agrees" either, where the paper found no difference
-        return f"no difference at this scale (both 0%{floor}: a floor, not evidence either way)"
-    return _judge(diff, lo, hi, expect_sign)
+@dataclass(frozen=True)
+class Comparison:
+    """mean(a) - mean(b) of one outcome between two cells (difference_of)."""
+
+    a: dict[int, float]
+    """{seed: outcome} of cell a (fractions)."""
+    b: dict[int, float]
+    paired: bool
+    """Per-seed differences over the common seeds (the cells share seeds) or Welch (they do not)."""
+    seeds: list[int]
+    """The seeds compared: paired, those both have; Welch, every seed of each."""
+    diff: float
+    ci: tuple[float, float] | None
+    """95% t interval of diff; None below 2 seeds a side, or paired over 2 seeds with identical differences."""
+    sd: float | None
+    """Paired: sd of the per-seed differences; Welch: the pooled within-cell sd. None below 2 seeds."""
+    same_sign: int | None = None
+    """Paired: the seeds whose difference has the paper's sign (None for Welch or no expected sign)."""
+
+    @property
+    def n(self) -> int:
+        return len(self.seeds) if self.paired else min(len(self.a), len(self.b))
+
+
+def _t(df: float) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, df))
+
+
+def difference_of(a: dict[int, float], b: dict[int, float], paired: bool, expect_sign: int = 0) -> Comparison | None:
+    """The difference of two cells' outcomes {seed: value}: paired, the mean of a[s] - b[s] over the seeds both have
+    with the t interval mean +- t(0.975, n-1) sd / sqrt(n); else Welch's interval (scipy's t with the
+    Welch-Satterthwaite degrees of freedom). None when no seed (paired) or a cell (Welch) is there."""
+    if paired:
+        seeds = [s for s in a if s in b]
+        if not seeds:
+            return None
+        d = [a[s] - b[s] for s in seeds]
+        mean = sum(d) / len(d)
+        sd = statistics.stdev(d) if len(d) > 1 else None
+        ci = None
+        if sd is not None and not (sd == 0 and len(d) < 3):  # 2 equal differences: no spread to judge by
+            half = _t(len(d) - 1) * sd / math.sqrt(len(d))
+            ci = (mean - half, mean + half)
+        same = sum((x > 0) == (expect_sign > 0) and x != 0 for x in d) if expect_sign else None
+        return Comparison(a, b, True, seeds, mean, ci, sd, same)
+    if not a or not b:
+        return None
+    xa, xb = list(a.values()), list(b.values())
+    mean = sum(xa) / len(xa) - sum(xb) / len(xb)
+    if len(xa) < 2 or len(xb) < 2:
+        return Comparison(a, b, False, sorted({*a, *b}), mean, None, None)
+    va, vb = statistics.variance(xa), statistics.variance(xb)
+    sd = math.sqrt(((len(xa) - 1) * va + (len(xb) - 1) * vb) / (len(xa) + len(xb) - 2))
+    se2 = va / len(xa) + vb / len(xb)
+    if se2 == 0:
+        ci = None if min(len(xa), len(xb)) < 3 else (mean, mean)
+    else:
+        df = se2 ** 2 / ((va / len(xa)) ** 2 / (len(xa) - 1) + (vb / len(xb)) ** 2 / (len(xb) - 1)) \
+            if va and vb else len(xa) + len(xb) - 2
+        half = _t(df) * math.sqrt(se2)
+        ci = (mean - half, mean + half)
+    return Comparison(a, b, False, sorted({*a, *b}), mean, ci, sd)
+
+
+def seeds_needed(sd: float | None, paired: bool, half_width: float = RESOLVE, most: int = 200) -> int | None:
+    """The fewest seeds n (2..most) whose 95% interval of a difference has half-width <= half_width at this spread:
+    paired t(0.975, n-1) sd / sqrt(n); unpaired (seeds per cell) t(0.975, 2n-2) sd sqrt(2 / n). None when sd is
+    unknown or 0 (nothing measured to plan by), `most` + 1 when even `most` seeds would not do."""
+    if not sd:
+        return None
+    for n in range(2, most + 1):
+        half = _t(n - 1) * sd / math.sqrt(n) if paired else _t(2 * n - 2) * sd * math.sqrt(2 / n)
+        if half <= half_width:
+            return n
+    return most + 1
+
+
+def judge(c: Comparison | None, expect_sign: int, margin: float | None = None, success: bool = True,
+          cost: Callable[[int, int], str] | None = None, effect: float | None = None) -> str:
+    """The verdict of a comparison (VERDICTS). `expect_sign`: +1 / -1 where the paper found a > b / a < b, 0 where
+    it found no difference; `margin`: the paper's effect size (a fraction) that an "agrees" with a no-difference
+    finding must rule out (default RESOLVE); `success`: the outcome is a success rate (floors apply); `cost`: (seeds
+    needed, seeds run) -> what the missing seeds would cost, e.g. "about 6 CPU h more here", appended to the
+    seeds-needed figure; `effect`: the paper's effect size (a fraction) of a directional finding: an interval that
+    contains 0 and stops short of it rules the paper's effect out, and the verdict is "disagrees" (with why)."""
+    if c is None or (c.n < 2):
+        return f"{NOT_RUN} (fewer than 2 seeds{' common to both cells' if c is not None and c.paired else ''})"
+    if success:
+        values = [*c.a.values(), *c.b.values()]
+        if max(values) == 0:
+            return f"{FLOOR} (both 0% in every seed): neither agrees nor disagrees"
+        if max(values) <= NEAR:
+            return f"{NEAR_FLOOR} (both ≤ {_pct(NEAR)} in every seed): neither agrees nor disagrees"
+    need = seeds_needed(c.sd, c.paired)
+    per = "" if c.paired else " a cell"
+    if need is None:
+        plan = "spread unknown: the seeds' differences were identical"
+    elif need > 200:
+        plan = f"±{100 * RESOLVE:.0f} pts needs over 200 seeds{per}"
+    elif need <= c.n:
+        plan = f"{c.n} seeds resolve ±{100 * RESOLVE:.0f} pts already: a difference, if any, lies inside the interval"
+    else:
+        extra = cost(need, c.n) if cost else ""
+        plan = f"±{100 * RESOLVE:.0f} pts needs ~{need} seeds{per}" + (f", {extra}" if extra else "")
+    if c.ci is None:
+        return f"{CANNOT_TELL} ({plan})"
+    lo, hi = c.ci
+    m = RESOLVE if margin is None else margin
+    if expect_sign == 0:
+        if -m < lo and hi < m:
+            return f"{AGREES} (the interval lies within ±{100 * m:.0f} pts, the paper's effect size)"
+        if lo > 0 or hi < 0:
+            return DISAGREES
+        return f"{CANNOT_TELL} (the interval reaches beyond ±{100 * m:.0f} pts; {plan})"
+    if lo > 0 or hi < 0:
+        return AGREES if (c.diff > 0) == (expect_sign > 0) else DISAGREES
+    if effect is not None and (hi < effect if expect_sign > 0 else lo > -effect):
+        return (f"{DISAGREES} (no difference, and the interval rules out the paper's "
+                f"{100 * expect_sign * effect:+.0f} pts)")
+    return f"{CANNOT_TELL} ({plan})"
+
+
+def _ours(c: Comparison | None, na: str, nb: str, sa: dict, sb: dict) -> str:
+    text = "; ".join(f"{n} {_pct(sum(v.values()) / len(v))} (n={len(v)})" if v else f"{n} not run"
+                     for n, v in ((na, sa), (nb, sb)))
+    if c is None:
+        return text
+    how = "paired over" if c.paired else "Welch,"
+    text += f"; Δ {100 * c.diff:+.0f} pts"
+    text += f" [{100 * c.ci[0]:+.0f}, {100 * c.ci[1]:+.0f}]" if c.ci else " (no interval)"
+    text += f" ({how} {c.n} seeds" + ("" if c.paired else " a cell") + ")"
+    if c.paired:
+        left = [f"{n} seed {s}" for n, own, other in ((na, sa, sb), (nb, sb, sa)) for s in own if s not in other]
+        if left:
+            text += f" (left out: {', '.join(left)})"
+        if c.same_sign is not None and c.n <= 3:
+            text += f"; the paper's direction in {c.same_sign} of {c.n} seeds"
+    return text
+
+
+def _shares_seeds(ra: list[dict], rb: list[dict]) -> bool:
+    """Whether two cells' runs share their seeds: for every seed both ran, the same start model (model.name) and the
+    same training games (env.games), so seed s draws the same first rollouts in both (the cells differ only in their
+    axes). Records without a config are taken to share (tests' planted records)."""
+    def key(r):
+        conf = r.get("config") or {}
+        return (str((conf.get("model") or {}).get("name")), str((conf.get("env") or {}).get("games")))
+    by_a = {r["seed"]: key(r) for r in ra}
+    return all(by_a[r["seed"]] == key(r) for r in rb if r["seed"] in by_a)
+
+
+def _outcomes(records: list[dict], metric: str, labels: dict) -> tuple[dict[int, float], list[dict]]:
+    c = cell(records, "eval.success_rate", **labels)  # one cell's runs (raises when an axis is left unnamed)
+    runs = [r for r in records if r["seed"] in c.outcomes and all(r["cell"].get(k) == v for k, v in labels.items())]
+    chosen: dict[int, dict] = {}
+    for r in runs:
+        chosen.setdefault(r["seed"], r)
+    values = {s: (curve_area(r) if metric == AREA else metric_value(r, metric)) for s, r in chosen.items()}
+    return {s: v for s, v in values.items() if v is not None}, list(chosen.values())
 
 
 def compare(records: list[dict], axis: str, a: Any, b: Any, where: dict | None = None, expect_sign: int = 1,
-            metric: str = "eval.success_rate", names: tuple[str, str] | None = None) -> tuple[str, str]:
-    """(ours, verdict) for mean(a) − mean(b) of `metric` between two values of `axis` within `where` ({axis: value}
-    held fixed), over the seeds both cells have (report.difference; the seeds left out are named in `ours`).
+            metric: str = "eval.success_rate", names: tuple[str, str] | None = None, margin: float | None = None,
+            cost: Callable[[int, int], str] | None = None, effect: float | None = None) -> tuple[str, str]:
+    """(ours, verdict) for mean(a) - mean(b) of `metric` (a dotted record field, or AREA: the learning-curve area)
+    between two values of `axis` within `where` ({axis: value} held fixed): paired by seed where the cells share
+    seeds (_shares_seeds), Welch's otherwise (difference_of); the verdict by `judge`.
 
-    expect_sign: +1 where the paper found a > b, -1 where a < b, 0 where it found no difference. `names` label a and b
-    in the text (default: the values). A success rate of 0 in every seed of both cells is a floor, and the verdict says
-    so. Raises ValueError (from report.cell) when `where` leaves an axis unnamed."""
+    expect_sign: +1 where the paper found a > b, -1 where a < b, 0 where it found no difference (then `margin`, the
+    paper's effect size, bounds an "agrees"; `effect`: the paper's effect of a directional finding, see judge).
+    `names` label a and b in the text (default: the values).
+    Raises ValueError (from report.cell) when `where` leaves an axis unnamed."""
     where = where or {}
     na, nb = names or (str(a), str(b))
-    ca, cb = (cell(records, metric, **where, **{axis: v}) for v in (a, b))
-    ours = "; ".join(f"{n} {_pct(c.mean)} (n={c.n})" if c.n else f"{n} not run" for n, c in ((na, ca), (nb, cb)))
-    d = difference(ca, cb)
-    if d.ci is None:
-        return ours, (f"{CANNOT_TELL} (fewer than 2 seeds in a cell)" if min(ca.n, cb.n) < 2 else
-                      f"{CANNOT_TELL} (fewer than 2 seeds common to both cells)")
-    (lo, hi) = d.ci
-    ours += f"; Δ {100 * d.diff:+.0f} pts [{100 * lo:+.0f}, {100 * hi:+.0f}]"
-    if d.dropped_a or d.dropped_b:
-        left = [f"{n} seed {s}" for n, seeds in ((na, d.dropped_a), (nb, d.dropped_b)) for s in seeds]
-        ours += f" over the {d.n} seeds both have (left out: {', '.join(left)})"
-    floor = metric.endswith("success_rate") and not any((*ca.outcomes.values(), *cb.outcomes.values()))
-    return ours, _verdict(d.diff, lo, hi, expect_sign, " in every seed" if floor else None)
+    (sa, ra), (sb, rb) = (_outcomes(records, metric, {**where, axis: v}) for v in (a, b))
+    c = difference_of(sa, sb, _shares_seeds(ra, rb), expect_sign) if sa and sb else None
+    success = metric == AREA or metric.endswith("success_rate")
+    return _ours(c, na, nb, sa, sb), judge(c, expect_sign, margin, success, cost, effect)
 
 
-def collapse(records: list[dict]) -> tuple[str, str]:
-    """RAGEN's Echo Trap signature in the training curves, by the library's one definition: the run raised the
-    collapse detector's `reward_std_collapse` alert (diagnostics.collapse_step: the within-group return std at most
-    0.05 for 5 consecutive steps while training success is below 0.9; records written before the detector existed
-    are replayed through it)."""
-    fired = sorted(s for s in map(collapse_step, records) if s is not None)
-    where = f" (steps {fired[0]}-{fired[-1]})" if fired else ""
-    return (f"{len(fired)} of {len(records)} runs raised the reward-std collapse alert{where}: group return std "
-            "<= 0.05 for 5 steps before success converged", "agrees (a collapse is seen)" if fired else
-            "not seen at this scale")
+ECHO = {"floor_frac": 0.25, "window": 3, "drop": 0.2, "converged": 0.9}
+"""The Echo Trap test's thresholds (echo_order). The std's floor scales with the reward: floor_frac x the run's own
+starting spread (the mean within-group return std of its first `window` steps), so it means the same on the bandit's
+payouts (0.1 for the safe arm, 1 a quarter of the time for the risky one: starting std 0.03-0.14) as on the cooking
+games' returns (0-1: starting std 0.4-0.6). The std has reached its floor at the first of `window` consecutive steps
+at or under it while training success is below `converged` (all-win groups tie because they converged, not because
+they collapsed, and are left out). Success has fallen at the first step whose mean over `window` steps is `drop` (20
+points) or more under the best such mean before it and stays there to the run's end (a collapse, not one noisy dip:
+a step's success is 16 sampled episodes)."""
+
+
+def echo_order(steps: list[dict]) -> dict:
+    """One run's Echo Trap timing from its metrics rows (a record's "steps"): {"floor": the std's floor (ECHO),
+    "std_step": the step the group return std reached it or None, "fall_step": the step success fell (ECHO) or None,
+    "order": "std first" (the std reached its floor before the fall: RAGEN's claim), "together" (at the same step),
+    "reward first" (success fell first, or fell while the std never reached its floor), "no fall"}. Both steps are
+    the first step of their `window`. Steps lacking a std or success are skipped; a run shorter than two windows has
+    "no fall"."""
+    rows = [r for r in steps if r.get("group_return_std") is not None and r.get("success_rate") is not None]
+    w = ECHO["window"]
+    if len(rows) < 2 * w:
+        return {"floor": None, "std_step": None, "fall_step": None, "order": "no fall"}
+    floor = ECHO["floor_frac"] * sum(r["group_return_std"] for r in rows[:w]) / w
+    std_step = None
+    for i in range(w, len(rows) - w + 1):  # after the steps that set the floor
+        span = rows[i:i + w]
+        if all(r["group_return_std"] <= floor and r["success_rate"] < ECHO["converged"] for r in span):
+            std_step = span[0]["step"]
+            break
+    means = [sum(r["success_rate"] for r in rows[i:i + w]) / w for i in range(len(rows) - w + 1)]
+    fall_step = None
+    for i in range(1, len(means)):
+        bar = max(means[:i]) - ECHO["drop"]
+        if all(m <= bar for m in means[i:]):  # fell, and never came back up to the bar: a collapse, not a dip
+            fall_step = rows[i]["step"]  # the window's first step, as std_step's
+            break
+    order = ("no fall" if fall_step is None else "reward first" if std_step is None or std_step > fall_step
+             else "std first" if std_step < fall_step else "together")
+    return {"floor": floor, "std_step": std_step, "fall_step": fall_step, "order": order}
+
+
+def echo_trap(records: list[dict]) -> tuple[str, str]:
+    """(ours, verdict) for RAGEN's Echo Trap claim, the within-group reward spread falls BEFORE the reward does, over
+    the runs of a results file (echo_order per run), counted over runs and over seeds. Runs of one seed are not
+    independent (they share the start and the first rollouts), so the test's unit is the seed: a seed votes "std
+    first" when most of its runs whose success fell had the std at its floor first, "reward first" when most had
+    the fall first (ties and seeds with no ordered fall do not vote). "agrees" when the exact one-sided binomial test
+    of k of m voting seeds against 1/2 gives p < 0.05, "disagrees" when the same holds for m - k, otherwise "cannot
+    tell at this scale"; it needs 5 seeds or more to speak (5 of 5: p = 0.031)."""
+    from scipy.stats import binomtest
+
+    orders = [(r.get("seed"), echo_order(r.get("steps") or [])) for r in records]
+    count = {k: sum(o["order"] == k for _, o in orders) for k in ("std first", "together", "reward first", "no fall")}
+    flat = sum(o["std_step"] is not None and o["order"] == "no fall" for _, o in orders)
+    falls = len(orders) - count["no fall"]
+    votes = {}
+    for seed in dict.fromkeys(s for s, _ in orders):
+        k = sum(o["order"] == "std first" for s, o in orders if s == seed)
+        m = sum(o["order"] == "reward first" for s, o in orders if s == seed)
+        if k != m:
+            votes[seed] = "std first" if k > m else "reward first"
+    k = sum(v == "std first" for v in votes.values())
+    m = len(votes)
+    ours = (f"success fell (≥ {100 * ECHO['drop']:.0f} pts, for good) in {falls} of {len(records)} runs: the group "
+            f"return std reached its floor (≤ {ECHO['floor_frac']:g} × its first {ECHO['window']} steps' level) before "
+            f"the fall in {count['std first']}, at the same step in {count['together']}, after it or never in "
+            f"{count['reward first']}; by seed, std first in {k} of {m} seeds; {flat} more runs' std reached the "
+            "floor with no fall (converged habits)")
+    if not m:
+        why = "no run's success fell" if not falls else "no seed's falls were ordered one way"
+        return ours, f"{CANNOT_TELL} ({why}: nothing to order)"
+    if binomtest(k, m, 0.5, alternative="greater").pvalue < 0.05:
+        return ours, AGREES
+    if binomtest(m - k, m, 0.5, alternative="greater").pvalue < 0.05:
+        return ours, DISAGREES
+    return ours, f"{CANNOT_TELL} (std first in {k} of {m} seeds; 5 of 5 seeds one way would give p < 0.05)"
 
 
 def compare_evaluations(evals: list[dict], a: dict, b: dict, expect_sign: int, names: tuple[str, str]
@@ -118,77 +362,120 @@ def compare_evaluations(evals: list[dict], a: dict, b: dict, expect_sign: int, n
 
     ea, eb = pick(a), pick(b)
     if ea is None or eb is None:
-        return NOT_IN_RESULTS, f"{CANNOT_TELL} (`{REGENERATE} evals`)"
+        return NOT_IN_RESULTS, f"{NOT_RUN} (`{REGENERATE} evals`)"
     wins = [[float(won) for _, won, _ in e["eval"]["per_game"]] for e in (ea, eb)]
     ours = "; ".join(f"{n} {_pct(sum(w) / len(w))} ({len(w)} games)" for n, w in zip(names, wins))
     diff = sum(wins[0]) / len(wins[0]) - sum(wins[1]) / len(wins[1])
     ci = bootstrap_diff_ci(*wins)
     if ci is None:
-        return ours, f"{CANNOT_TELL} (fewer than 2 games)"
+        return ours, f"{NOT_RUN} (fewer than 2 games)"
     ours += f"; Δ {100 * diff:+.0f} pts [{100 * ci[0]:+.0f}, {100 * ci[1]:+.0f}] (interval over games: one model each)"
-    return ours, _verdict(diff, *ci, expect_sign, "" if not any(wins[0]) and not any(wins[1]) else None)
+    if not any(wins[0]) and not any(wins[1]):
+        return ours, f"{FLOOR} (both 0%): neither agrees nor disagrees"
+    if max(sum(w) / len(w) for w in wins) <= NEAR:
+        return ours, f"{NEAR_FLOOR} (both ≤ {_pct(NEAR)}): neither agrees nor disagrees"
+    if ci[0] > 0 or ci[1] < 0:
+        return ours, AGREES if (diff > 0) == (expect_sign > 0) else DISAGREES
+    return ours, f"{CANNOT_TELL} (one model each: more games, not seeds, would narrow it)"
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The findings. Each: (chapter, finding, paper, why ours may differ, results files, check(results) -> (ours, verdict))
+# The findings. Each: (chapter, finding, paper, why ours may differ, check(results) -> (ours, verdict[, area ours,
+# area verdict]))
 
 MAIN_WHY = ("135M model (paper 1.5B / 7B); 5-command cooking games; 400 episodes at lr 1e-5 (paper: actor 1e-6); "
-            "many runs of every algorithm end on one habit, take X from fridge (chapter 03 §6)")
+            "52 of the 64 training games keep the ingredient in the fridge, and 18 of the 36 runs end on that habit, "
+            "take X from fridge (chapter 03 §6): the cells differ mostly in whether a run breaks out of it")
 SPLIT_WHY = ("a budget of 400 units (paper 1,000); 135M model; 2 seeds; RL's episodes are played on training games "
              "that mostly keep the ingredient in the fridge, and several runs end on the habit take X from fridge "
              "(chapter 04 §4)")
 HARD_WHY = ("the harder games need two ingredients and 12 turns, and every SFT walkthrough here had one ingredient and "
             "5 commands")
 BANDIT_WHY = "10 steps × 16 episodes (RAGEN: 200 steps × 128); 135M model (RAGEN 0.5B)"
+GPU_RUN_MINUTES = 4.0
+"""A cooking run of configs/cooking.yaml's shape on an H100 (results/algo_reward_first_design.jsonl: 25 steps in
+126-394 s, median ~4 min): what the seeds-needed figure of a cooking row costs on a GPU."""
 
 
-def _main(axis, a, b, where, sign):
+def _cost(records: list[dict], cells: int = 2, gpu_minutes: float | None = None) -> Callable[[int, int], str]:
+    """need, have -> "about H CPU h more here[, G GPU h]": (need - have) more seeds of `cells` cells at the median
+    wall time of the file's CPU runs (and gpu_minutes a run on a GPU)."""
+    walls = [r["wall_seconds"] for r in records if r.get("wall_seconds") and r.get("device") == "cpu"]
+    median = statistics.median(walls) if walls else None
+
+    def cost(need: int, have: int) -> str:
+        more = cells * max(0, need - have)
+        if median is None or not more:
+            return ""
+        hours = more * median / 3600
+        text = f"about {hours:.0f} CPU h more here" if hours >= 10 else f"about {hours:.1f} CPU h more here"
+        return text + (f", {more * gpu_minutes / 60:.1f} GPU h" if gpu_minutes else "")
+    return cost
+
+
+def _both(records: list[dict], axis: str, a: Any, b: Any, where: dict, sign: int, names=None, margin=None,
+          metric: str = "eval.success_rate", area: bool = True, gpu_minutes: float | None = None,
+          effect: float | None = None) -> tuple[str, ...]:
+    """compare() on held-out `metric` and, with `area`, on the learning-curve area: (ours, verdict, area ours, area
+    verdict)."""
+    cost = _cost(records, gpu_minutes=gpu_minutes)
+    held = compare(records, axis, a, b, where, sign, metric, names, margin, cost, effect)
+    if not area:
+        return held
+    return (*held, *compare(records, axis, a, b, where, sign, AREA, names, margin, cost, effect))
+
+
+def _main(axis, a, b, where, sign, margin=None, names=None, effect=None):
     def check(res):
-        return compare(res["algo_reward"], axis, a, b, where, sign) if res["algo_reward"] else _not_run("main")
+        return (_both(res["algo_reward"], axis, a, b, where, sign, names, margin, gpu_minutes=GPU_RUN_MINUTES,
+                      effect=effect)
+                if res["algo_reward"] else _not_run("main"))
     return check
 
 
 def _stability(axis, a, b, where, sign, names=None):
     def check(res):
-        return (compare(res["stability"], axis, a, b, where, sign, names=names) if res["stability"] else
+        return (_both(res["stability"], axis, a, b, where, sign, names) if res["stability"] else
                 _not_run("stability"))
     return check
 
 
-def _split(a_demos, b_demos, metric, sign):
+def _split(a_demos, b_demos, metric, sign, margin=None, effect=None):
     def check(res):
-        return (compare(res["sft_rl_split"], "sft.demos", a_demos, b_demos, {}, sign, metric,
-                        names=(f"{a_demos} demos", f"{b_demos} demos")) if res["sft_rl_split"] else _not_run("split"))
+        return (_both(res["sft_rl_split"], "sft.demos", a_demos, b_demos, {}, sign,
+                      (f"{a_demos} demos", f"{b_demos} demos"), margin, metric,
+                      area=metric == "eval.success_rate", effect=effect) if res["sft_rl_split"] else _not_run("split"))
     return check
 
 
-def _explore(a_turns, b_turns, sign):
+def _explore(a_turns, b_turns, sign, margin=None, effect=None):
     def check(res):
-        return (compare(res["exploration"], "env.max_turns", a_turns, b_turns, {}, sign,
-                        names=(f"{a_turns} turns", f"{b_turns} turns")) if res["exploration"] else _not_run("explore"))
+        return (_both(res["exploration"], "env.max_turns", a_turns, b_turns, {}, sign,
+                      (f"{a_turns} turns", f"{b_turns} turns"), margin, effect=effect)
+                if res["exploration"] else _not_run("explore"))
     return check
 
 
-def _complexity(a_level, b_level, sign, metric="eval.success_rate", names=None):
+def _complexity(a_level, b_level, sign, names=None, effect=None):
     def check(res):
-        return (compare(res["complexity"], "level", a_level, b_level, {}, sign, metric, names=names)
+        return (_both(res["complexity"], "level", a_level, b_level, {}, sign, names, effect=effect)
                 if res["complexity"] else _not_run("complexity"))
     return check
 
 
 def _transfer(res):
     """A policy trained at w2-o3-q4 on the w8-o12-q4 held-out games (its `--also-eval w8`) against the policy trained
-    at w8-o12-q4 on the same games, seed by seed."""
+    at w8-o12-q4 on the same games (different training games and start models per level: Welch, not paired)."""
     recs = res["complexity"]
     if not recs:
         return _not_run("complexity")
     small = [r for r in recs if r["cell"].get("level") == "w2-o3-q4"]
     if not any(metric_value(r, "evals.w8.success_rate") is not None for r in small):
-        return "the w2-o3-q4 runs lack their w8-o12-q4 evaluation", f"{CANNOT_TELL} (`{REGENERATE} complexity`)"
+        return "the w2-o3-q4 runs lack their w8-o12-q4 evaluation", f"{NOT_RUN} (`{REGENERATE} complexity`)"
     moved = [{**r, "cell": {"trained at": "w2-o3-q4"}, "eval": r["evals"]["w8"]} for r in small if r.get("evals")]
     home = [{**r, "cell": {"trained at": "w8-o12-q4"}} for r in recs if r["cell"].get("level") == "w8-o12-q4"]
     return compare(moved + home, "trained at", "w2-o3-q4", "w8-o12-q4", {}, 0,
-                   names=("trained at w2-o3-q4", "trained at w8-o12-q4"))
+                   names=("trained at w2-o3-q4", "trained at w8-o12-q4"), cost=_cost(recs))
 
 
 def _base_levels(res):
@@ -196,54 +483,162 @@ def _base_levels(res):
                                {"stage": "base", "level": "w8-o12-q4"}, 1, ("w2-o3-q4", "w8-o12-q4"))
 
 
-def _collapse_main(res):
-    return collapse(res["algo_reward"]) if res["algo_reward"] else _not_run("main")
+def _echo_main(res):
+    return echo_trap(res["algo_reward"]) if res["algo_reward"] else _not_run("main")
 
 
-def _collapse_bandit(res):  # the 25-step GRPO run beside the 10-step runs, which drift but are too short to close
-    return collapse(res["stability"] + res["stability_long"]) if res["stability"] else _not_run("stability")
+def _echo_bandit(res):  # the 25-step GRPO run beside the 10-step runs
+    return echo_trap(res["stability"] + res["stability_long"]) if res["stability"] else _not_run("stability")
 
 
 def _swe(res):
-    return (compare(res["swe"], "env.swe_reward", "pass_ratio", "resolved", {}, 1) if res["swe"] else
+    return (_both(res["swe"], "env.swe_reward", "pass_ratio", "resolved", {}, 1, effect=0.18) if res["swe"] else
             _not_run("swe"))
 
 
-FINDINGS: list[tuple[str, str, str, str, Callable[[dict], tuple[str, str]]]] = [
+def game_places(games: str) -> dict[str, str]:
+    """{game: ingredient place} of a cooking game set named in results/game_sets.json (e.g. "cooking-heldout": the
+    first `take X from PLACE` of each game's walkthrough, as regenerate.py wrote it); {} without the file or set."""
+    path = _records.RESULTS_DIR / "game_sets.json"
+    if not path.exists():
+        return {}
+    sets = json.loads(path.read_text()).get("sets", {})
+    got = sets.get(games.rstrip("/").rsplit("/", 1)[-1])
+    if not got:
+        return {}
+    return {g: places[0] for g, places in zip(got["games"], got["take_places"]) if places}
+
+
+def won_by_place(record: dict, places: dict[str, str], place: str) -> int:
+    """How many held-out games of `place` a run won (its eval's per_game, the games' places from game_places)."""
+    return sum(1 for g, won, _ in record["eval"]["per_game"] if won and places.get(g) == place)
+
+
+def _counter_wins(res):
+    """Runs that won any held-out game whose ingredient is on the counter, PPO against GRPO (dense and sparse pooled:
+    12 runs each); Fisher's exact test. The counter games are the only ones that tell the cells apart: most runs
+    win every fridge game (chapter 03 §6)."""
+    from scipy.stats import fisher_exact
+
+    recs = res["algo_reward"]
+    if not recs:
+        return _not_run("main")
+    places = game_places(recs[0]["config"]["train"]["eval_games"])
+    if not places:
+        return "results/game_sets.json lacks the held-out games' places", f"{NOT_RUN} (`{REGENERATE} main`)"
+    got = {}
+    for algo in ("ppo", "grpo", "rloo"):
+        runs = [r for r in recs if r["cell"].get("algo") == algo]
+        got[algo] = (sum(won_by_place(r, places, "counter") > 0 for r in runs), len(runs))
+    (kp, np_), (kg, ng) = got["ppo"], got["grpo"]
+    p = fisher_exact([[kp, np_ - kp], [kg, ng - kg]]).pvalue
+    ours = (", ".join(f"{a.upper() if a != 'ppo' else 'PPO'} {k} of {n}" for a, (k, n) in got.items())
+            + f" runs won a counter game; PPO vs GRPO Fisher's exact p = {p:.3f}")
+    return ours, (AGREES if p < 0.05 and kp / np_ > kg / ng else DISAGREES if p < 0.05 else
+                  f"{CANNOT_TELL} (Fisher p = {p:.2f})")
+
+
+def _grpo_vs_start(res):
+    """GRPO's held-out success per seed minus its SFT start's (results/stage_evals.jsonl: the start evaluated on the
+    same held-out games, greedily): a one-sample t interval over the GRPO runs of both reward kinds (the start is one
+    model; its own game-to-game noise is left out). The paper: GRPO ≈ the base it started from."""
+    recs, evals = res["algo_reward"], res["stage_evals"]
+    if not recs:
+        return _not_run("main")
+    start = next((e for e in reversed(evals) if e.get("main_start") and e.get("games") == "cooking-heldout"), None)
+    if start is None:
+        return "the SFT start's held-out evaluation is not in results/stage_evals.jsonl", \
+            f"{NOT_RUN} (`{REGENERATE} evals`)"
+    s0 = start["eval"]["success_rate"]
+    out = {}
+    for kind in ("dense", "sparse"):
+        out.update({(kind, r["seed"]): r["eval"]["success_rate"] for r in recs
+                    if r["cell"].get("algo") == "grpo" and r["cell"].get("reward.kind") == kind})
+    grpo = dict(enumerate(out.values()))
+    c = difference_of(grpo, {i: s0 for i in grpo}, paired=True)
+    ours = f"GRPO {_pct(sum(grpo.values()) / len(grpo))} (n={len(grpo)} runs); SFT start {_pct(s0)}"
+    if c is not None and c.ci:
+        ours += f"; Δ {100 * c.diff:+.0f} pts [{100 * c.ci[0]:+.0f}, {100 * c.ci[1]:+.0f}] (t over runs)"
+    return ours, judge(c, 0, None, True)
+
+
+def _sft_alone(res):
+    """The split's SFT model on 36 demonstrations alone (results/stage_evals.jsonl, seed 0) against the RL run that
+    started from it (seed 0), game by game on the same held-out games: McNemar's exact test on the games one won and
+    the other lost (scipy's binomtest)."""
+    from scipy.stats import binomtest
+
+    recs, evals = res["sft_rl_split"], res["stage_evals"]
+    if not recs:
+        return _not_run("split")
+    sft = next((e for e in reversed(evals) if e.get("stage") == "sft" and e.get("demos") == 36
+                and e.get("games") == "cooking-heldout" and e.get("seed", 0) == 0), None)
+    rl = next((r for r in recs if r["cell"].get("sft.demos") == 36 and r["seed"] == 0), None)
+    if sft is None or rl is None:
+        return "the 36-demonstration SFT model or its RL run is missing", f"{NOT_RUN} (`{REGENERATE} split`)"
+    a = {g: w for g, w, _ in sft["eval"]["per_game"]}
+    b = {g: w for g, w, _ in rl["eval"]["per_game"]}
+    only_a = sum(1 for g in a if a[g] and not b.get(g))
+    only_b = sum(1 for g in b if b[g] and not a.get(g))
+    p = binomtest(only_a, only_a + only_b, 0.5).pvalue if only_a + only_b else 1.0
+    ours = (f"SFT alone {_pct(sft['eval']['success_rate'])}; then {rl['cell'].get('rl.episodes', 40)} RL episodes "
+            f"{_pct(rl['eval']['success_rate'])} (seed 0, {len(a)} games); games won by SFT alone only {only_a}, "
+            f"by SFT then RL only {only_b}; McNemar's exact p = {p:.3f}")
+    if p < 0.05:
+        return ours, AGREES if only_a > only_b else DISAGREES
+    return ours, f"{CANNOT_TELL} (McNemar p = {p:.2f}: one model each, seed 0)"
+
+
+FINDINGS: list[tuple[str, str, str, str, Callable[[dict], tuple[str, ...]]]] = [
     ("01_environment", "The base model's success falls as the world grows",
      "base 17% → 3% as worlds grow (1.5B)", "one evaluation per level (interval over games, not seeds); 135M base "
      "model, 64 held-out games per level", _base_levels),
     ("01_environment", "PPO's success falls as the world grows",
      "PPO 88% at w2-o3-q4 vs 51% at w8-o12-q4 (1.5B)", "15 RL steps (240 episodes) after SFT on 16 walkthroughs; "
      "2 seeds; 135M model; the SFT start wins few held-out games, and runs that win rarely early learn only to "
-     "avoid invalid commands (chapter 01 §5)", _complexity("w2-o3-q4", "w8-o12-q4", 1)),
+     "avoid invalid commands (chapter 01 §5)", _complexity("w2-o3-q4", "w8-o12-q4", 1, effect=0.37)),
     ("01_environment", "Simple worlds predict the complex: a policy trained at w2-o3-q4 does as well at w8-o12-q4 "
      "as one trained there", "finding (i): training in simple environments predicts generalisation",
-     "the paper's claim is qualitative; here one pair of levels, 2 seeds", _transfer),
+     "the paper's claim is qualitative; here one pair of levels, 2 seeds, near a floor", _transfer),
     ("02_reward", "Dense turn rewards help PPO", "PPO 41% sparse → 58% dense (7B, cooking)",
      MAIN_WHY + "; a max score of 3 leaves little partial credit to add",
-     _main("reward.kind", "dense", "sparse", {"algo": "ppo"}, 1)),
+     _main("reward.kind", "dense", "sparse", {"algo": "ppo"}, 1, effect=0.17)),
     ("02_reward", "Dense rewards do not help RLOO", "RLOO ≈ 55% under both dense settings (7B, cooking)",
-     MAIN_WHY, _main("reward.kind", "dense", "sparse", {"algo": "rloo"}, 0)),
+     MAIN_WHY + "; 'agrees' needs the interval inside ±17 pts, PPO's dense effect in the paper",
+     _main("reward.kind", "dense", "sparse", {"algo": "rloo"}, 0, margin=0.17)),
     ("03_policy", "PPO (critic, GAE) beats GRPO, dense reward", "PPO 88% vs GRPO ≈ base (1.5B, w2-o3-q4)",
-     MAIN_WHY, _main("algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)),
+     MAIN_WHY, _main("algo", "ppo", "grpo", {"reward.kind": "dense"}, 1, effect=0.70)),
     ("03_policy", "PPO beats RLOO, dense reward", "PPO 88% vs RLOO 51% (1.5B, w2-o3-q4)",
      MAIN_WHY + "; at 7B on w2-o3-q4 the paper saw PPO ≈ RLOO ≈ 98%",
-     _main("algo", "ppo", "rloo", {"reward.kind": "dense"}, 1)),
-    ("03_policy", "Echo Trap: reward spread collapses", "RAGEN: group reward std falls before reward, collapse",
-     "25 steps per run (RAGEN: 200)", _collapse_main),
+     _main("algo", "ppo", "rloo", {"reward.kind": "dense"}, 1, effect=0.37)),
+    ("03_policy", "PPO beats GRPO, sparse reward", "PPO above GRPO (the paper's ranking of the estimators)",
+     MAIN_WHY, _main("algo", "ppo", "grpo", {"reward.kind": "sparse"}, 1)),
+    ("03_policy", "PPO breaks out of the fridge habit more often than GRPO",
+     "PPO 88% vs GRPO ≈ base (1.5B): the critic learns what GRPO's tied groups cannot",
+     "the counter games are the only held-out games that tell the cells apart (chapter 03 §6); a run counts once "
+     "whatever its reward kind", _counter_wins),
+    ("03_policy", "GRPO stays near its start", "GRPO ≈ base (1.5B, w2-o3-q4)",
+     "the start here is an SFT model chosen for headroom (chapter 03 §3); 'agrees' needs the interval inside ±15 pts",
+     _grpo_vs_start),
+    ("03_policy", "Echo Trap: the reward spread falls before the reward", "RAGEN: group reward std falls before "
+     "reward, then collapse", "25 steps per run (RAGEN: 200); most runs converge on a habit whose groups tie "
+     "(chapter 03 §6): a floor of the std without a fall is not the trap", _echo_main),
     ("01_environment", "A 2× turn budget beats 1× (exploration)", "max turns 6 → 55%, 8 (2× optimal) → 73%",
      "15 RL steps, 2 seeds; the walkthrough is 5 commands, so 10 turns is 2×; no run won a game with more turns "
      "that its seed lost with 5: the runs that won learned one habit, take the ingredient from the fridge "
-     "(chapter 01 §5b)", _explore(10, 5, 1)),
-    ("01_environment", "More than 2× the turns adds little", "more than 8 turns adds little",
+     "(chapter 01 §5b)", _explore(10, 5, 1, effect=0.18)),
+    ("01_environment", "More than 2× the turns adds little", "more than 8 turns adds little (73% at 8)",
      "15 RL steps, 2 seeds; 15 turns is 3× the walkthrough; seed 1's 15-turn policy prepares the meal, then loops "
-     "instead of eating it when decoded greedily (chapter 01 §5b)", _explore(15, 10, 0)),
+     "instead of eating it when decoded greedily (chapter 01 §5b); 'agrees' needs the interval inside ±18 pts, the "
+     "paper's 2× effect", _explore(15, 10, 0, margin=0.18)),
     ("04_sft_then_rl", "Mostly RL generalises worse to harder games than an SFT:RL mix",
      "all-RL ≈ 11% on harder games vs 59% for 60 demos + 400 episodes", "the fewest demos here is 4, not 0; "
-     + HARD_WHY + "; " + SPLIT_WHY, _split(20, 4, "evals.hard.success_rate", 1)),
+     + HARD_WHY + "; " + SPLIT_WHY, _split(20, 4, "evals.hard.success_rate", 1, effect=0.48)),
     ("04_sft_then_rl", "More SFT, more in-domain success", "all-SFT 95% vs 85% for the mix, in domain",
-     "the most demos here is 36 (360 units), not all; " + SPLIT_WHY, _split(36, 20, "eval.success_rate", 1)),
+     "the most demos here is 36 (360 units), not all; " + SPLIT_WHY,
+     _split(36, 20, "eval.success_rate", 1, effect=0.10)),
+    ("04_sft_then_rl", "SFT alone beats SFT then a little RL, in domain", "all-SFT 95% vs 85% for the mix",
+     "one SFT model (seed 0) and the one RL run from it, on the same 64 games", _sft_alone),
     ("04_sft_then_rl", "On harder games the mix is about as good as mostly SFT", "mix 59% vs all-SFT 55%",
      HARD_WHY + "; " + SPLIT_WHY, _split(20, 36, "evals.hard.success_rate", 0)),
     ("05_stability", "Bandit: GRPO falls behind PPO (critic)",
@@ -256,8 +651,9 @@ FINDINGS: list[tuple[str, str, str, str, Callable[[dict], tuple[str, str]]]] = [
     ("05_stability", "Bandit: StarPO-S filter (keep 50%) rescues GRPO",
      "RAGEN: keeping 50% removed collapse (FrozenLake)", BANDIT_WHY,
      _stability("algo.keep_top_std", 0.5, 1.0, {"algo.advantage": "grpo"}, 1, names=("keep 50%", "keep all"))),
-    ("05_stability", "Echo Trap on the bandit", "RAGEN: group reward std falls before reward, collapse",
-     BANDIT_WHY + "; a one-turn game has nothing to repeat", _collapse_bandit),
+    ("05_stability", "Echo Trap on the bandit: the reward spread falls before the reward",
+     "RAGEN: group reward std falls before reward, then collapse",
+     BANDIT_WHY + "; a one-turn game has nothing to repeat", _echo_bandit),
     ("06_swe", "SWE: the test-pass-ratio reward beats the binary one",
      "GRPO, Qwen3-8B: 22% resolved (pass ratio) vs 4.2% (binary)", "planted one-statement bugs in toolz and boltons "
      "(SWE-Gym: real issues); 135M model; 8 held-out tasks per level", _swe),
@@ -277,23 +673,118 @@ def verdicts(chapter: str | None = None, results: dict[str, list[dict]] | None =
                          f"{', '.join(dict.fromkeys(f[0] for f in FINDINGS))}")
     res = results if results is not None else {name: load_results(name) for name in RESULTS_FILES}
     res = {name: res.get(name, []) for name in RESULTS_FILES}
-    return [Verdict(finding, paper, *check(res), why, ch) for ch, finding, paper, why, check in chosen]
+    rows = []
+    for ch, finding, paper, why, check in chosen:
+        got = check(res)
+        ours, verdict = got[:2]
+        area, area_verdict = got[2:4] if len(got) == 4 else ("—", "—")
+        rows.append(Verdict(finding, paper, ours, verdict, why, ch, area, area_verdict))
+    return rows
 
 
 def verdict_table(chapter: str | None = None, results: dict[str, list[dict]] | None = None,
                   link: str | None = None, why: bool = True) -> str:
-    """The Markdown table finding · paper · ours · verdict · why it may differ (verdicts()); with `link` (a path
-    prefix such as "../notebooks/"), a chapter column linking each row's notebook; why=False leaves the why column
-    out (the README's shorter table)."""
+    """The Markdown table finding · paper · ours (held-out success) · verdict · ours (learning-curve area) · its
+    verdict · why it may differ (verdicts()); with `link` (a path prefix such as "../notebooks/"), a chapter column
+    linking each row's notebook; why=False leaves the why column out."""
     rows = verdicts(chapter, results)
-    head = "| finding | paper | ours (held-out success, mean over seeds) | verdict |" + (" why it may differ |" if why
-                                                                                     else "")
+    head = ("| finding | paper | ours: held-out success (the papers' metric) | verdict | ours: learning-curve area "
+            "(mean training success) | its verdict |" + (" why it may differ |" if why else ""))
     head += " chapter |" if link is not None else ""
     lines = [head, "|:--" * head.count(" |") + "|"]
     for v in rows:
-        line = f"| {v.finding} | {v.paper} | {v.ours} | {v.verdict} |" + (f" {v.why} |" if why else "")
+        line = f"| {v.finding} | {v.paper} | {v.ours} | {v.verdict} | {v.area} | {v.area_verdict} |" + \
+            (f" {v.why} |" if why else "")
         lines.append(line + (f" [{v.chapter}]({link}{v.chapter}.ipynb) |" if link is not None else ""))
     return "\n".join(lines)
+
+
+def verdict_counts(chapter: str | None = None, results: dict[str, list[dict]] | None = None) -> dict[str, int]:
+    """{verdict word: rows} of the held-out verdicts (VERDICTS' first words), e.g. for prose that says how many rows
+    cannot tell."""
+    out = {w: 0 for w in VERDICTS}
+    for v in verdicts(chapter, results):
+        word = next(w for w in VERDICTS if v.verdict.startswith(w))
+        out[word] += 1
+    return out
+
+
+def residual_sd(records: list[dict], metric: str = "eval.success_rate") -> tuple[float, int] | None:
+    """(sd, seeds) of a sweep's seed-to-seed noise once each seed's shared part is taken out: the residual sd of the
+    two-way layout cell x seed over the seeds every cell has (s_e^2 = sum (y - cell mean - seed mean + grand mean)^2
+    / ((C-1)(S-1)); `metric` a record field or AREA). None with fewer than 2 cells or 2 common seeds."""
+    table: dict[str, dict[int, float]] = {}
+    for r in records:
+        v = curve_area(r) if metric == AREA else metric_value(r, metric)
+        if v is not None:
+            table.setdefault(json.dumps(r["cell"], sort_keys=True, default=str), {}).setdefault(r["seed"], v)
+    if len(table) < 2:
+        return None
+    seeds = sorted(set.intersection(*(set(v) for v in table.values())))
+    if len(seeds) < 2:
+        return None
+    y = [[v[s] for s in seeds] for v in table.values()]
+    c, n = len(y), len(seeds)
+    grand = sum(map(sum, y)) / (c * n)
+    row = [sum(r) / n for r in y]
+    col = [sum(y[i][j] for i in range(c)) / c for j in range(n)]
+    ss = sum((y[i][j] - row[i] - col[j] + grand) ** 2 for i in range(c) for j in range(n))
+    return math.sqrt(ss / ((c - 1) * (n - 1))), n
+
+
+def lessons(results: dict[str, list[dict]] | None = None) -> str:
+    """What the runs teach, in a few sentences whose every number is computed here from the results files (the
+    README's and book/findings.md's lead, above the table): how the verdicts fall, why held-out success cannot
+    resolve most of them and the learning-curve area can, the fridge shortcut of the training games, and the
+    comparisons that do resolve. A sentence whose results are missing is left out."""
+    res = results if results is not None else {name: load_results(name) for name in RESULTS_FILES}
+    res = {name: res.get(name, []) for name in RESULTS_FILES}
+    rows = verdicts(None, res)
+    words = {w: sum(v.verdict.startswith(w) for v in rows) for w in VERDICTS}
+    out = [f"Of the {len(rows)} findings tested, {words[AGREES]} agree with the papers, {words[DISAGREES]} disagree, "
+           f"{words[CANNOT_TELL]} cannot be told at this scale and {words[FLOOR] + words[NEAR_FLOOR]} sit on a floor "
+           "where neither model won anything."]
+    main = res["algo_reward"]
+    held, area = residual_sd(main), residual_sd(main, AREA)
+    if held and area:
+        n = held[1]
+        half = {k: _t(n - 1) * sd * math.sqrt(2 / n) for k, (sd, _) in (("held", held), ("area", area))}
+        out.append(f"In the algorithm × reward sweep the seed-to-seed noise left once each seed's shared start is "
+                   f"taken out is {100 * held[0]:.0f} points of held-out success but {100 * area[0]:.0f} points of "
+                   f"the learning-curve area (mean training success over the 25 steps), so {n} seeds resolve "
+                   f"differences of about ±{100 * half['held']:.0f} points in the one and ±{100 * half['area']:.0f} "
+                   "in the other: the area is the outcome with the power to decide, held-out success the papers' "
+                   "metric.")
+    places = game_places(main[0]["config"]["train"]["eval_games"]) if main else {}
+    train = game_places(main[0]["config"]["env"]["games"]) if main else {}
+    if places and train:
+        fridge = {g for g, p in places.items() if p == "fridge"}
+        habit = sum({g for g, w, _ in r["eval"]["per_game"] if w} == fridge for r in main)
+        n_tr = sum(p == "fridge" for p in train.values())
+        out.append(f"The training games hid a shortcut: {n_tr} of {len(train)} keep the ingredient in the fridge "
+                   f"(held-out: {len(fridge)} of {len(places)}), so `take X from fridge` wins most training episodes "
+                   f"without reading the room, and {habit} of the {len(main)} runs ended winning exactly the held-out "
+                   "fridge games; the algorithms differ mostly in whether a run breaks out of that habit.")
+    by = {v.finding: v for v in rows}
+    sparse, grpo = by.get("PPO beats GRPO, sparse reward"), by.get("GRPO stays near its start")
+    alone = by.get("SFT alone beats SFT then a little RL, in domain")
+    told = [f"with a sparse reward PPO beat GRPO ({sparse.ours.split('; Δ ')[1].split(' (')[0]})"
+            if sparse and sparse.verdict == AGREES else None,
+            f"GRPO ended near its SFT start ({grpo.ours.split('; Δ ')[1].split(' (')[0]}), as the paper's "
+            "“GRPO ≈ base”" if grpo and grpo.verdict.startswith(AGREES) else None,
+            f"SFT on 36 demonstrations alone beat SFT then 40 RL episodes on the same games "
+            f"({alone.ours.split('; ')[0].removeprefix('SFT alone ')} against "
+            f"{alone.ours.split('; ')[1].split(' episodes ')[1].split(' ')[0]}, {alone.ours.rsplit('; ', 1)[1]})"
+            if alone and alone.verdict == AGREES else None]
+    told = [t for t in told if t]
+    if told:
+        out.append("What does resolve: " + "; ".join(told) + ".")
+    dense = by.get("Dense turn rewards help PPO")
+    if dense and dense.area != "—" and not dense.area_verdict.startswith((CANNOT_TELL, NOT_RUN)):
+        out.append(f"Dense turn rewards did not help PPO here: on the learning-curve area dense minus sparse is "
+                   f"{dense.area.split('; Δ ')[1].split(' (')[0]}, against the paper's +17 points of held-out "
+                   "success.")
+    return " ".join(out)
 
 
 PAPER_SETTINGS = {  # Practitioner's Guide (arXiv 2510.01132, appendix and scripts): what a hyperparameter table shows

@@ -31,6 +31,7 @@ README = ROOT / "README.md"
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 DESIGN_START, DESIGN_END = "<!-- design:start -->", "<!-- design:end -->"
 COST_START, COST_END = "<!-- cost:start -->", "<!-- cost:end -->"
+LESSONS_START, LESSONS_END = "<!-- lessons:start -->", "<!-- lessons:end -->"
 SWEEPS = ("algo_reward", "sft_rl_split", "exploration", "complexity", "stability", "swe")
 REGENERATE = verdicts.REGENERATE
 
@@ -52,8 +53,10 @@ def findings_table(link: str = "../notebooks/", why: bool = True) -> str:
     return "\n".join([verdicts.verdict_table(results=results, link=link, why=why), "",
                       f"From {counts} runs (algo × reward, SFT:RL split, exploration budget, complexity, bandit "
                       f"stability, SWE reward) on {', '.join(devices) or 'no device yet'}; {secs / 60:.0f} min of "
-                      "training in total (Σ train_seconds). Intervals: 95% percentile bootstrap over seeds "
-                      "(agentrl_lib.report); the base-model row's is over games."])
+                      "training in total (Σ train_seconds). The verdict column judges held-out success (the papers' "
+                      "metric); the learning-curve area has its own verdict beside it. Intervals: 95% t intervals "
+                      "of the per-seed differences where the cells share seeds (the same start and games), Welch's "
+                      "otherwise; the base-model row's is a bootstrap over games (agentrl_lib.findings)."])
 
 
 def _where(record: dict) -> str:
@@ -207,15 +210,18 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--write", action="store_true", help="replace the tables of book/findings.md and README.md")
     a = p.parse_args()
-    table, design = findings_table(), design_table()
+    table, design, lead = findings_table(), design_table(), verdicts.lessons()
     if not a.write:
-        print(table + "\n\n" + design + "\n\n" + cost_table())
+        print(lead + "\n\n" + table + "\n\n" + design + "\n\n" + cost_table())
         return
     page = with_block(with_block(PAGE.read_text(), table), design, DESIGN_START, DESIGN_END)
-    PAGE.write_text(with_block(page, cost_table(), COST_START, COST_END))
-    README.write_text(with_block(README.read_text(), findings_table(link="notebooks/", why=False), page=README))
-    print(f"{PAGE.relative_to(ROOT)}: findings, design and cost tables updated; "
-          f"{README.relative_to(ROOT)}: findings table")
+    page = with_block(with_block(page, cost_table(), COST_START, COST_END), lead, LESSONS_START, LESSONS_END)
+    readme = with_block(README.read_text(), findings_table(link="notebooks/"), page=README)
+    readme = with_block(readme, lead, LESSONS_START, LESSONS_END, page=README)
+    PAGE.write_text(page)  # both pages checked (every marker found) before either is written
+    README.write_text(readme)
+    print(f"{PAGE.relative_to(ROOT)}: lessons, findings, design and cost tables updated; "
+          f"{README.relative_to(ROOT)}: lessons and findings table")
 
 
 def block(text: str, start: str = START, end: str = END, page: Path = PAGE) -> str:
