@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 from . import records as _records
 from .records import load_results
-from .report import bootstrap_diff_ci, cell, metric_value
+from .report import Comparison, bootstrap_diff_ci, cell, difference_of, metric_value, seeds_needed, t_quantile
 
 REGENERATE = "python results/regenerate.py"
 AGREES, DISAGREES, CANNOT_TELL = "agrees", "disagrees", "cannot tell at this scale"
@@ -88,85 +88,6 @@ def curve_area(record: dict) -> float | None:
     ["success_rate"], fractions); None when no step has one."""
     rates = [s["success_rate"] for s in record.get("steps") or [] if s.get("success_rate") is not None]
     return sum(rates) / len(rates) if rates else None
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """mean(a) - mean(b) of one outcome between two cells (difference_of)."""
-
-    a: dict[int, float]
-    """{seed: outcome} of cell a (fractions)."""
-    b: dict[int, float]
-    paired: bool
-    """Per-seed differences over the common seeds (the cells share seeds) or Welch (they do not)."""
-    seeds: list[int]
-    """The seeds compared: paired, those both have; Welch, every seed of each."""
-    diff: float
-    ci: tuple[float, float] | None
-    """95% t interval of diff; None below 2 seeds a side, or paired over 2 seeds with identical differences."""
-    sd: float | None
-    """Paired: sd of the per-seed differences; Welch: the pooled within-cell sd. None below 2 seeds."""
-    same_sign: int | None = None
-    """Paired: the seeds whose difference has the paper's sign (None for Welch or no expected sign)."""
-
-    @property
-    def n(self) -> int:
-        return len(self.seeds) if self.paired else min(len(self.a), len(self.b))
-
-
-def _t(df: float) -> float:
-    from scipy.stats import t
-
-    return float(t.ppf(0.975, df))
-
-
-def difference_of(a: dict[int, float], b: dict[int, float], paired: bool, expect_sign: int = 0) -> Comparison | None:
-    """The difference of two cells' outcomes {seed: value}: paired, the mean of a[s] - b[s] over the seeds both have
-    with the t interval mean +- t(0.975, n-1) sd / sqrt(n); else Welch's interval (scipy's t with the
-    Welch-Satterthwaite degrees of freedom). None when no seed (paired) or a cell (Welch) is there."""
-    if paired:
-        seeds = [s for s in a if s in b]
-        if not seeds:
-            return None
-        d = [a[s] - b[s] for s in seeds]
-        mean = sum(d) / len(d)
-        sd = statistics.stdev(d) if len(d) > 1 else None
-        ci = None
-        if sd is not None and not (sd == 0 and len(d) < 3):  # 2 equal differences: no spread to judge by
-            half = _t(len(d) - 1) * sd / math.sqrt(len(d))
-            ci = (mean - half, mean + half)
-        same = sum((x > 0) == (expect_sign > 0) and x != 0 for x in d) if expect_sign else None
-        return Comparison(a, b, True, seeds, mean, ci, sd, same)
-    if not a or not b:
-        return None
-    xa, xb = list(a.values()), list(b.values())
-    mean = sum(xa) / len(xa) - sum(xb) / len(xb)
-    if len(xa) < 2 or len(xb) < 2:
-        return Comparison(a, b, False, sorted({*a, *b}), mean, None, None)
-    va, vb = statistics.variance(xa), statistics.variance(xb)
-    sd = math.sqrt(((len(xa) - 1) * va + (len(xb) - 1) * vb) / (len(xa) + len(xb) - 2))
-    se2 = va / len(xa) + vb / len(xb)
-    if se2 == 0:
-        ci = None if min(len(xa), len(xb)) < 3 else (mean, mean)
-    else:
-        df = se2 ** 2 / ((va / len(xa)) ** 2 / (len(xa) - 1) + (vb / len(xb)) ** 2 / (len(xb) - 1)) \
-            if va and vb else len(xa) + len(xb) - 2
-        half = _t(df) * math.sqrt(se2)
-        ci = (mean - half, mean + half)
-    return Comparison(a, b, False, sorted({*a, *b}), mean, ci, sd)
-
-
-def seeds_needed(sd: float | None, paired: bool, half_width: float = RESOLVE, most: int = 200) -> int | None:
-    """The fewest seeds n (2..most) whose 95% interval of a difference has half-width <= half_width at this spread:
-    paired t(0.975, n-1) sd / sqrt(n); unpaired (seeds per cell) t(0.975, 2n-2) sd sqrt(2 / n). None when sd is
-    unknown or 0 (nothing measured to plan by), `most` + 1 when even `most` seeds would not do."""
-    if not sd:
-        return None
-    for n in range(2, most + 1):
-        half = _t(n - 1) * sd / math.sqrt(n) if paired else _t(2 * n - 2) * sd * math.sqrt(2 / n)
-        if half <= half_width:
-            return n
-    return most + 1
 
 
 def judge(c: Comparison | None, expect_sign: int, margin: float | None = None, success: bool = True,
@@ -748,7 +669,7 @@ def lessons(results: dict[str, list[dict]] | None = None) -> str:
     held, area = residual_sd(main), residual_sd(main, AREA)
     if held and area:
         n = held[1]
-        half = {k: _t(n - 1) * sd * math.sqrt(2 / n) for k, (sd, _) in (("held", held), ("area", area))}
+        half = {k: t_quantile(n - 1) * sd * math.sqrt(2 / n) for k, (sd, _) in (("held", held), ("area", area))}
         out.append(f"In the algorithm × reward sweep the seed-to-seed noise left once each seed's shared start is "
                    f"taken out is {100 * held[0]:.0f} points of held-out success but {100 * area[0]:.0f} points of "
                    f"the learning-curve area (mean training success over the 25 steps), so {n} seeds resolve "

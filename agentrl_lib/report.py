@@ -1,4 +1,4 @@
-"""The numbers of sweep records: one cell's outcome per seed with the mean and its bootstrap interval (`cell`), the
+"""The numbers of sweep records: one cell's outcome per seed with the mean and its t interval (`cell`), the
 difference of two cells over the seeds both have (`difference`), and the table of every cell and compared pair of a
 results file (`report`, behind `agentrl report`).
 
@@ -10,7 +10,10 @@ results file (`report`, behind `agentrl report`).
 
 Comparisons by construction: a difference compares two cells over the seeds both have; a seed that one cell lacks is
 dropped from the comparison (not from the cell's own mean), and says so (Difference.dropped_a / dropped_b, a note
-under report's table). Intervals are percentile bootstraps over seeds (scipy.stats.bootstrap, seeded).
+under report's table). Intervals over seeds are Student's t intervals: of a cell's mean, and of a difference paired
+by seed where the two cells' runs of a seed share their start model and games (they draw the same first rollouts),
+Welch's where they do not (`difference_of`). Bootstrap intervals (scipy.stats.bootstrap, seeded) remain for units that
+are many and independent, such as games (bootstrap_diff_ci, bootstrap_ratio_ci).
 
 Introduced in the chapters' experiments (notebooks/02_reward, 03_policy, 04_sft_then_rl).
 """
@@ -19,13 +22,14 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 from .records import cell_key, cell_text, record_base, record_base_without_start, record_key
 
-NO_DIFFERENCE = "no difference at this scale"
-"""The verdict of a difference whose bootstrap interval contains 0."""
+NO_DIFFERENCE = "cannot tell at this scale"
+"""The verdict of a difference whose interval contains 0 (agentrl_lib.findings' word for it too)."""
 
 
 def metric_value(record: dict, metric: str) -> float | None:
@@ -115,13 +119,21 @@ def bootstrap_ratio_ci(numerators, denominators, confidence: float = 0.95, n_res
                       paired=True)
 
 
-def _summary(values: list[float], confidence: float, n_resamples: int, seed: int):
-    """(mean, std, bootstrap interval of the mean) of one cell's values over seeds; std and interval None below 2."""
-    import numpy as np
+def t_mean_ci(values: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """The t interval of a mean over seeds: mean +- t((1 + confidence) / 2, n - 1) sd / sqrt(n); None below 2 values.
+    Unlike a percentile bootstrap over 2-5 seeds (the range of the values seen), it widens with the uncertainty of
+    the spread itself."""
+    if len(values) < 2:
+        return None
+    mean, sd = statistics.fmean(values), statistics.stdev(values)
+    half = t_quantile(len(values) - 1, confidence) * sd / math.sqrt(len(values))
+    return mean - half, mean + half
 
-    return (float(np.mean(values)) if values else None,
-            float(np.std(values, ddof=1)) if len(values) > 1 else None,
-            bootstrap_mean_ci(values, confidence, n_resamples, seed))
+
+def _summary(values: list[float], confidence: float, n_resamples: int, seed: int):
+    """(mean, std, t interval of the mean) of one cell's values over seeds; std and interval None below 2."""
+    return (statistics.fmean(values) if values else None, statistics.stdev(values) if len(values) > 1 else None,
+            t_mean_ci(values, confidence))
 
 
 def _over(n: int) -> str:
@@ -130,23 +142,105 @@ def _over(n: int) -> str:
 
 def _verdict(diff: float | None, ci: tuple[float, float] | None, name_a: Any, name_b: Any) -> str:
     if ci is None:
-        return "n/a (n < 2)"
+        return "n/a (no interval)"
     if ci[0] <= 0 <= ci[1]:
         return NO_DIFFERENCE
     return f"{name_a} higher" if diff > 0 else f"{name_b} higher"
 
 
-def _paired(a: dict, b: dict, confidence: float, n_resamples: int, seed: int):
+def _paired(a: dict, b: dict, confidence: float, n_resamples: int, seed: int, paired: bool = True):
     """The comparison of two cells' outcomes {unit: value} (unit: a seed; in a pooled comparison a seed of a pooled
     cell) over the units both have: (common units in a's order, units only a has, units only b has, mean(a) −
-    mean(b) over the common units or None, its bootstrap interval or None). Each side keeps its own order; the two
-    sides are resampled independently (bootstrap_diff_ci)."""
-    import numpy as np
+    mean(b) over the common units or None, its interval or None). The interval (difference_of): a t interval of the
+    per-unit differences where the runs of a unit share it (`paired`: the same start model and games, so a seed
+    draws the same first rollouts on both sides), Welch's over the same units otherwise."""
+    common = [u for u in a if u in b]
+    c = difference_of({i: a[u] for i, u in enumerate(common)}, {i: b[u] for i, u in enumerate(common)}, paired,
+                      confidence=confidence) if common else None
+    return (common, [u for u in a if u not in b], [u for u in b if u not in a], c.diff if c else None,
+            c.ci if c else None)
 
-    xs, ys = [v for u, v in a.items() if u in b], [v for u, v in b.items() if u in a]
-    diff = float(np.mean(xs) - np.mean(ys)) if xs else None
-    return ([u for u in a if u in b], [u for u in a if u not in b], [u for u in b if u not in a], diff,
-            bootstrap_diff_ci(xs, ys, confidence, n_resamples, seed))
+
+@dataclass(frozen=True)
+class Comparison:
+    """mean(a) - mean(b) of one outcome between two cells (difference_of)."""
+
+    a: dict[int, float]
+    """{seed: outcome} of cell a (fractions)."""
+    b: dict[int, float]
+    paired: bool
+    """Per-seed differences over the common seeds (the cells share seeds) or Welch (they do not)."""
+    seeds: list[int]
+    """The seeds compared: paired, those both have; Welch, every seed of each."""
+    diff: float
+    ci: tuple[float, float] | None
+    """95% t interval of diff; None below 2 seeds a side, or paired over 2 seeds with identical differences."""
+    sd: float | None
+    """Paired: sd of the per-seed differences; Welch: the pooled within-cell sd. None below 2 seeds."""
+    same_sign: int | None = None
+    """Paired: the seeds whose difference has the paper's sign (None for Welch or no expected sign)."""
+
+    @property
+    def n(self) -> int:
+        return len(self.seeds) if self.paired else min(len(self.a), len(self.b))
+
+
+def t_quantile(df: float, confidence: float = 0.95) -> float:
+    """t((1 + confidence) / 2, df): Student's t quantile (scipy), the factor of a two-sided interval (2.776 at 4
+    degrees of freedom for 95%)."""
+    from scipy.stats import t
+
+    return float(t.ppf((1 + confidence) / 2, df))
+
+
+def difference_of(a: dict[int, float], b: dict[int, float], paired: bool, expect_sign: int = 0,
+                  confidence: float = 0.95) -> Comparison | None:
+    """The difference of two cells' outcomes {seed: value}: paired, the mean of a[s] - b[s] over the seeds both have
+    with the t interval mean +- t(0.975, n-1) sd / sqrt(n); else Welch's interval (scipy's t with the
+    Welch-Satterthwaite degrees of freedom). None when no seed (paired) or a cell (Welch) is there."""
+    if paired:
+        seeds = [s for s in a if s in b]
+        if not seeds:
+            return None
+        d = [a[s] - b[s] for s in seeds]
+        mean = sum(d) / len(d)
+        sd = statistics.stdev(d) if len(d) > 1 else None
+        ci = None
+        if sd is not None and not (sd == 0 and len(d) < 3):  # 2 equal differences: no spread to judge by
+            half = t_quantile(len(d) - 1, confidence) * sd / math.sqrt(len(d))
+            ci = (mean - half, mean + half)
+        same = sum((x > 0) == (expect_sign > 0) and x != 0 for x in d) if expect_sign else None
+        return Comparison(a, b, True, seeds, mean, ci, sd, same)
+    if not a or not b:
+        return None
+    xa, xb = list(a.values()), list(b.values())
+    mean = sum(xa) / len(xa) - sum(xb) / len(xb)
+    if len(xa) < 2 or len(xb) < 2:
+        return Comparison(a, b, False, sorted({*a, *b}), mean, None, None)
+    va, vb = statistics.variance(xa), statistics.variance(xb)
+    sd = math.sqrt(((len(xa) - 1) * va + (len(xb) - 1) * vb) / (len(xa) + len(xb) - 2))
+    se2 = va / len(xa) + vb / len(xb)
+    if se2 == 0:
+        ci = None if min(len(xa), len(xb)) < 3 else (mean, mean)
+    else:
+        df = se2 ** 2 / ((va / len(xa)) ** 2 / (len(xa) - 1) + (vb / len(xb)) ** 2 / (len(xb) - 1)) \
+            if va and vb else len(xa) + len(xb) - 2
+        half = t_quantile(df, confidence) * math.sqrt(se2)
+        ci = (mean - half, mean + half)
+    return Comparison(a, b, False, sorted({*a, *b}), mean, ci, sd)
+
+
+def seeds_needed(sd: float | None, paired: bool, half_width: float = 0.15, most: int = 200) -> int | None:
+    """The fewest seeds n (2..most) whose 95% interval of a difference has half-width <= half_width at this spread:
+    paired t(0.975, n-1) sd / sqrt(n); unpaired (seeds per cell) t(0.975, 2n-2) sd sqrt(2 / n). None when sd is
+    unknown or 0 (nothing measured to plan by), `most` + 1 when even `most` seeds would not do."""
+    if not sd:
+        return None
+    for n in range(2, most + 1):
+        half = t_quantile(n - 1) * sd / math.sqrt(n) if paired else t_quantile(2 * n - 2) * sd * math.sqrt(2 / n)
+        if half <= half_width:
+            return n
+    return most + 1
 
 
 @dataclass(frozen=True)
@@ -162,7 +256,7 @@ class Cell:
     std: float | None
     """Over seeds (ddof 1); None below 2 seeds."""
     ci: tuple[float, float] | None
-    """Percentile-bootstrap interval of the mean; None below 2 seeds."""
+    """t interval of the mean (t_mean_ci); None below 2 seeds."""
 
     @property
     def n(self) -> int:
@@ -177,7 +271,7 @@ def cell(records: list[dict], metric: str = "eval.success_rate", confidence: flo
          seed: int = 0, **labels: Any) -> Cell:
     """The cell of `records` whose axes have the values `labels` (dotted axis names through a dict:
     `cell(records, algo="ppo", **{"reward.kind": "dense"})`): `metric` (metric_value) of each seed, their mean,
-    std and the bootstrap interval of the mean (as report's cell rows).
+    std and the t interval of the mean (as report's cell rows).
 
     A second record of the same run (cell, seed and base config: records.record_key) is ignored; runs of one cell
     from per-seed base configs (e.g. each seed's own SFT model) are one cell. A cell nobody ran has no outcomes
@@ -226,7 +320,8 @@ class Difference:
     diff: float | None
     """mean over `seeds` of a − that of b; None without a common seed."""
     ci: tuple[float, float] | None
-    """Percentile-bootstrap interval of diff, the two cells' seeds resampled independently; None below 2 seeds."""
+    """t interval of diff, paired by seed (difference_of: Cell outcomes carry no start model, so `difference` pairs
+    the common seeds); None below 2 seeds, or 2 seeds with equal differences."""
     verdict: str
     """NO_DIFFERENCE when ci contains 0, else "<a> higher" / "<b> higher" (the value of the one label they differ in,
     or the labels that differ), "n/a (n < 2)" without an interval."""
@@ -244,8 +339,8 @@ class Difference:
 
 
 def difference(a: Cell, b: Cell, confidence: float = 0.95, n_resamples: int = 9999, seed: int = 0) -> Difference:
-    """mean(a) − mean(b) over the seeds both cells have, its percentile-bootstrap interval (the cells' seeds
-    resampled independently, statistic mean(a) − mean(b), as report's differences) and the verdict. A seed one cell
+    """mean(a) − mean(b) over the seeds both cells have, its t interval paired by seed (difference_of; for cells
+    that start from different models use report(), which tells the two apart) and the verdict. A seed one cell
     lacks is dropped from the comparison and listed (dropped_a / dropped_b; Difference.note says it in a line).
 
     Raises: ValueError when the cells summarise different metrics.
@@ -295,14 +390,14 @@ class Report:
                                 d["verdict"]] for d in self.differences]) if self.differences else [
                 f"(none yet: every {', '.join(self.by) or 'cell'} has one value of {self.compare} so far)"]
         ns = sorted({c["n"] for c in self.cells})
-        lines += ["", f"Intervals: {pct} percentile bootstrap over seeds (scipy.stats.bootstrap, {self.n_resamples} "
-                      f"resamples, seed {self.seed}); a difference resamples the two cells' seeds independently. "
-                      f"Seeds per cell: {', '.join(map(str, ns))}. With a handful of seeds a bootstrap interval is "
-                      "narrow-biased: it only recombines the values seen and ignores the uncertainty of their spread"
-                      + (" (with 3 seeds the 95% interval of a mean is exactly the range of the 3 values, which "
-                         "holds the true mean only 75% of the time for a symmetric spread: 1 − 2·(1/2)³)"
-                         if 3 in ns else "")
-                      + f". Read \"{NO_DIFFERENCE}\" as: this sweep cannot tell; read a difference as provisional."]
+        paired = {d.get("paired") for d in self.differences}
+        how = ("paired by seed (the runs of a seed share their start and games)" if paired == {True} else
+               "Welch's (the cells start from different models or games)" if paired == {False} else
+               "paired by seed where the cells share their start and games, Welch's elsewhere")
+        lines += ["", f"Intervals: {pct} t intervals over seeds (Student's t: they widen with the uncertainty of the "
+                      f"spread, where a percentile bootstrap over a handful of seeds is about their range)"
+                      + (f"; a difference's is {how}" if self.differences else "")
+                      + f". Seeds per cell: {', '.join(map(str, ns))}. \"{NO_DIFFERENCE}\": the interval contains 0."]
         lines += [f"Note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -333,24 +428,32 @@ def _ci(ci: tuple[float, float] | None, signed: bool = False) -> str:
     return "n/a (n < 2)" if ci is None else f"[{_num(ci[0], signed)}, {_num(ci[1], signed)}]"
 
 
+def start_of(record: dict) -> str:
+    """A run's start: its model.name and env.games (a JSON string). Two runs of one seed with the same start draw the
+    same first rollouts, so a difference over them is paired; records without a config (planted in tests) share
+    one start."""
+    conf = record.get("config") or {}
+    return json.dumps([str((conf.get("model") or {}).get("name")), str((conf.get("env") or {}).get("games"))])
+
+
 def report(records: list[dict], metric: str = "eval.success_rate", compare: str | None = None,
            by: str | list[str] | None = None, confidence: float = 0.95, n_resamples: int = 9999,
            seed: int = 0) -> Report:
-    """Per cell: mean ± std of `metric` over seeds, the number of seeds, and a bootstrap interval of the mean; with
-    `compare` (an axis), for each pair of its values: the difference of means and its bootstrap interval, verdict
-    "no difference at this scale" when the interval contains 0. A difference compares the two sides over the seeds
-    both have; a seed one side lacks is left out of that difference (not of the cell rows), the row's "dropped"
-    lists it and a note under the table says so. Where pooled axes give a side several runs of one seed (compare
-    algo pooled over reward.kind), a run is paired with the run of the same seed and the same pooled cell; where
-    each side has one run per seed (a pooled axis that changes with the compared one, e.g. env.games with a
+    """Per cell: mean ± std of `metric` over seeds, the number of seeds, and the t interval of the mean; with
+    `compare` (an axis), for each pair of its values: the difference of means and its t interval, verdict
+    NO_DIFFERENCE ("cannot tell at this scale") when the interval contains 0. A difference compares the two sides over
+    the seeds both have; a seed one side lacks is left out of that difference (not of the cell rows), the row's
+    "dropped" lists it and a note under the table says so. Where pooled axes give a side several runs of one seed
+    (compare algo pooled over reward.kind), a run is paired with the run of the same seed and the same pooled cell;
+    where each side has one run per seed (a pooled axis that changes with the compared one, e.g. env.games with a
     `level` tag, or per-seed base configs), runs are paired by seed alone.
 
-    The bootstrap is scipy.stats.bootstrap's percentile method (seeded: the same records give the same table), not
-    BCa: with 2-5 seeds BCa's bias and acceleration corrections are estimated from 2-5 jackknife values and are
-    noise, and BCa is undefined when the seeds agree (success 0.0 on every seed is common). A difference is
-    bootstrapped with two independent samples (the cells' runs share nothing), statistic mean(a) − mean(b),
-    vectorized. Fewer than 2 seeds: std and intervals are "n/a". Every interval from a handful of seeds is
-    narrow-biased (see Report.markdown's footer).
+    The interval of a difference (difference_of) is paired, a t interval of the per-unit differences, where every
+    common unit's two runs share their start (start_of: model.name and env.games, so a seed draws the same first
+    rollouts on both sides: the sweeps here reuse one seed across cells), and Welch's otherwise (each seed's own SFT
+    model, or other games); the row's "paired" says which. Student's t, not a percentile bootstrap: over 2-5 seeds a
+    bootstrap only recombines the values seen (with 3 seeds its 95% interval of a mean is their range, which holds
+    the true mean 75% of the time). Fewer than 2 seeds: std and intervals are "n/a".
 
     Args:
         records: sweep records (records.load_results / load_records); records of several base configs
@@ -361,7 +464,7 @@ def report(records: list[dict], metric: str = "eval.success_rate", compare: str 
         compare: the axis whose values are differenced pairwise (in the order they first appear).
         by: axes (a list, or comma-separated) held fixed for the differences: pairs are formed within each of their
             combinations. Default: every other axis. Axes in neither are pooled (their runs are merged), as noted.
-        confidence, n_resamples, seed: of the bootstrap.
+        confidence: of every interval; n_resamples, seed: kept for the bootstrap helpers' callers (unused here).
     Raises:
         ValueError: no records, no record has the metric, or `compare` / `by` is not an axis of the records.
     """
@@ -386,7 +489,7 @@ def report(records: list[dict], metric: str = "eval.success_rate", compare: str 
     if base_of is record_base_without_start and len({record_base(r) for r in records}) > len(hashes):
         notes.append(f"the runs start from {len(starts)} models (model.name, e.g. each seed's own SFT model); runs "
                      "that differ only in it are one cell's seeds")
-    groups: dict[str, tuple[dict, list[float], list[int]]] = {}
+    groups: dict[str, tuple[dict, list[float], list[int], list[str]]] = {}
     seen: set = set()
     missing = 0
     for r in records:
@@ -400,15 +503,16 @@ def report(records: list[dict], metric: str = "eval.success_rate", compare: str 
             missing += 1
             continue
         cell = cell_of(r)
-        g = groups.setdefault(cell_key(cell), (cell, [], []))
+        g = groups.setdefault(cell_key(cell), (cell, [], [], []))
         g[1].append(v)
         g[2].append(r["seed"])
+        g[3].append(start_of(r))
     if not groups:
         raise ValueError(f"no record has the metric {metric!r} (e.g. eval.success_rate, final.return_mean)")
     if missing:
         notes.append(f"{missing} record(s) have no {metric} and were left out")
     rep = Report(metric, axes, confidence=confidence, n_resamples=n_resamples, seed=seed, notes=notes)
-    for cell, values, seeds in groups.values():
+    for cell, values, seeds, _ in groups.values():
         mean, std, ci = _summary(values, confidence, n_resamples, seed)
         rep.cells.append({"cell": cell, "n": len(values), "mean": mean, "std": std, "ci": ci, "values": values,
                           "seeds": seeds})
@@ -424,19 +528,26 @@ def report(records: list[dict], metric: str = "eval.success_rate", compare: str 
     rep.compare, rep.by, rep.pooled = compare, by_list, [a for a in axes if a != compare and a not in by_list]
     # each side of a comparison: its runs as (pooled cell, seed) → value
     contexts: dict[str, tuple[dict, dict[str, tuple[Any, dict]]]] = {}
-    for cell, values, seeds in groups.values():
+    starts: dict[tuple, str] = {}  # (compared value, pooled cell, seed) -> the run's start (model, games)
+    for cell, values, seeds, run_starts in groups.values():
         ctx = {a: cell.get(a) for a in by_list}
         pooled = cell_text({a: cell.get(a) for a in rep.pooled}) if rep.pooled else ""
         sides = contexts.setdefault(json.dumps(ctx, sort_keys=True, default=str), (ctx, {}))[1]
         runs = sides.setdefault(json.dumps(cell.get(compare), default=str), (cell.get(compare), {}))[1]
         runs.update({(pooled, s): v for s, v in zip(seeds, values)})
-    for ctx, sides in contexts.values():
-        for (va, a), (vb, b) in itertools.combinations(sides.values(), 2):
+        starts.update({(json.dumps(ctx, sort_keys=True, default=str), json.dumps(cell.get(compare), default=str),
+                        pooled, s): st for s, st in zip(seeds, run_starts)})
+    for key, (ctx, sides) in contexts.items():
+        for (ka, (va, a)), (kb, (vb, b)) in itertools.combinations(sides.items(), 2):
+            start_a = {u: starts[(key, ka, *u)] for u in a}
+            start_b = {u: starts[(key, kb, *u)] for u in b}
             if all(len({s for _, s in x}) == len(x) for x in (a, b)):  # one run per seed on each side: pair by seed
+                start_a, start_b = ({("", s): st for (_, s), st in x.items()} for x in (start_a, start_b))
                 a, b = ({("", s): v for (_, s), v in x.items()} for x in (a, b))
-            common, only_a, only_b, diff, ci = _paired(a, b, confidence, n_resamples, seed)
+            shared = all(start_a[u] == start_b[u] for u in a if u in b)
+            common, only_a, only_b, diff, ci = _paired(a, b, confidence, n_resamples, seed, paired=shared)
             rep.differences.append({"context": ctx, "a": va, "b": vb, "n_a": len(common), "n_b": len(common),
-                                    "diff": diff, "ci": ci, "verdict": _verdict(diff, ci, va, vb),
+                                    "diff": diff, "ci": ci, "verdict": _verdict(diff, ci, va, vb), "paired": shared,
                                     "seeds": [s for _, s in common],
                                     "dropped": {"a": [s for _, s in only_a], "b": [s for _, s in only_b]}})
             if only_a or only_b:

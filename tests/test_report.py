@@ -1,4 +1,4 @@
-"""agentrl_lib/report.py: a cell's outcome per seed with its mean and bootstrap interval (cell), the difference of
+"""agentrl_lib/report.py: a cell's outcome per seed with its mean and t interval (cell), the difference of
 two cells over the seeds both have (difference: the seed-pairing rule, with its negative controls), and the table of
 a results file (report: means, intervals, verdicts, the seeds a comparison left out)."""
 import numpy as np
@@ -14,11 +14,14 @@ def test_report_means_std_and_intervals():
     rep = report.report(fake_records({("gae", "dense"): [0.2, 0.4, 0.6], ("grpo", "dense"): [0.5]}))
     gae, grpo = rep.cells
     assert gae["n"] == 3 and gae["mean"] == pytest.approx(0.4) and gae["std"] == pytest.approx(0.2)
-    assert gae["ci"] == pytest.approx((0.2, 0.6)), "3 seeds: the 95% percentile interval is the range (narrow-biased)"
+    # the t interval (scipy's t quantile at 2 degrees of freedom: 4.303), not the range of the 3 values that a
+    # percentile bootstrap gives (0.2, 0.6), which covers the true mean only 75% of the time
+    assert gae["ci"] == pytest.approx((0.4 - 4.3027 * 0.2 / 3 ** 0.5, 0.4 + 4.3027 * 0.2 / 3 ** 0.5), abs=1e-4)
+    assert report.bootstrap_mean_ci([0.2, 0.4, 0.6]) == pytest.approx((0.2, 0.6))  # the control: the range
     assert grpo["n"] == 1 and grpo["std"] is None and grpo["ci"] is None
     md = rep.markdown()
     assert "| gae | dense | 0.400 ± 0.200 |" in md and "| 0.500 ± n/a | n/a (n < 2) | 1 |" in md
-    assert "narrow-biased" in md and "75%" in md
+    assert "95% t intervals over seeds" in md
     assert report.report(fake_records({("gae", "dense"): [0.2, 0.4]}), metric="final.return_mean").cells[0]["mean"] == \
         pytest.approx(0.15)
     assert report.report(fake_records({("gae", "dense"): [0.2, 0.4]})).markdown() == \
@@ -136,20 +139,23 @@ def test_difference_compares_only_the_seeds_both_cells_have():
 
 
 def test_difference_negative_control_same_seeds_drops_nothing():
-    """Negative control: cells with the same seeds (in any order) drop nothing, and the difference is the plain
-    independent bootstrap of all their values (what report computed before the rule)."""
+    """Negative control: cells with the same seeds (in any order) drop nothing, and the difference is the paired t
+    interval of all their values, seed by seed (scipy's ttest_rel)."""
+    from scipy.stats import ttest_rel
+
     a, b = {0: 0.8, 1: 0.85, 2: 0.9}, {2: 0.2, 0: 0.1, 1: 0.15}
     recs = _cells({"gae": a, "grpo": b})
     d = report.difference(*(report.cell(recs, **{"algo.advantage": x}) for x in ("gae", "grpo")))
     assert d.dropped_a == d.dropped_b == [] and d.note() is None and d.seeds == [0, 1, 2]
-    assert d.ci == report.bootstrap_diff_ci(list(a.values()), list(b.values()))
+    want = ttest_rel([a[s] for s in (0, 1, 2)], [b[s] for s in (0, 1, 2)]).confidence_interval(0.95)
+    assert d.ci == pytest.approx((want.low, want.high))
     assert d.diff == pytest.approx(0.85 - 0.15) and d.verdict == "gae higher"
 
 
 def test_difference_without_common_seeds_compares_nothing():
     recs = _cells({"gae": {0: 0.9, 1: 0.8}, "grpo": {2: 0.1, 3: 0.2}})
     d = report.difference(*(report.cell(recs, **{"algo.advantage": x}) for x in ("gae", "grpo")))
-    assert d.n == 0 and d.diff is None and d.ci is None and d.verdict == "n/a (n < 2)"
+    assert d.n == 0 and d.diff is None and d.ci is None and d.verdict == "n/a (no interval)"
     assert (d.dropped_a, d.dropped_b) == ([0, 1], [2, 3]) and "has no seed both cells have" in d.note()
     one = _cells({"gae": {0: 0.9, 1: 0.8}, "grpo": {1: 0.1, 3: 0.2}})
     d1 = report.difference(*(report.cell(one, **{"algo.advantage": x}) for x in ("gae", "grpo")))
