@@ -297,6 +297,7 @@ def test_all_runs_the_pilot_before_it_chooses_the_main_sweeps_seeds(tmp_path, mo
     monkeypatch.setattr(regen, "choose_seeds", lambda init: calls.append(["<seeds>"]) or (0, 1, 2))
     monkeypatch.setattr(regen, "games", lambda names: [])
     monkeypatch.setattr(regen, "swe_part", lambda n: [])
+    monkeypatch.setattr(regen, "balanced_part", lambda n: [])
     monkeypatch.setattr(regen, "collect_evals", lambda folder="evals": 0)
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: None)
     monkeypatch.setattr(sys, "argv", ["regenerate.py", "all", "--results", str(tmp_path)])
@@ -357,3 +358,55 @@ def test_committed_game_sets_match_the_held_out_walkthroughs_in_the_evaluations(
     held = dict(zip(sets["cooking-heldout"]["games"], sets["cooking-heldout"]["take_places"]))
     assert seen and {g: held[g][0] for g in seen} == seen
     assert len(sets["cooking-train"]["games"]) == 64
+
+
+def _pool(root, places: list[str]):
+    """A planted textworld pool: game i (seed i) takes its ingredient from places[i]; story files are stand-ins."""
+    from agentrl_lib.envs.base import write_manifest
+    from agentrl_lib.envs.protocol import GameRecord
+
+    root.mkdir(parents=True)
+    games = []
+    for i, place in enumerate(places):
+        (root / f"g{i}.z8").write_bytes(b"z")
+        (root / f"g{i}.json").write_text("{}")
+        games.append(GameRecord(path=str(root / f"g{i}.z8"), name=f"g{i}", seed=i, max_score=3.0,
+                                walkthrough=["open fridge", f"take apple from {place}", "eat apple"]))
+    write_manifest(root, "textworld", games, {"n": len(places)})
+
+
+def test_balanced_games_take_as_many_fridge_as_counter_games_interleaved(tmp_path, monkeypatch):
+    """The balanced sets: the first k games of each place in seed order, fridge, counter, fridge, ... (so `--demos d`
+    takes them balanced too), their files copied; a pool short of one place stops with the line that says what to
+    raise (the control: a pool that would give 3 fridge games and 1 counter game is refused, not written)."""
+    from agentrl_lib.envs.base import load_game_set
+
+    regen = load_regenerate()
+    monkeypatch.setattr(regen, "ROOT", tmp_path)
+    monkeypatch.setattr(regen, "BALANCED", {"bal": ("pool", 2), "short": ("pool2", 2)})
+    _pool(tmp_path / "games" / "pool", ["fridge", "fridge", "fridge", "counter", "fridge", "counter", "counter"])
+    assert regen.balanced_games("bal") == {"fridge": 2, "counter": 2}
+    made = load_game_set(tmp_path / "games" / "bal")
+    assert [g.name for g in made.games] == ["g0", "g3", "g1", "g5"]
+    assert all(Path(g.path).parent == tmp_path / "games" / "bal" and Path(g.path).exists() for g in made.games)
+    assert made.params["balanced_from"] == "pool" and made.params["per_place"] == 2
+    _pool(tmp_path / "games" / "pool2", ["fridge", "fridge", "fridge", "counter"])
+    with pytest.raises(SystemExit, match="too few games of a place for short .*counter: 1.*raise its --n"):
+        regen.balanced_games("short")
+    assert not (tmp_path / "games" / "short").exists()
+
+
+def test_seeds_for_paired_takes_out_the_seed_effect():
+    """A pilot whose seeds differ a lot (+-0.3) but whose cells differ by a constant plus small noise: the residual sd
+    is the noise, so few seeds resolve +-15 points; the control (the same numbers with the seed effect scrambled
+    across cells) asks for the most seeds."""
+    noise = [[0.01, -0.02], [0.0, 0.02], [-0.01, 0.0]]
+    seed_effect = [0.3, -0.3]
+    table = {f"c{i}": {s: 0.5 + 0.1 * i + seed_effect[s] + noise[i][s] for s in (0, 1)} for i in range(3)}
+    got = load_regenerate().seeds_for_paired(table)
+    assert got["n_seeds"] == 3 and got["met"] and got["residual_sd"] < 0.03
+    scrambled = {f"c{i}": {s: 0.5 + 0.1 * i + seed_effect[(s + i) % 2] for s in (0, 1)} for i in range(3)}
+    bad = load_regenerate().seeds_for_paired(scrambled)
+    assert bad["residual_sd"] > 0.2 and not bad["met"] and bad["n_seeds"] == 6
+    with pytest.raises(ValueError, match="at least 2 cells with 2 common seeds"):
+        load_regenerate().seeds_for_paired({"c0": {0: 0.1, 1: 0.2}})
