@@ -71,7 +71,13 @@ def test_bf16_autocast_trains_with_fp32_weights_and_tis(tiny_model_dir, tmp_path
         assert [amp for grad, amp in seen].count(False) == 1 and all(amp for grad, amp in seen if grad)
         assert seen.count((False, True)) == 1  # the guard reuses π_old's bf16 pass: no second bf16 no-grad pass
         assert trainer.use_tis and "tis_weight_mean" in row and row["bf16_logprob_gap"] > 0
-        assert row["logprob_mismatch"] > 0  # the rollout's and the update's bf16 log-probs differ
+        assert row["logprob_mismatch"] >= 0
+        # the rollout's and the update's bf16 log-probs differ only where the CPU computes in bf16: on an AVX2-only
+        # CPU (AMD EPYC Zen 3) torch emulates it and the two passes agree exactly (logprob_mismatch 0), so this one
+        # assertion is hardware-dependent: detected, never assumed
+        if (why := models_mod.bf16_problem(torch.device("cpu"))) is not None:
+            pytest.skip(f"logprob_mismatch > 0 not checked: {why} (every other assertion of this test passed)")
+        assert row["logprob_mismatch"] > 0
     else:  # control: nothing under autocast, no TIS
         assert not any(amp for _, amp in seen) and not trainer.use_tis
 
