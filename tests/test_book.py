@@ -198,6 +198,62 @@ def test_every_page_offline(site, browser):
     assert not problems, "\n".join(problems)
 
 
+TABLES_IN_OUTPUTS = """() => {
+  const outs = Array.from(document.querySelectorAll('.cell_output'));
+  const tables = outs.reduce((n, o) => n + o.querySelectorAll('table').length, 0);
+  // a Markdown table left as text: a paragraph of pipes with a |:-- or |--- separator row
+  const raw = outs.flatMap(o => Array.from(o.querySelectorAll('p')))
+    .filter(p => /^\\s*\\|/.test(p.textContent) && /\\|\\s*:?-{2,}/.test(p.textContent)).length;
+  return [tables, raw];
+}"""
+
+
+def markdown_tables(notebook: Path) -> int:
+    """The pipe tables in a notebook's stored Markdown outputs (text/markdown): a separator row `|:--|...` or
+    `|---|...` after a header row."""
+    import json
+    import re
+
+    n = 0
+    for cell in json.loads(notebook.read_text())["cells"]:
+        for out in cell.get("outputs", []):
+            text = out.get("data", {}).get("text/markdown")
+            if text:
+                text = "".join(text) if isinstance(text, list) else text
+                n += len(re.findall(r"^\|[^\n]*\|\s*\n\|\s*:?-{2,}", text, flags=re.M))
+    return n
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_results_tables_render_as_tables(site, browser):
+    """Every results table a chapter displays (a Markdown output: verdicts, hyperparameters, sweep reports, per-run
+    tables) is an HTML <table> in the book, not a paragraph of pipes: myst-nb renders Markdown outputs as MyST
+    (book/_config.yml nb_render_markdown_format), where CommonMark, its default, has no tables. Control: the same
+    count on a planted page whose output holds a table as raw text (what the book showed before) finds it."""
+    checked = {}
+    for nb in sorted((ROOT / "notebooks").glob("0*.ipynb")):
+        page = site / "notebooks" / f"{nb.stem}.html"
+        want = markdown_tables(nb)
+        v = Visit(browser, page)
+        try:
+            tables, raw = v.page.evaluate(TABLES_IN_OUTPUTS)
+        finally:
+            v.close()
+        checked[nb.stem] = (want, tables)
+        assert raw == 0, f"{nb.stem}: {raw} results table(s) shown as raw pipe text"
+        assert tables >= want, f"{nb.stem}: {want} Markdown tables in its outputs, {tables} <table> in the book"
+    assert sum(w for w, _ in checked.values()) >= 20, checked  # the chapters hold their results tables
+    planted = BUILD / "planted_raw_table.html"
+    planted.write_text('<div class="cell_output"><p>| finding | verdict |\n|:--|:--|\n| a | agrees |</p></div>')
+    v = Visit(browser, planted)
+    try:
+        assert v.page.evaluate(TABLES_IN_OUTPUTS) == [0, 1]
+    finally:
+        v.close()
+        planted.unlink()
+
+
 VISIBLE_FIGURES = """el => Array.from(el.querySelectorAll('img'))
   .filter(i => i.offsetParent !== null && i.getBoundingClientRect().width > 0).map(i => i.src)"""
 
