@@ -5,9 +5,10 @@ results files (never typed by hand).
     python results/findings.py --write    # replace the tables between the markers of book/findings.md and README.md
 
 The rows are agentrl_lib.findings.verdict_table's (the same rows the chapters end with): the finding, the paper's
-number, ours (mean over seeds, n, the difference over the seeds both cells have and its 95% bootstrap interval), the
-verdict ("agrees" / "disagrees" when the interval excludes 0, "no difference at this scale" when it contains 0,
-"cannot tell yet" when a cell has fewer than 2 seeds or the sweep has not run) and why ours may differ.
+number, ours on held-out success and on the learning-curve area (mean over seeds, n, the difference and its 95% t
+interval, paired by seed where the cells share seeds), the verdict of each (agentrl_lib.findings.VERDICTS: agrees,
+disagrees, cannot tell at this scale with the seeds +-15 points would need, a floor, near a floor, cannot tell yet)
+and why ours may differ; above the table, the lessons (agentrl_lib.findings.lessons), every number computed.
 tests/test_findings.py fails when a page's table differs from what this prints (re-run with --write after new results
 land); book/build.py also refreshes the book's in the book it builds. This script adds the findings design's tables
 (design_table: the search for the RL start, the pilot, the seeds rule) and what each sweep cost (cost_table).
