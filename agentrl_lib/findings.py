@@ -670,12 +670,16 @@ def lessons(results: dict[str, list[dict]] | None = None) -> str:
     if held and area:
         n = held[1]
         half = {k: t_quantile(n - 1) * sd * math.sqrt(2 / n) for k, (sd, _) in (("held", held), ("area", area))}
+        # the part of it one evaluation's games explain: the binomial variance p(1 - p) / games, averaged over runs
+        games = statistics.fmean(r["eval"]["success_rate"] * (1 - r["eval"]["success_rate"]) / r["eval"]["n_games"]
+                                 for r in main)
         out.append(f"In the algorithm × reward sweep the seed-to-seed noise left once each seed's shared start is "
-                   f"taken out is {100 * held[0]:.0f} points of held-out success but {100 * area[0]:.0f} points of "
-                   f"the learning-curve area (mean training success over the 25 steps), so {n} seeds resolve "
-                   f"differences of about ±{100 * half['held']:.0f} points in the one and ±{100 * half['area']:.0f} "
-                   "in the other: the area is the outcome with the power to decide, held-out success the papers' "
-                   "metric.")
+                   f"taken out is {100 * held[0]:.0f} points of held-out success (the held-out games' own binomial "
+                   f"noise is {100 * games / held[0] ** 2:.0f}% of its variance, so more games would not help) but "
+                   f"{100 * area[0]:.0f} points of the learning-curve area (mean training success over the 25 "
+                   f"steps), so {n} seeds resolve differences of about ±{100 * half['held']:.0f} points in the one "
+                   f"and ±{100 * half['area']:.0f} in the other: the area is the outcome with the power to decide, "
+                   "held-out success the papers' metric.")
     places = game_places(main[0]["config"]["train"]["eval_games"]) if main else {}
     train = game_places(main[0]["config"]["env"]["games"]) if main else {}
     if places and train:

@@ -33,6 +33,7 @@ START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 DESIGN_START, DESIGN_END = "<!-- design:start -->", "<!-- design:end -->"
 COST_START, COST_END = "<!-- cost:start -->", "<!-- cost:end -->"
 LESSONS_START, LESSONS_END = "<!-- lessons:start -->", "<!-- lessons:end -->"
+BALANCED_START, BALANCED_END = "<!-- balanced:start -->", "<!-- balanced:end -->"
 SWEEPS = ("algo_reward", "sft_rl_split", "exploration", "complexity", "stability", "swe")
 REGENERATE = verdicts.REGENERATE
 
@@ -147,6 +148,45 @@ def design_table() -> str:
     return "\n".join(lines)
 
 
+def balanced_status() -> str:
+    """Where the balanced sweep stands, from its files (results/, else results/incoming/ while it runs): the SFT
+    candidates' sampled validation success and the chosen start (sft_choice_balanced.json), the pilot's seeds rule
+    (seeds_choice_balanced.json) and the runs recorded so far (algo_reward_balanced.jsonl)."""
+    import json
+
+    def find(name: str) -> Path | None:
+        return next((p for d in (ROOT / "results", ROOT / "results" / "incoming") if (p := d / name).exists()), None)
+
+    lines = []
+    choice = find("sft_choice_balanced.json")
+    if choice is None:
+        return "The RL start is not chosen yet (`python results/regenerate.py balanced` trains the candidates first)."
+    c = json.loads(choice.read_text())
+    lines += ["| walkthroughs @ learning rate | sampled validation success | invalid commands |", "|:--|--:|--:|"]
+    for cand, v in sorted(c["sampled_success"].items(), key=lambda kv: float(kv[0].split("@")[1])):
+        lines.append(f"| {cand} | {_pct(v)} | {_pct(c['sampled_invalid'][cand])} |")
+    lines.append(f"\nChosen: {c['chosen_demos']}@{c['chosen_lr']:g} (rule: {c['rule']}).")
+    seeds = find("seeds_choice_balanced.json")
+    if seeds is not None:
+        s = json.loads(seeds.read_text())
+        half = s["half_width_by_n"][str(s["n_seeds"])]
+        held = s["heldout"]
+        lines.append(f"\nPilot (every cell × seeds {', '.join(map(str, s['pilot_seeds']))}): paired-difference sd "
+                     f"{100 * s['paired_diff_sd']:.1f} points of the learning-curve area, "
+                     f"{100 * held['paired_diff_sd']:.1f} of held-out success → {s['n_seeds']} seeds (half-width "
+                     f"of a paired difference of the area {100 * half:.0f} points"
+                     + ("" if s["met"] else ": **the ±15 points are not met**") + ").")
+    runs = find("algo_reward_balanced.jsonl")
+    recs = load_results(runs) if runs else []
+    if recs:
+        by_seed = {}
+        for r in recs:
+            by_seed[r["seed"]] = by_seed.get(r["seed"], 0) + 1
+        seeds = ", ".join(f"{k}: {v}" for k, v in sorted(by_seed.items()))
+        lines.append(f"\nRecorded: {len(recs)} runs (by seed: {seeds}), in `{runs.relative_to(ROOT)}`.")
+    return "\n".join(lines)
+
+
 def probe_rows(records: list[dict], init: str) -> list[str]:
     """The evidence of the PPO settings (regenerate.PPO_PROBE): PPO dense runs from `init` at seed 0, one table row per
     (learning rate, whitened advantages) with the first record of each, in the order given: the approximate KL of
@@ -217,6 +257,7 @@ def main() -> None:
         return
     page = with_block(with_block(PAGE.read_text(), table), design, DESIGN_START, DESIGN_END)
     page = with_block(with_block(page, cost_table(), COST_START, COST_END), lead, LESSONS_START, LESSONS_END)
+    page = with_block(page, balanced_status(), BALANCED_START, BALANCED_END)
     readme = with_block(README.read_text(), findings_table(link="notebooks/"), page=README)
     readme = with_block(readme, lead, LESSONS_START, LESSONS_END, page=README)
     PAGE.write_text(page)  # both pages checked (every marker found) before either is written

@@ -36,6 +36,12 @@ def test_both_pages_lead_with_the_lessons_the_results_give():
     assert "cannot be told at this scale" in lead and "learning-curve area" in lead
 
 
+def test_book_balanced_status_is_the_one_its_files_give():
+    block = findings.block((ROOT / "book" / "findings.md").read_text(), findings.BALANCED_START, findings.BALANCED_END)
+    assert block == findings.balanced_status(), ("book/findings.md's balanced-sweep status is stale: run "
+                                                 "`python results/findings.py --write`")
+
+
 def test_book_design_table_is_the_one_the_sft_rounds_give():
     block = findings.block((ROOT / "book" / "findings.md").read_text(), findings.DESIGN_START, findings.DESIGN_END)
     assert block == findings.design_table(), ("book/findings.md's design table is stale: run "
