@@ -445,3 +445,59 @@ def test_hyperparameter_table_reads_the_run_config_and_names_a_missing_field():
                                       "| algo.normalize_advantages | no | yes |"]
     with pytest.raises(KeyError, match="algo.kl_coef"):
         lib.hyperparameter_table(config, {"algo.kl_coef": "0.01"})
+
+
+def test_the_resolved_rows_compute_their_tests():
+    """Counter-game wins (Fisher), GRPO against its start (t over runs) and SFT alone against SFT then RL
+    (McNemar): planted records that must agree, and controls that must not."""
+    places = {f"f{i}": "fridge" for i in range(6)} | {f"c{i}": "counter" for i in range(6)}
+
+    def run(algo, seed, counter_wins):
+        per_game = [[g, p == "fridge" or int(g[1:]) < counter_wins, 5] for g, p in places.items()]
+        return {"cell": {"algo": algo, "reward.kind": "dense"}, "seed": seed, "eval": {"per_game": per_game},
+                "config": {"train": {"eval_games": "games/planted"}}}
+
+    import unittest.mock as mock
+
+    with mock.patch.object(lib, "game_places", lambda games: places):
+        recs = [run("ppo", s, 3) for s in range(8)] + [run("grpo", s, 0) for s in range(8)] + [run("rloo", 0, 1)]
+        ours, verdict = lib._counter_wins({"algo_reward": recs})
+        assert ours.startswith("PPO 8 of 8, GRPO 0 of 8, RLOO 1 of 1") and verdict == "agrees"
+        even = [run("ppo", s, s % 2) for s in range(8)] + [run("grpo", s, s % 2) for s in range(8)]
+        assert lib._counter_wins({"algo_reward": even})[1].startswith("cannot tell")  # control: equal shares
+
+    start = {"main_start": True, "games": "cooking-heldout", "eval": {"success_rate": 0.5}}
+    grpo = [{"cell": {"algo": "grpo", "reward.kind": k}, "seed": s, "eval": {"success_rate": 0.5 + 0.01 * s}}
+            for k in ("dense", "sparse") for s in range(3)]
+    assert lib._grpo_vs_start({"algo_reward": grpo, "stage_evals": [start]})[1].startswith("agrees")
+    moved = [{**r, "eval": {"success_rate": 0.9 + 0.01 * r["seed"]}} for r in grpo]
+    assert lib._grpo_vs_start({"algo_reward": moved, "stage_evals": [start]})[1] == "disagrees"
+
+    games = [f"g{i}" for i in range(20)]
+    sft = {"stage": "sft", "demos": 36, "games": "cooking-heldout", "seed": 0,
+           "eval": {"success_rate": 0.9, "per_game": [[g, i < 18, 5] for i, g in enumerate(games)]}}
+    rl = {"cell": {"sft.demos": 36, "rl.episodes": 40}, "seed": 0,
+          "eval": {"success_rate": 0.4, "per_game": [[g, i < 8, 5] for i, g in enumerate(games)]}}
+    ours, verdict = lib._sft_alone({"sft_rl_split": [rl], "stage_evals": [sft]})
+    assert "by SFT alone only 10, by SFT then RL only 0" in ours and verdict == "agrees"
+    same = {**rl, "eval": {"success_rate": 0.9, "per_game": sft["eval"]["per_game"]}}
+    assert lib._sft_alone({"sft_rl_split": [same], "stage_evals": [sft]})[1].startswith("cannot tell")
+
+
+def test_balanced_status_reads_the_running_sweeps_files(tmp_path, monkeypatch):
+    import json
+
+    inc = tmp_path / "results" / "incoming"
+    inc.mkdir(parents=True)
+    monkeypatch.setattr(findings, "ROOT", tmp_path)
+    assert findings.balanced_status().startswith("The RL start is not chosen yet")
+    (inc / "sft_choice_balanced.json").write_text(json.dumps({
+        "rule": "r", "sampled_success": {"64@8e-06": 0.6, "64@7e-06": 0.45}, "chosen_demos": 64, "chosen_lr": 7e-6,
+        "sampled_invalid": {"64@8e-06": 0.2, "64@7e-06": 0.3}}))
+    lines = findings.balanced_status().splitlines()
+    assert lines[2:4] == ["| 64@7e-06 | 45% | 30% |", "| 64@8e-06 | 60% | 20% |"] and "Chosen: 64@7e-06" in lines[-1]
+    (inc / "seeds_choice_balanced.json").write_text(json.dumps({
+        "n_seeds": 4, "half_width_by_n": {"4": 0.12}, "met": True, "pilot_seeds": [0, 1], "paired_diff_sd": 0.08,
+        "heldout": {"paired_diff_sd": 0.2}}))
+    assert "paired-difference sd 8.0 points of the learning-curve area, 20.0 of held-out success → 4 seeds" in \
+        findings.balanced_status()
