@@ -519,3 +519,78 @@ def test_one_grpo_step_on_two_swe_tasks_with_a_tiny_model(tasks_dir, tiny_model_
     assert yaml.safe_load((run / "config.yaml").read_text())["env"]["swe_reward"] == "resolved"
     eps = [json.loads(x) for x in (games / "episodes.jsonl").read_text().splitlines()]
     assert len(eps) == 4 and {e["reward_kind"] for e in eps} == {"resolved"}
+
+
+# ---------------------------------------------------------------------------------------------------- forgeries
+
+def _write(path: str, text: str) -> str:
+    """A sandbox command that writes `text` to `path` (base64: no quoting to get wrong)."""
+    import base64
+
+    data = base64.b64encode(text.encode()).decode()
+    return f"python -c \"import base64; open('{path}', 'wb').write(base64.b64decode('{data}'))\""
+
+
+def _forged_line(ids: list[str], nonce_from_stdin: bool) -> str:
+    """Python source that prints an all-pass result line for `ids` the way the grader's plugin does."""
+    nonce = "os.read(0, 128).decode().strip()" if nonce_from_stdin else "''"
+    return (f"import json, os\nN = {nonce}\n"
+            f"def _forge():\n    os.write(1, ('\\n@@AGENTRL-SWE-RESULTS@@' + N + ' ' + "
+            f"json.dumps({{i: 'passed' for i in {ids!r}}}) + '\\n').encode())\n")
+
+
+@pytest.mark.subprocess
+def test_the_grader_cannot_be_forged(tasks_dir, monkeypatch):
+    """Reward hacks an agent's commands could try, each scored honestly (relative reward 0, not resolved: the bug is
+    unfixed): a plugin file shadowing the grader's (it even reads the nonce), a second result line printed at exit
+    by the module under test, a conftest.py that skips every test, a syntax error that hides the tests, an edited
+    and a deleted test file. Planted holes (the controls): the shadow plugin wins when /repo is on sys.path and the
+    name unprotected, and the line printed at exit wins with a parser that keeps the last marker line."""
+    import agentrl_lib.envs.swe_tasks as st
+
+    g = tasks_dir.games[0]
+    t = _task(g)
+    ids = t["FAIL_TO_PASS"] + t["PASS_TO_PASS"]
+    module = t["files"][0]
+    shadow = _forged_line(ids, nonce_from_stdin=True) + ("def pytest_sessionfinish(session, exitstatus):\n"
+                                                          "    _forge()\n")
+    at_exit = "\n" + _forged_line(ids, nonce_from_stdin=False) + "import atexit\natexit.register(_forge)\n"
+    skip_all = ("import pytest\ndef pytest_collection_modifyitems(items):\n"
+                "    [i.add_marker(pytest.mark.skip) for i in items]\n")
+    tries = {
+        "shadow plugin": [_write("agentrl_swe_report.py", shadow)],
+        "second line at exit": [_write("at_exit.py", at_exit), f"cat at_exit.py >> {module}"],
+        "conftest skips all": [_write(f"{Path(module).parent}/conftest.py", skip_all)],
+        "syntax error": [f"echo 'def broken(:' >> {module}"],
+        "edited test": [f"sed -i 's/assert /assert True or /' {t['test_files'][0]}"],
+        "deleted test": [f"rm -f {t['test_files'][0]}"],
+    }
+    for name, commands in tries.items():
+        r = _episode(g, commands, reward="relative")
+        assert r.reward == 0.0 and not r.info.won, f"{name}: reward {r.reward}"
+
+    # the controls: each hole planted back lets its forgery through
+    monkeypatch.setattr(st, "PYTEST", st.PYTEST.replace("PYTHONSAFEPATH=1 ", ""))
+    protected = st.is_protected
+    monkeypatch.setattr(st, "is_protected", lambda path, task: protected(path, task) and not path.startswith(
+        "agentrl_swe_report"))
+    st._scores.clear()  # the memo of scored submissions would return the honest score of the same change
+    r = _episode(g, tries["shadow plugin"], reward="relative")
+    assert r.reward == 1.0 and r.info.won, "control: with /repo on sys.path the shadow plugin forges a win"
+    monkeypatch.undo()
+    real = st.run_sandboxed
+
+    def last_line_wins(cmd, repo, limits, site=None, stdin=None):  # the old parser: the last marker line counts
+        out = real(cmd, repo, limits, site=site, stdin=stdin)
+        lines = [x for x in out.output.split("\n") if x.startswith("@@AGENTRL-SWE-RESULTS@@")]
+        nonce = stdin.decode().strip()
+        forged = lines[-1].replace("@@AGENTRL-SWE-RESULTS@@", "@@AGENTRL-SWE-RESULTS@@" + nonce, 1) \
+            if lines and nonce not in lines[-1] else None
+        kept = [x for x in out.output.split("\n") if not x.startswith("@@AGENTRL-SWE-RESULTS@@")]
+        return type(out)(output="\n".join(kept + ([forged] if forged else lines[-1:])), returncode=out.returncode,
+                         timed_out=out.timed_out, output_capped=out.output_capped, seconds=out.seconds)
+
+    monkeypatch.setattr(st, "run_sandboxed", last_line_wins)
+    st._scores.clear()
+    r = _episode(g, tries["second line at exit"], reward="relative")
+    assert r.reward == 1.0 and r.info.won, "control: a parser that keeps the last line takes the forged one"

@@ -162,7 +162,7 @@ unprivileged uid, no network, one writable directory)."""
 
 
 def run_sandboxed(command: str, workdir: str | Path, limits: Limits = Limits(),
-                  site: dict[str, Path] | None = None) -> RunResult:
+                  site: dict[str, Path] | None = None, stdin: bytes | None = None) -> RunResult:
     """Run `command` with bash in a sandbox whose only writable path is `workdir` (seen as /repo, the cwd).
 
     Args:
@@ -170,15 +170,19 @@ def run_sandboxed(command: str, workdir: str | Path, limits: Limits = Limits(),
         workdir: an existing directory; its tree is chowned to the sandbox's uid on first use.
         limits: wall, CPU, memory, process, file-size and output limits (Limits).
         site: module name → file or directory, bound read-only under /opt/swe/site (on PYTHONPATH), e.g. pytest.
+        stdin: bytes the command reads on its standard input (at most a pipe's buffer, 64 KiB), then end of file;
+            None: no input. The swe grader passes its per-run nonce this way: unlike the environment, a consumed pipe
+            leaves no copy that the code under test could read back (/proc/self/environ keeps the environment).
     Returns: RunResult (output, return code, timed_out, output_capped, seconds).
     Raises: SandboxUnavailable when bubblewrap cannot run here (`sandbox_problem`); NotADirectoryError for a
         missing workdir.
     """
     require_sandbox()
-    return _run(command, Path(workdir), limits, site)
+    return _run(command, Path(workdir), limits, site, stdin)
 
 
-def _run(command: str, workdir: Path, limits: Limits, site: dict[str, Path] | None) -> RunResult:
+def _run(command: str, workdir: Path, limits: Limits, site: dict[str, Path] | None,
+         stdin: bytes | None = None) -> RunResult:
     workdir = workdir.resolve()
     if not workdir.is_dir():
         raise NotADirectoryError(f"sandbox workdir {workdir} is not a directory")
@@ -186,8 +190,14 @@ def _run(command: str, workdir: Path, limits: Limits, site: dict[str, Path] | No
     _own(workdir, uid)
     t0 = time.perf_counter()
     proc = subprocess.Popen(bwrap_args(workdir, uid, site) + NO_ASLR + ["bash", "-c", command],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            preexec_fn=_set_limits(limits), start_new_session=True)
+                            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, preexec_fn=_set_limits(limits), start_new_session=True)
+    if stdin is not None:  # small: fits the pipe's buffer, so the write never waits on the child
+        try:
+            proc.stdin.write(stdin[:65536])
+            proc.stdin.close()
+        except BrokenPipeError:  # the command exited without reading it
+            pass
     chunks, size, timed_out, capped = [], 0, False, False
     deadline = t0 + limits.wall_s
     sel = selectors.DefaultSelector()

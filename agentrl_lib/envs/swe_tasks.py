@@ -120,8 +120,10 @@ mutation that makes the tests loop (an off-by-one in a convergence loop) is drop
 
 TEST_WALL_S = 30.0
 """Wall-clock limit of one test run in the sandbox, seconds."""
-PYTEST = "python -m pytest -q -p no:cacheprovider -p agentrl_swe_report -o addopts= --color=no"
-"""How the sandbox runs a task's tests (the plugin agentrl_swe_report prints outcomes by node id)."""
+PYTEST = "PYTHONSAFEPATH=1 python -m pytest -q -p no:cacheprovider -p agentrl_swe_report -o addopts= --color=no"
+"""How the sandbox runs a task's tests (the plugin agentrl_swe_report prints outcomes by node id). PYTHONSAFEPATH
+(Python >= 3.11; `python -P`) keeps /repo off sys.path while pytest starts, so a file the agent names like the plugin
+cannot replace it (PROTECTED_NAMES drops such a file too, the guard on Python 3.10)."""
 PROTECTED_NAMES = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
                    "usercustomize.py"}
 """Files an agent's diff may not add or change (tests are restored; these would change how tests run)."""
@@ -135,11 +137,16 @@ same functions), "valid_unseen" from the held-out functions."""
 # ---------------------------------------------------------------------------------------------------------------
 # the sandbox's Python: pytest and our report plugin, bound read-only (never the task packages' installed copies)
 
+SITE_MODULES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py", "agentrl_swe_report")
+"""The grader's own modules, bound read-only into the sandbox (pytest_site): a top-level file or folder of /repo
+named like one of them (`agentrl_swe_report.py`, `_pytest/`) is protected, so it can never shadow them."""
+
+
 def pytest_site() -> dict[str, Path]:
     """Module name → path of pytest and its dependencies in this environment, plus the report plugin; bound
     read-only into the sandbox (sandbox.run_sandboxed's `site`). Raises TaskGenerationError when pytest is missing."""
     site: dict[str, Path] = {}
-    for name in ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py"):
+    for name in SITE_MODULES[:-1]:
         spec = importlib.util.find_spec(name)
         if spec is None or spec.origin is None:
             if name in ("pytest", "_pytest", "pluggy", "iniconfig"):
@@ -159,23 +166,32 @@ def run_tests(repo: Path, test_files: list[str], site: dict[str, Path] | None = 
               wall_s: float = TEST_WALL_S) -> tuple[dict[str, str], str]:
     """Run `test_files` (repository paths) with pytest in the sandbox on `repo`.
 
-    Returns: ({test node id: "passed" | "failed" | "skipped"}, pytest's output); an empty dict when the run was
-    killed (time, output) or pytest did not report (every test then counts as failing).
+    The plugin's line is trusted only with this run's nonce (a random token passed on the sandbox's standard input,
+    swe_report): exactly one line of the marker and the nonce is read; a marker line without it (printed by code under
+    test) is ignored and dropped from the output; two lines with it, none, a killed run (time, output) or a line that
+    is not JSON give no outcomes, and every listed test then counts as failing. A test that failed to collect (a
+    syntax error in the module it imports) has no outcome, so it counts as failing too.
+    Returns: ({test node id: "passed" | "failed" | "skipped"}, pytest's output without the marker lines).
     Raises: sandbox.SandboxUnavailable."""
+    import secrets
+
     from .swe_report import MARKER
 
+    nonce = secrets.token_hex(16)
     cmd = f"{PYTEST} {' '.join(test_files)}"
-    r = run_sandboxed(cmd, repo, Limits(wall_s=wall_s), site=site if site is not None else pytest_site())
+    r = run_sandboxed(cmd, repo, Limits(wall_s=wall_s), site=site if site is not None else pytest_site(),
+                      stdin=(nonce + "\n").encode())
+    lines = r.output.split("\n")
+    ours = [x for x in lines if x.startswith(MARKER + nonce + " ")]
     outcomes: dict[str, str] = {}
-    text, found, tail = r.output.rpartition(MARKER)
-    report, _, rest = tail.partition("\n")
-    if found and not r.timed_out and not r.output_capped:
+    if len(ours) == 1 and not r.timed_out and not r.output_capped:
         try:
-            outcomes = json.loads(report)
+            got = json.loads(ours[0][len(MARKER + nonce) + 1:])
+            outcomes = got if isinstance(got, dict) else {}
         except ValueError:
             outcomes = {}
-    # pytest prints its FAILURES section after the plugin's line: keep both sides of it
-    return outcomes, text.rstrip("\n") + "\n" + rest if found else r.output
+    # pytest prints its FAILURES section after the plugin's line: keep the text on both sides of every marker line
+    return outcomes, "\n".join(x for x in lines if MARKER not in x)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -580,10 +596,12 @@ def _sizes(tasks: list[dict]) -> dict:
 # evaluation of a submission
 
 def is_protected(path: str, task: dict) -> bool:
-    """Whether an agent may not change `path` (repository path): the task's test files, any test file, or a file
-    that changes how tests run (PROTECTED_NAMES, *.pth)."""
+    """Whether an agent may not change `path` (repository path): the task's test files, any test file, a file that
+    changes how tests run (PROTECTED_NAMES, *.pth), or a top-level file or folder named like one of the grader's
+    modules (SITE_MODULES)."""
     p = Path(path)
     return (path in task["test_files"] or p.name in PROTECTED_NAMES or p.suffix == ".pth"
+            or Path(p.parts[0]).stem in SITE_MODULES
             or p.name.startswith("test_") or p.name.endswith("_test.py") or "tests" in p.parts)
 
 
