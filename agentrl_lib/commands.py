@@ -78,6 +78,7 @@ def check_out_path(flag: str, out: str, is_dir: bool = False) -> None:
         ConfigError: naming `flag` and `out`, saying what is in the way (also a name that is not valid UTF-8, which
             the tokenizer's and TextWorld's writers refuse at the end of the work).
     """
+    from .fsio import not_regular
     from .paths import undecodable_name
 
     path = Path(out).expanduser()
@@ -86,6 +87,8 @@ def check_out_path(flag: str, out: str, is_dir: bool = False) -> None:
                           "path with UTF-8 characters")
     if not is_dir and path.is_dir():
         raise ConfigError(f"{flag} {out} is a directory; pass a file path, e.g. {Path(out) / 'eval.json'}")
+    if not is_dir and (what := not_regular(path)) is not None:
+        raise ConfigError(f"{flag} {out} is {what}, which a result file would replace; pass a regular file's path")
     if is_dir and path.exists() and not path.is_dir():
         raise ConfigError(f"{flag} {out} is a file, not a directory; pick another path")
     ancestor = path if is_dir and path.is_dir() else path.parent

@@ -29,10 +29,39 @@ def fsync_dir(path: str | Path) -> None:
         os.close(fd)
 
 
+class NotARegularFile(OSError):
+    """The path to write is a device node, a FIFO, a socket or a directory: an atomic write would replace it with a
+    regular file (as root, `--out /dev/null` would break that device for the whole machine), so it is refused."""
+
+
+def not_regular(path: str | Path) -> str | None:
+    """What `path` is when it exists and is neither a regular file nor a symlink to one (nor to nothing yet), e.g.
+    "a character device", "a FIFO"; None when a file may be written there."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode  # follows a symlink: its target is what gets written
+    except (FileNotFoundError, NotADirectoryError):  # nothing there yet (a missing or non-folder ancestor: the
+        return None                                   # writer's own error says which)
+    except OSError as e:
+        return f"unreadable ({e.strerror or e})"
+    for test, what in ((stat.S_ISREG, None), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write `text` to `path` atomically: a temp file in the same directory, fsync, rename over `path`, fsync the
-    directory. A reader sees the old or the new content, never a mix. Raises OSError (the temp file is removed)."""
+    directory. A reader sees the old or the new content, never a mix. A symlink is followed (its target is
+    replaced, the link stays); a device node, FIFO, socket or directory is never replaced.
+    Raises NotARegularFile (nothing written) for those; OSError otherwise (the temp file is removed)."""
     path = Path(path)
+    if (what := not_regular(path)) is not None:
+        raise NotARegularFile(f"{path} is {what}: refusing to replace it with a file; pass a regular file's path")
+    if path.is_symlink():
+        path = path.resolve()
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "w") as f:

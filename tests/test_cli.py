@@ -145,7 +145,13 @@ def _no_vllm(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name, *a))
 
 
-SETUPS = {"no_cuda": _no_cuda, "offline": _offline, "hub_unreachable": _hub_unreachable, "no_vllm": _no_vllm}
+def _fifo(monkeypatch):
+    """A FIFO where eval's result file would go (the cwd is the row's tmp dir): a write would replace it."""
+    os.mkfifo("a_fifo")
+
+
+SETUPS = {"no_cuda": _no_cuda, "offline": _offline, "hub_unreachable": _hub_unreachable, "no_vllm": _no_vllm,
+          "fifo": _fifo}
 
 TRAIN = ["train", "--games", "{games}", "--out", "{tmp}/run"]
 TRAIN_CFG = ["train", "--config", "{cfg}", "--games", "{games}", "--out", "{tmp}/run"]
@@ -229,6 +235,8 @@ ROWS = [
     ("eval-out-is-directory", EVAL + ["--out", "{tmp}"], None, ["is a directory", "eval.json"], True, ()),
     ("eval-out-under-file", EVAL + ["--out", "{tmp}/a_file/eval.json"], None, ["a_file", "is a file"], True, ()),
     ("eval-out-unwritable", EVAL + ["--out", "/proc/agentrl-eval.json"], None, ["/proc", "cannot write"], True, ()),
+    ("eval-out-device", EVAL + ["--out", "/dev/null"], None, ["/dev/null", "a character device"], True, ()),
+    ("eval-out-fifo", EVAL + ["--out", "{tmp}/a_fifo"], None, ["a_fifo", "a FIFO"], True, ("fifo",)),
     ("eval-device-tpu0", ["eval", "--games", "{games}", "--device", "tpu0"], None, ["--device tpu0", "cuda:N"], True,
      ()),
     ("eval-device-cuda-absent", ["eval", "--games", "{games}", "--device", "cuda"], None,

@@ -67,3 +67,34 @@ def test_a_full_disk_is_recognised_however_it_is_reported():
     # negative controls: other write errors are not a full disk
     assert not fsio.is_disk_full(OSError(errno.EACCES, "Permission denied"))
     assert not fsio.is_disk_full(raised_from(ValueError("bad value")))
+
+
+def test_atomic_write_never_replaces_what_is_not_a_regular_file(tmp_path):
+    """A device node (made like /dev/null: root only), a FIFO and a directory are refused and left as they were; a
+    symlink is followed: its target is written and the link stays a link. Control: os.replace, what the write did
+    before, turns the FIFO into a regular file."""
+    import stat
+
+    from agentrl_lib.fsio import NotARegularFile, atomic_write_text
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(NotARegularFile, match="is a FIFO"):
+        atomic_write_text(fifo, "x")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and not list(tmp_path.glob(".fifo.tmp-*"))
+    with pytest.raises(NotARegularFile, match="is a directory"):
+        atomic_write_text(tmp_path, "x")
+    if os.geteuid() == 0:
+        dev = tmp_path / "null"
+        os.mknod(dev, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+        with pytest.raises(NotARegularFile, match="is a character device"):
+            atomic_write_text(dev, "x")
+        assert stat.S_ISCHR(os.lstat(dev).st_mode)
+    target, link = tmp_path / "target.json", tmp_path / "link.json"
+    target.write_text("old")
+    link.symlink_to(target)
+    atomic_write_text(link, "new")
+    assert link.is_symlink() and target.read_text() == "new"
+    (tmp_path / "tmp").write_text("x")  # the control
+    os.replace(tmp_path / "tmp", fifo)
+    assert stat.S_ISREG(os.lstat(fifo).st_mode)
