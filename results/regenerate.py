@@ -983,6 +983,10 @@ def main() -> None:
                    help="folder of the results files (default: this checkout's results/); a sweep run from a pinned "
                         "worktree writes into the main checkout's (the appends are locked)")
     a = p.parse_args()
+    if a.jobs < 1:
+        p.error(f"--jobs {a.jobs}: run at least 1 command at a time (on a 2-core CPU, 1 or 2)")
+    if Path(a.results).exists() and not Path(a.results).is_dir():
+        p.error(f"--results {a.results} is a file: pass the folder the results files go in (e.g. results/incoming)")
     global ENV, DRY_RUN, RESULTS
     DRY_RUN = a.dry_run
     RESULTS = Path(a.results).resolve()

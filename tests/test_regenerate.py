@@ -410,3 +410,18 @@ def test_seeds_for_paired_takes_out_the_seed_effect():
     assert bad["residual_sd"] > 0.2 and not bad["met"] and bad["n_seeds"] == 6
     with pytest.raises(ValueError, match="at least 2 cells with 2 common seeds"):
         load_regenerate().seeds_for_paired({"c0": {0: 0.1, 1: 0.2}})
+
+
+@pytest.mark.parametrize("argv,line", [(["main", "--jobs", "0"], "--jobs 0: run at least 1 command"),
+                                       (["main", "--results", "README.md"], "--results README.md is a file")])
+def test_bad_flags_get_one_line(argv, line, monkeypatch, capsys):
+    """A bad --jobs or --results: argparse's one line (exit 2), nothing run, no traceback."""
+    import sys
+
+    regen = load_regenerate()
+    monkeypatch.setattr(sys, "argv", ["regenerate.py", *argv])
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit) as stop:
+        regen.main()
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and line in err and "Traceback" not in err
