@@ -124,7 +124,7 @@ def stage_intervals(result: dict, confidence: float = 0.95) -> dict[str, tuple[f
     """The intervals over games of one evaluation (evaluate()'s dict, one seed): success rate → Wilson interval of
     games won out of games; invalid_rate → percentile bootstrap over games of invalid turns / turns (turns of a game
     are not independent, games are). None where `per_game` lacks what it needs."""
-    from .report import bootstrap_ratio_ci, wilson_ci
+    from .stats import bootstrap_ratio_ci, wilson_ci
 
     games = result.get("per_game") or []
     out: dict = {"success_rate": None, "invalid_rate": None}

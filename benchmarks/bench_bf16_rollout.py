@@ -13,7 +13,7 @@ draw. Each of `--steps` steps k plays the games and torch seed of Trainer step k
 precision (alternating, from fresh Trainers at the same weights). Per episode: policy tokens per turn (the reply
 length), turns, won, the share of invalid commands. Per step: the two precisions' means and whether they sampled the
 same tokens. Then, over the steps: the mean paired difference bf16 − fp32 of the reply length and of the success
-rate with a 95% bootstrap interval (agentrl_lib.report.bootstrap_mean_ci over the per-step differences; steps are
+rate with a 95% bootstrap interval (agentrl_lib.stats.bootstrap_mean_ci over the per-step differences; steps are
 independent draws of games and seeds). An interval that holds 0 says no difference at this number of steps.
 With `--base MODEL` (the model --init was fine-tuned from, e.g. embedded), also why: of the weights the fine-tuning
 changed, the share a cast to bf16 maps back onto the base's bf16 value (the change is lost in the forward under
@@ -58,7 +58,7 @@ def step_summary(episodes: list[dict]) -> dict:
 
 def paired(per_step: list[dict], key: str) -> dict:
     """The mean over steps of bf16 − fp32 of `key` and its 95% bootstrap interval (None below 2 steps)."""
-    from agentrl_lib.report import bootstrap_mean_ci
+    from agentrl_lib.stats import bootstrap_mean_ci
 
     diffs = [s["bf16"][key] - s["no"][key] for s in per_step]
     ci = bootstrap_mean_ci(diffs)

@@ -425,7 +425,7 @@ def demo_variants_table(every: list[dict]) -> str:
     paired over the games (a bootstrap of the per-game differences: one run each, so the interval is over games, not
     seeds). A variant and seed run more than once (e.g. on another CPU) gets a line: the same outcome in every game
     of every stage, or not."""
-    from agentrl_lib.report import bootstrap_mean_ci
+    from agentrl_lib.stats import bootstrap_mean_ci
 
     runs = demo_runs(every)
     rows = [x[-1] for x in runs.values()]  # the newest of each, in order of first appearance

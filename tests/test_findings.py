@@ -11,6 +11,7 @@ spec = importlib.util.spec_from_file_location("findings", ROOT / "results" / "fi
 findings = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(findings)
 from agentrl_lib import findings as lib  # noqa: E402
+from agentrl_lib import judge, stats  # noqa: E402
 
 
 def test_book_table_is_the_one_the_results_give():
@@ -109,7 +110,7 @@ def _recs(values: dict):
 ])
 def test_verdicts_follow_the_interval(ppo, grpo, sign, verdict):
     recs = _recs({("ppo", "dense"): ppo, ("grpo", "dense"): grpo})
-    _, got = lib.compare(recs, "algo", "ppo", "grpo", {"reward.kind": "dense"}, sign)
+    _, got = judge.compare(recs, "algo", "ppo", "grpo", {"reward.kind": "dense"}, sign)
     assert got.startswith(verdict)
 
 
@@ -132,16 +133,16 @@ def test_cells_that_share_seeds_are_compared_paired_and_match_scipy():
 
     a = [0.2, 0.8, 0.5, 0.3, 0.7]
     b = [x - 0.1 + e for x, e in zip(a, [0.02, -0.03, 0.01, 0.0, -0.01])]
-    paired = lib.difference_of(dict(enumerate(a)), dict(enumerate(b)), paired=True)
+    paired = stats.difference_of(dict(enumerate(a)), dict(enumerate(b)), paired=True)
     want = ttest_rel(a, b).confidence_interval(0.95)
     assert paired.paired and paired.ci == pytest.approx((want.low, want.high))
-    welch = lib.difference_of(dict(enumerate(a)), dict(enumerate(b)), paired=False)
+    welch = stats.difference_of(dict(enumerate(a)), dict(enumerate(b)), paired=False)
     want = ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
     assert not welch.paired and welch.ci == pytest.approx((want.low, want.high))
     assert (welch.ci[1] - welch.ci[0]) > 5 * (paired.ci[1] - paired.ci[0])
-    ours, verdict = lib.compare(_cells(a, b), "algo", "ppo", "grpo", {}, 1)
+    ours, verdict = judge.compare(_cells(a, b), "algo", "ppo", "grpo", {}, 1)
     assert "(paired over 5 seeds)" in ours and verdict == "agrees"
-    ours, verdict = lib.compare(_cells(a, b, start_b="runs/sft/y"), "algo", "ppo", "grpo", {}, 1)
+    ours, verdict = judge.compare(_cells(a, b, start_b="runs/sft/y"), "algo", "ppo", "grpo", {}, 1)
     assert "(Welch, 5 seeds a cell)" in ours and verdict.startswith("cannot tell at this scale")
 
 
@@ -151,20 +152,20 @@ def test_seeds_needed_inverts_the_half_width():
     from scipy.stats import t
 
     for sd, paired in ((0.2, True), (0.1, True), (0.2, False)):
-        n = lib.seeds_needed(sd, paired)
+        n = stats.seeds_needed(sd, paired)
 
         def half(k):
             return (t.ppf(0.975, k - 1) * sd / k ** 0.5 if paired else t.ppf(0.975, 2 * k - 2) * sd * (2 / k) ** 0.5)
         assert half(n) <= 0.15 < half(n - 1)
-    assert lib.seeds_needed(0.0, True) is None and lib.seeds_needed(None, False) is None
-    assert lib.seeds_needed(5.0, True) == 201
+    assert stats.seeds_needed(0.0, True) is None and stats.seeds_needed(None, False) is None
+    assert stats.seeds_needed(5.0, True) == 201
 
 
 def test_each_verdict_word_has_a_planted_set_that_gives_it_and_a_control_that_does_not():
     """One planted comparison per word of findings.VERDICTS, and beside each a small change that must give
     another word (each control is the planted bug the word's rule must not let through)."""
     def word(a, b, sign=1, **kw):
-        return lib.compare(_cells(a, b), "algo", "ppo", "grpo", {}, sign, **kw)[1]
+        return judge.compare(_cells(a, b), "algo", "ppo", "grpo", {}, sign, **kw)[1]
 
     assert word([0.8, 0.9, 0.7], [0.2, 0.3, 0.2]) == "agrees"
     assert word([0.2, 0.3, 0.2], [0.8, 0.9, 0.7]) == "disagrees"
@@ -187,9 +188,9 @@ def test_each_verdict_word_has_a_planted_set_that_gives_it_and_a_control_that_do
 
 
 def test_rows_of_three_seeds_say_in_how_many_the_paper_s_direction_held():
-    ours, _ = lib.compare(_cells([0.8, 0.2, 0.6], [0.2, 0.8, 0.5]), "algo", "ppo", "grpo", {}, 1)
+    ours, _ = judge.compare(_cells([0.8, 0.2, 0.6], [0.2, 0.8, 0.5]), "algo", "ppo", "grpo", {}, 1)
     assert ours.endswith("; the paper's direction in 2 of 3 seeds")
-    ours, _ = lib.compare(_cells([0.8, 0.2, 0.6, 0.5], [0.2, 0.8, 0.5, 0.4]), "algo", "ppo", "grpo", {}, 1)
+    ours, _ = judge.compare(_cells([0.8, 0.2, 0.6, 0.5], [0.2, 0.8, 0.5, 0.4]), "algo", "ppo", "grpo", {}, 1)
     assert "direction in" not in ours  # four seeds: the interval speaks for itself
 
 
@@ -200,28 +201,28 @@ def test_the_learning_curve_area_is_the_second_outcome():
     for r in recs:
         r["steps"] = [{"step": i, "success_rate": (0.8 if r["cell"]["algo"] == "ppo" else 0.4) + 0.01 * r["seed"],
                        "group_return_std": 0.3} for i in range(6)]
-    assert lib.curve_area(recs[0]) == pytest.approx(0.8)
-    held = lib.compare(recs, "algo", "ppo", "grpo", {}, 1)
-    area = lib.compare(recs, "algo", "ppo", "grpo", {}, 1, lib.AREA)
+    assert judge.curve_area(recs[0]) == pytest.approx(0.8)
+    held = judge.compare(recs, "algo", "ppo", "grpo", {}, 1)
+    area = judge.compare(recs, "algo", "ppo", "grpo", {}, 1, judge.AREA)
     assert held[1].startswith("cannot tell") and area[1] == "agrees" and "Δ +40 pts" in area[0]
     for r in recs:
         r["steps"] = [{"step": i, "success_rate": 0.6, "group_return_std": 0.3} for i in range(6)]
-    assert lib.compare(recs, "algo", "ppo", "grpo", {}, 1, lib.AREA)[1].startswith("cannot tell")
+    assert judge.compare(recs, "algo", "ppo", "grpo", {}, 1, judge.AREA)[1].startswith("cannot tell")
 
 
 def test_a_difference_uses_the_seeds_both_cells_have_and_names_the_rest():
     """ppo's seed 3 has no grpo partner: the Δ is over seeds 0-2 and the row says so; negative control: with the same
     seeds nothing is named."""
     recs = _recs({("ppo", "dense"): [0.8, 0.9, 0.85, 0.0], ("grpo", "dense"): [0.1, 0.2, 0.15]})
-    ours, verdict = lib.compare(recs, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)
+    ours, verdict = judge.compare(recs, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)
     assert "ppo 64% (n=4)" in ours and "Δ +70 pts" in ours and "(paired over 3 seeds) (left out: ppo seed 3)" in ours
     assert verdict == "agrees"
     same = _recs({("ppo", "dense"): [0.8, 0.9, 0.85], ("grpo", "dense"): [0.1, 0.2, 0.15]})
-    assert "left out" not in lib.compare(same, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)[0]
+    assert "left out" not in judge.compare(same, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)[0]
     apart = _recs({("ppo", "dense"): [0.8, 0.9], ("grpo", "dense"): [0.1, 0.2]})
     for r in apart[2:]:
         r["seed"] += 2  # grpo ran seeds 2 and 3 only
-    assert lib.compare(apart, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)[1].startswith(
+    assert judge.compare(apart, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)[1].startswith(
         "cannot tell yet (fewer than 2 seeds")
 
 
@@ -239,14 +240,14 @@ REWARD_FIRST = (STD_FIRST[0], [0.4] * 6 + [0.4, 0.4, 0.4, 0.4, 0.4, 0.05, 0.05, 
 
 
 def test_echo_order_times_the_floor_and_the_fall():
-    assert lib.echo_order(_curve(*STD_FIRST)["steps"])["order"] == "std first"
-    got = lib.echo_order(_curve(*REWARD_FIRST)["steps"])
+    assert judge.echo_order(_curve(*STD_FIRST)["steps"])["order"] == "std first"
+    got = judge.echo_order(_curve(*REWARD_FIRST)["steps"])
     assert got["order"] == "reward first" and got["fall_step"] == 9 and got["std_step"] == 12
     # converged: every group wins, the spread is 0 because they tie: no floor, no fall
-    won = lib.echo_order(_curve([0.5] * 4 + [1.0] * 10, [0.4] * 4 + [0.0] * 10)["steps"])
+    won = judge.echo_order(_curve([0.5] * 4 + [1.0] * 10, [0.4] * 4 + [0.0] * 10)["steps"])
     assert won == {"floor": pytest.approx(0.1), "std_step": None, "fall_step": None, "order": "no fall"}
     # a dip that comes back is not a fall (control for 'stays down')
-    dip = lib.echo_order(_curve([0.6] * 6 + [0.1, 0.1, 0.1] + [0.6] * 5, [0.4] * 14)["steps"])
+    dip = judge.echo_order(_curve([0.6] * 6 + [0.1, 0.1, 0.1] + [0.6] * 5, [0.4] * 14)["steps"])
     assert dip["fall_step"] is None
 
 
@@ -254,14 +255,14 @@ def test_echo_trap_can_agree_disagree_or_not_tell_by_seed():
     """RAGEN's claim, tested over seeds: 5 seeds whose spread fell first agree, 5 whose success fell first
     disagree (the planted run whose std falls after the reward), and 4 seeds, or two runs of one seed counted
     once, cannot tell."""
-    assert lib.echo_trap([_curve(*STD_FIRST, seed=s) for s in range(5)])[1] == "agrees"
-    ours, verdict = lib.echo_trap([_curve(*REWARD_FIRST, seed=s) for s in range(5)])
+    assert judge.echo_trap([_curve(*STD_FIRST, seed=s) for s in range(5)])[1] == "agrees"
+    ours, verdict = judge.echo_trap([_curve(*REWARD_FIRST, seed=s) for s in range(5)])
     assert verdict == "disagrees" and "after it or never in 5; by seed, std first in 0 of 5 seeds" in ours
-    assert lib.echo_trap([_curve(*STD_FIRST, seed=s) for s in range(4)])[1].startswith("cannot tell")
+    assert judge.echo_trap([_curve(*STD_FIRST, seed=s) for s in range(4)])[1].startswith("cannot tell")
     one_seed = [_curve(*STD_FIRST, seed=0) for _ in range(6)]
-    assert lib.echo_trap(one_seed)[1].startswith("cannot tell at this scale (std first in 1 of 1 seeds")
+    assert judge.echo_trap(one_seed)[1].startswith("cannot tell at this scale (std first in 1 of 1 seeds")
     flat = [_curve([0.5] * 4 + [1.0] * 10, [0.4] * 4 + [0.0] * 10, seed=s) for s in range(6)]
-    assert lib.echo_trap(flat)[1] == "cannot tell at this scale (no run's success fell: nothing to order)"
+    assert judge.echo_trap(flat)[1] == "cannot tell at this scale (no run's success fell: nothing to order)"
 
 
 def test_pilot_rows_list_the_pilot_cells_from_the_chosen_start_only(monkeypatch):

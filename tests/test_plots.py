@@ -1,5 +1,5 @@
 """agentrl_lib.plots: every axis is labelled with the glossary's name and unit, legends sit outside the data, the
-stage bars carry their intervals over games (Wilson / bootstrap, report.wilson_ci / bootstrap_ratio_ci), and the
+stage bars carry their intervals over games (Wilson / bootstrap, stats.wilson_ci / bootstrap_ratio_ci), and the
 diagnostics figure is small multiples a page can show at a readable size."""
 import matplotlib
 
@@ -11,7 +11,7 @@ from matplotlib.container import BarContainer
 
 from agentrl_lib import plots
 from agentrl_lib.metrics import METRICS
-from agentrl_lib.report import bootstrap_ratio_ci, wilson_ci
+from agentrl_lib.stats import bootstrap_ratio_ci, wilson_ci
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,7 @@ a results file (report: means, intervals, verdicts, the seeds a comparison left 
 import numpy as np
 import pytest
 
-from agentrl_lib import report
+from agentrl_lib import report, stats
 from agentrl_lib.records import append_record, load_records
 
 from helpers import fake_record, fake_records
@@ -17,7 +17,7 @@ def test_report_means_std_and_intervals():
     # the t interval (scipy's t quantile at 2 degrees of freedom: 4.303), not the range of the 3 values that a
     # percentile bootstrap gives (0.2, 0.6), which covers the true mean only 75% of the time
     assert gae["ci"] == pytest.approx((0.4 - 4.3027 * 0.2 / 3 ** 0.5, 0.4 + 4.3027 * 0.2 / 3 ** 0.5), abs=1e-4)
-    assert report.bootstrap_mean_ci([0.2, 0.4, 0.6]) == pytest.approx((0.2, 0.6))  # the control: the range
+    assert stats.bootstrap_mean_ci([0.2, 0.4, 0.6]) == pytest.approx((0.2, 0.6))  # the control: the range
     assert grpo["n"] == 1 and grpo["std"] is None and grpo["ci"] is None
     md = rep.markdown()
     assert "| gae | dense | 0.400 ± 0.200 |" in md and "| 0.500 ± n/a | n/a (n < 2) | 1 |" in md
@@ -132,7 +132,7 @@ def test_difference_compares_only_the_seeds_both_cells_have():
     assert d.note() == ("algo.advantage=gae reward.kind=dense − algo.advantage=grpo reward.kind=dense compares the 3 "
                         "seeds both cells have; left out: algo.advantage=gae reward.kind=dense seed 3")
     # without the rule (every seed of each cell) the outlier would make a difference of 0.125
-    unpaired = report.bootstrap_diff_ci(list(gae.outcomes.values()), list(grpo.outcomes.values()))
+    unpaired = stats.bootstrap_diff_ci(list(gae.outcomes.values()), list(grpo.outcomes.values()))
     assert gae.mean - grpo.mean == pytest.approx(0.125) and unpaired != d.ci and unpaired[1] > 0
     # the other way round: the extra seed is listed as b's
     assert (report.difference(grpo, gae).dropped_a, report.difference(grpo, gae).dropped_b) == ([], [3])

@@ -275,7 +275,8 @@ def test_cli_sweep_then_report_and_ctrl_c_says_how_to_resume(tmp_path, monkeypat
     assert cli.main(["report", str(out), "--compare", "algo"]) == 0
     table = capsys.readouterr().out
     assert "| algo | eval.success_rate (mean ± std) |" in table and "| grpo − rloo |" in table
-    assert f"| {report.NO_DIFFERENCE} |" in table  # every run of the stub scores 0.5
+    # every run of the stub scores 0.5: two seeds with equal differences give no interval (no spread to judge by)
+    assert "| grpo − rloo | +0.000 | n/a | n/a (no interval) |" in table
 
 
 # ------------------------------------------------------------------------------------------------ tags, extra evals
