@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import GameSetError
-from .sandbox import Limits, run_sandboxed
+from .sandbox import SITE, Limits, run_sandboxed
 
 
 class TaskGenerationError(GameSetError):
@@ -120,10 +120,12 @@ mutation that makes the tests loop (an off-by-one in a convergence loop) is drop
 
 TEST_WALL_S = 30.0
 """Wall-clock limit of one test run in the sandbox, seconds."""
-PYTEST = "PYTHONSAFEPATH=1 python -m pytest -q -p no:cacheprovider -p agentrl_swe_report -o addopts= --color=no"
+PYTEST = (f"PYTHONSAFEPATH=1 PYTHONPATH={SITE}:/repo python -m pytest -q -p no:cacheprovider -p agentrl_swe_report "
+          "-o addopts= --color=no")
 """How the sandbox runs a task's tests (the plugin agentrl_swe_report prints outcomes by node id). PYTHONSAFEPATH
-(Python >= 3.11; `python -P`) keeps /repo off sys.path while pytest starts, so a file the agent names like the plugin
-cannot replace it (PROTECTED_NAMES drops such a file too, the guard on Python 3.10)."""
+(Python >= 3.11; `python -P`) keeps the working directory off the front of sys.path, and PYTHONPATH puts the read-only
+site folder before /repo: the task's package still imports from /repo (tests kept outside it need that), but a file the
+agent names like the grader's modules cannot replace them (is_protected drops such a file too, the guard on 3.10)."""
 PROTECTED_NAMES = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
                    "usercustomize.py"}
 """Files an agent's diff may not add or change (tests are restored; these would change how tests run)."""
