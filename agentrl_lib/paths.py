@@ -19,6 +19,19 @@ def cache_root() -> Path:
     return path
 
 
+def shown_path(path: str | os.PathLike) -> str:
+    """`path` as a chapter prints it: under the cache root as `$AGENTRL_HOME/...` (the same on every machine), else
+    under the home directory as `~/...`, else as given; so a stored notebook output never shows the executing
+    machine's absolute paths."""
+    p = Path(path).expanduser().absolute()
+    for root, label in ((cache_root(), "$AGENTRL_HOME"), (Path.home(), "~")):
+        try:
+            return f"{label}/{p.relative_to(root.absolute()).as_posix()}"
+        except ValueError:
+            continue
+    return str(path)
+
+
 def git_commit() -> str:
     """`git rev-parse HEAD` of the source tree this module is in, with '+dirty' when tracked files differ from it;
     outside git, the environment variable AGENTRL_GIT_COMMIT (set it when running a copy of a checkout that has no

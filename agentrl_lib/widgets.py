@@ -18,6 +18,8 @@ import html
 import io
 from typing import Any, Sequence
 
+from .paths import shown_path
+
 DEFAULT_METRICS = ("success_rate", "return_mean", "group_return_std", "entropy")
 """Per-step keys (records.STEP_KEYS) the explorer plots for each cell."""
 
@@ -254,7 +256,7 @@ def trajectory_browser(trajectories: Sequence, tokenizer, token_rewards=None, ad
         n = len(tr.ids)
         rew = None if token_rewards is None else list(token_rewards[i])[:n]
         adv = None if advantages is None else list(advantages[i])[:n]
-        head = (f"<b>episode {i}</b>: game {html.escape(str(tr.game))}, group {tr.group}, "
+        head = (f"<b>episode {i}</b>: game {html.escape(shown_path(tr.game))}, group {tr.group}, "
                 f"won {tr.won}, turns {len(tr.turn_ends)}, actions {html.escape(' | '.join(tr.actions))}, "
                 f"return {sum(float(x) for x in (rew or [])):+.3f}<br>")
         out.value = head + trajectory_html(tr, tokenizer, rew, adv)

@@ -98,3 +98,15 @@ def test_atomic_write_never_replaces_what_is_not_a_regular_file(tmp_path):
     (tmp_path / "tmp").write_text("x")  # the control
     os.replace(tmp_path / "tmp", fifo)
     assert stat.S_ISREG(os.lstat(fifo).st_mode)
+
+
+def test_shown_path_hides_the_machines_absolute_paths(tmp_path, monkeypatch):
+    """What a chapter prints of a path: under the cache root `$AGENTRL_HOME/...`, under home `~/...`; control: a path
+    elsewhere is shown as it is (the helper does not invent a prefix)."""
+    from agentrl_lib.paths import shown_path
+
+    monkeypatch.setenv("AGENTRL_HOME", str(tmp_path / "cache"))
+    assert shown_path(tmp_path / "cache" / "games" / "g1") == "$AGENTRL_HOME/games/g1"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert shown_path(tmp_path / "home" / "x.json") == "~/x.json"
+    assert shown_path("/opt/elsewhere/x") == "/opt/elsewhere/x"
