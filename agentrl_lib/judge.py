@@ -15,11 +15,10 @@ Sources: R. Wang, P. Ammanabrolu, *A Practitioner's Guide to Multi-turn Agentic 
 from __future__ import annotations
 
 import json
-import math
 from typing import Any, Callable
 
-from .report import cell, metric_value
-from .stats import Comparison, difference_of, seeds_needed
+from .report import cell, metric_value, start_of
+from .stats import Comparison, difference_of, seeds_needed, two_way_residual_sd
 
 AGREES, DISAGREES, CANNOT_TELL = "agrees", "disagrees", "cannot tell at this scale"
 FLOOR, NEAR_FLOOR = "a floor", "near a floor"
@@ -113,12 +112,9 @@ def _ours(c: Comparison | None, na: str, nb: str, sa: dict, sb: dict) -> str:
 def _shares_seeds(ra: list[dict], rb: list[dict]) -> bool:
     """Whether two cells' runs share their seeds: for every seed both ran, the same start model (model.name) and the
     same training games (env.games), so seed s draws the same first rollouts in both (the cells differ only in their
-    axes). Records without a config are taken to share (tests' planted records)."""
-    def key(r):
-        conf = r.get("config") or {}
-        return (str((conf.get("model") or {}).get("name")), str((conf.get("env") or {}).get("games")))
-    by_a = {r["seed"]: key(r) for r in ra}
-    return all(by_a[r["seed"]] == key(r) for r in rb if r["seed"] in by_a)
+    axes; report.start_of). Records without a config are taken to share (tests' planted records)."""
+    by_a = {r["seed"]: start_of(r) for r in ra}
+    return all(by_a[r["seed"]] == start_of(r) for r in rb if r["seed"] in by_a)
 
 
 def _outcomes(records: list[dict], metric: str, labels: dict) -> tuple[dict[int, float], list[dict]]:
@@ -237,15 +233,5 @@ def residual_sd(records: list[dict], metric: str = "eval.success_rate") -> tuple
         v = curve_area(r) if metric == AREA else metric_value(r, metric)
         if v is not None:
             table.setdefault(json.dumps(r["cell"], sort_keys=True, default=str), {}).setdefault(r["seed"], v)
-    if len(table) < 2:
-        return None
-    seeds = sorted(set.intersection(*(set(v) for v in table.values())))
-    if len(seeds) < 2:
-        return None
-    y = [[v[s] for s in seeds] for v in table.values()]
-    c, n = len(y), len(seeds)
-    grand = sum(map(sum, y)) / (c * n)
-    row = [sum(r) / n for r in y]
-    col = [sum(y[i][j] for i in range(c)) / c for j in range(n)]
-    ss = sum((y[i][j] - row[i] - col[j] + grand) ** 2 for i in range(c) for j in range(n))
-    return math.sqrt(ss / ((c - 1) * (n - 1))), n
+    got = two_way_residual_sd(table)
+    return None if got is None else (got[0], len(got[1]))

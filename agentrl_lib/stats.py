@@ -177,3 +177,22 @@ def seeds_needed(sd: float | None, paired: bool, half_width: float = 0.15, most:
         if half <= half_width:
             return n
     return most + 1
+
+
+def two_way_residual_sd(table: dict[str, dict[int, float]]) -> tuple[float, list[int]] | None:
+    """(s_e, the seeds used) of a cell x seed table {cell: {seed: value}} over the seeds every cell has: the spread left
+    once each cell's and each seed's own level is taken out, s_e^2 = sum (y - cell mean - seed mean + grand mean)^2 /
+    ((C-1)(S-1)). A paired difference of two cells has sd s_e sqrt(2). None with fewer than 2 cells or 2 common
+    seeds."""
+    if len(table) < 2:
+        return None
+    seeds = sorted(set.intersection(*(set(v) for v in table.values())))
+    if len(seeds) < 2:
+        return None
+    y = [[v[s] for s in seeds] for v in table.values()]
+    c, n = len(y), len(seeds)
+    grand = sum(map(sum, y)) / (c * n)
+    row = [sum(r) / n for r in y]
+    col = [sum(y[i][j] for i in range(c)) / c for j in range(n)]
+    ss = sum((y[i][j] - row[i] - col[j] + grand) ** 2 for i in range(c) for j in range(n))
+    return math.sqrt(ss / ((c - 1) * (n - 1))), seeds

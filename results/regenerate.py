@@ -726,17 +726,13 @@ def seeds_for_paired(table: dict[str, dict[int, float]], half_width: float = MAX
     Raises ValueError with fewer than 2 cells or 2 common seeds."""
     from scipy.stats import t
 
-    seeds = sorted(set.intersection(*(set(v) for v in table.values()))) if table else []
+    from agentrl_lib.stats import two_way_residual_sd
+
+    got = two_way_residual_sd(table)
+    if got is None:
+        raise ValueError(f"the pilot needs at least 2 cells with 2 common seeds (got {len(table)} cells)")
+    s_e, seeds = got
     cells = sorted(table)
-    if len(cells) < 2 or len(seeds) < 2:
-        raise ValueError(f"the pilot needs at least 2 cells with 2 common seeds (got {len(cells)} cells, "
-                         f"seeds {seeds})")
-    y = [[table[c][s] for s in seeds] for c in cells]
-    grand = sum(map(sum, y)) / (len(cells) * len(seeds))
-    row = [sum(r) / len(seeds) for r in y]
-    col = [sum(y[i][j] for i in range(len(cells))) / len(cells) for j in range(len(seeds))]
-    ss = sum((y[i][j] - row[i] - col[j] + grand) ** 2 for i in range(len(cells)) for j in range(len(seeds)))
-    s_e = (ss / ((len(cells) - 1) * (len(seeds) - 1))) ** 0.5
     half = {n: float(t.ppf(0.975, n - 1) * s_e * (2 / n) ** 0.5) for n in range(3, max_seeds + 1)}
     ok = [n for n, h in half.items() if h <= half_width]
     return {"n_seeds": min(ok) if ok else max_seeds, "residual_sd": s_e, "paired_diff_sd": s_e * 2 ** 0.5,
