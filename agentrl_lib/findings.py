@@ -435,16 +435,6 @@ def verdict_table(chapter: str | None = None, results: dict[str, list[dict]] | N
     return "\n".join(lines)
 
 
-def verdict_counts(chapter: str | None = None, results: dict[str, list[dict]] | None = None) -> dict[str, int]:
-    """{verdict word: rows} of the held-out verdicts (VERDICTS' first words), e.g. for prose that says how many rows
-    cannot tell."""
-    out = {w: 0 for w in VERDICTS}
-    for v in verdicts(chapter, results):
-        word = next(w for w in VERDICTS if v.verdict.startswith(w))
-        out[word] += 1
-    return out
-
-
 def lessons(results: dict[str, list[dict]] | None = None) -> str:
     """What the runs teach, in a few sentences whose every number is computed here from the results files (the
     README's and book/findings.md's lead, above the table): how the verdicts fall, why held-out success cannot
