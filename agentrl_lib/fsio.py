@@ -99,3 +99,98 @@ def is_disk_full(exc: BaseException) -> bool:
             return True
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return False
+
+
+# ------------------------------------------------------------------------------------------------ untrusted trees
+TREE_MAX_DEPTH = 64
+"""Deepest directory level walk_tree descends to (the root's entries are level 1). A Python repository nests a few
+levels (toolz, mpmath, boltons: at most 4); an agent's `for i in $(seq 1200); do mkdir d; cd d; done` nests 1,200,
+which made the recursive `Path.rglob` raise RecursionError and `shutil.rmtree` fail on every later reset (issue 52).
+Deeper directories are skipped and named in the walk's notes."""
+TREE_MAX_ENTRIES = 20_000
+"""Most entries (files, directories, links) walk_tree looks at: the source packages' trees hold a few hundred; an
+agent's `touch f{1..1000000}` holds a million, whose diff would hold the grader for minutes. The walk stops there
+and says so in its notes."""
+TREE_MAX_FILE_BYTES = 4 << 20
+"""Largest file walk_tree reports as readable (4 MiB): the largest source file of the packages is ~0.4 MB (mpmath);
+RLIMIT_FSIZE lets an agent write 64 MiB files, which the grader would read, diff and hold in memory for nothing.
+Larger files are left out of the walk and named in its notes."""
+
+
+def walk_tree(root: str | Path, max_depth: int = TREE_MAX_DEPTH, max_entries: int = TREE_MAX_ENTRIES,
+              max_file_bytes: int = TREE_MAX_FILE_BYTES) -> tuple[dict[str, os.DirEntry], list[str]]:
+    """The regular files and symlinks under `root` ({posix path relative to root: its os.DirEntry}) and notes on
+    what was left out, walked with an explicit stack (no recursion: any depth is safe) and without following
+    symlinks. Left out, each with a note ('path: why'): directories deeper than `max_depth` (not entered), files
+    larger than `max_file_bytes` (not read by the caller), everything after `max_entries` entries (the walk stops),
+    and a directory that cannot be listed. FIFOs, sockets and device nodes are skipped silently (not files)."""
+    root = Path(root)
+    files: dict[str, os.DirEntry] = {}
+    notes: list[str] = []
+    stack: list[tuple[str, str, int]] = [(str(root), "", 1)]  # (absolute dir, relative prefix, depth of its entries)
+    seen = 0
+    while stack:
+        path, rel, depth = stack.pop()
+        try:
+            with os.scandir(path) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as e:
+            notes.append(f"{rel or '.'}/: not listed ({e.strerror or e})")
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > max_entries:
+                notes.append(f"more than {max_entries} entries: the rest of the tree was not looked at")
+                return files, notes
+            name = f"{rel}{entry.name}"
+            try:
+                if entry.is_symlink():
+                    files[name] = entry
+                elif entry.is_dir(follow_symlinks=False):
+                    if depth >= max_depth:
+                        notes.append(f"{name}/: deeper than {max_depth} levels, not looked into")
+                    else:
+                        stack.append((entry.path, name + "/", depth + 1))
+                elif entry.is_file(follow_symlinks=False):
+                    if entry.stat(follow_symlinks=False).st_size > max_file_bytes:
+                        notes.append(f"{name}: larger than {max_file_bytes >> 20} MiB, not read")
+                    else:
+                        files[name] = entry
+            except OSError as e:  # removed meanwhile, or unreadable
+                notes.append(f"{name}: {e.strerror or e}")
+    return files, notes
+
+
+def remove_tree(path: str | Path) -> bool:
+    """Remove the directory tree `path` whatever untrusted code left in it: any depth (shutil.rmtree recurses and
+    raises RecursionError past ~1,000 levels in Python 3.11; paths past PATH_MAX fail by name), entries without
+    permissions (chmod'ed and retried), files it does not own (as root). shutil.rmtree first; what it leaves is
+    removed by coreutils' `rm -rf` (fd-relative, no depth limit) after `chmod -R u+rwx`. Never raises; returns whether
+    `path` is gone (a caller that cannot remove it leaks a temp dir, it does not fail)."""
+    import shutil
+    import subprocess
+
+    path = Path(path)
+
+    def retry(func, p, exc_info):
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.chmod(p, 0o700)
+            func(p)
+        except Exception:
+            pass  # `rm -rf` below
+
+    if not os.path.lexists(path):
+        return True
+    try:
+        shutil.rmtree(path, onerror=retry)
+    except (OSError, RecursionError):
+        pass
+    if os.path.lexists(path):
+        try:
+            subprocess.run(["chmod", "-R", "u+rwx", "--", str(path)], capture_output=True, timeout=300)
+            subprocess.run(["rm", "-rf", "--", str(path)], capture_output=True, timeout=300)
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return not os.path.lexists(path)

@@ -110,3 +110,68 @@ def test_shown_path_hides_the_machines_absolute_paths(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert shown_path(tmp_path / "home" / "x.json") == "~/x.json"
     assert shown_path("/opt/elsewhere/x") == "/opt/elsewhere/x"
+
+
+# ------------------------------------------------------------------------------------------------ untrusted trees
+def _deep_tree(root, depth=1200):
+    """`depth` nested directories under root (made with relative mkdir/chdir, as an agent's shell loop makes them),
+    a file at the bottom, and a directory without permissions beside it. Returns the bottom directory's path."""
+    import os
+
+    here = os.getcwd()
+    os.makedirs(root)
+    os.chdir(root)
+    try:
+        for _ in range(depth):
+            os.mkdir("d")
+            os.chdir("d")
+        with open("bottom.txt", "w") as f:
+            f.write("x")
+        os.mkdir("locked")
+        os.chmod("locked", 0)
+        return os.getcwd()
+    finally:
+        os.chdir(here)
+
+
+def test_walk_and_remove_a_1200_deep_tree_and_a_big_file(tmp_path):
+    """An agent's tree (issue 52): 1,200 nested directories, a 5 MiB file and 30 small files. walk_tree returns the
+    small files, names the directory past TREE_MAX_DEPTH and the big file (not read), and never raises; remove_tree
+    removes all of it. Negative controls: the old walk (Path.rglob) and shutil.rmtree raise RecursionError on it."""
+    import shutil
+
+    tree = tmp_path / "work"
+    _deep_tree(tree / "deep")
+    (tree / "big.bin").write_bytes(b"\0" * (5 << 20))
+    for i in range(30):
+        (tree / f"f{i}.py").write_text(str(i))
+    files, notes = fsio.walk_tree(tree)
+    assert set(files) == {f"f{i}.py" for i in range(30)}
+    assert "big.bin: larger than 4 MiB, not read" in notes
+    assert any(n.startswith("deep/" + "d/" * (fsio.TREE_MAX_DEPTH - 2)) and "deeper than 64 levels" in n
+               for n in notes), notes
+    few, notes = fsio.walk_tree(tree, max_entries=10)
+    assert len(few) <= 10 and notes[-1] == "more than 10 entries: the rest of the tree was not looked at"
+
+    # negative controls: the recursive walk and rmtree of Python 3.11 fail on the same tree
+    with pytest.raises(RecursionError):
+        list(tree.rglob("*"))
+    with pytest.raises(RecursionError):
+        shutil.rmtree(tree, ignore_errors=True)  # ignore_errors covers OSError, not RecursionError
+    assert tree.exists()
+
+    assert fsio.remove_tree(tree) is True and not tree.exists()
+    assert fsio.remove_tree(tree) is True  # nothing there: nothing to do
+
+
+def test_remove_tree_falls_back_to_rm_when_rmtree_leaves_something(tmp_path, monkeypatch):
+    """A tree shutil.rmtree cannot remove (planted: rmtree does nothing) is removed by `rm -rf`; the control: without
+    the fallback the tree stays."""
+    import shutil
+
+    (tmp_path / "t" / "a").mkdir(parents=True)
+    monkeypatch.setattr(shutil, "rmtree", lambda *a, **k: None)
+    assert fsio.remove_tree(tmp_path / "t") and not (tmp_path / "t").exists()
+    (tmp_path / "u").mkdir()
+    shutil.rmtree(tmp_path / "u", ignore_errors=True)  # control: the planted rmtree alone leaves it
+    assert (tmp_path / "u").exists()

@@ -594,3 +594,41 @@ def test_the_grader_cannot_be_forged(tasks_dir, monkeypatch):
     st._scores.clear()
     r = _episode(g, tries["second line at exit"], reward="relative")
     assert r.reward == 1.0 and r.info.won, "control: a parser that keeps the last line takes the forged one"
+
+
+# ---------------------------------------------------------------------------------------------------- bounded trees
+DEEP_TREE = "mkdir -p deep/$(printf 'd/%.0s' $(seq 1200)) && echo deep"
+"""One agent command that nests 1,200 directories (issue 52: repo_diff's rglob raised RecursionError at submit, and
+every later reset of the slot failed in shutil.rmtree)."""
+
+
+@pytest.mark.subprocess
+def test_a_deep_tree_and_a_big_file_break_neither_the_grader_nor_the_worker(tasks_dir):
+    """A real episode whose commands make 1,200 nested directories and a 5 MiB file, then apply the gold patch: the
+    submission scores as the gold patch alone does (the bounded walk leaves the tree and the file out, and says
+    so), and the same env resets twice more with the first working copy gone. Negative control: the old walk
+    (rglob) raises RecursionError on the working copy the agent left."""
+    from agentrl_lib.envs import swe_tasks
+
+    g = tasks_dir.games[0]
+    t = _task(g)
+    env = _env()
+    try:
+        env.reset(g.path)
+        first = env.work.parent
+        assert env.step(BLOCK.format(DEEP_TREE)).obs.startswith("exit code 0\ndeep")
+        assert env.step(BLOCK.format("head -c 5242880 /dev/zero > big.bin && echo ok")).obs.endswith("ok")
+        with pytest.raises(RecursionError):  # negative control: the old _files
+            list(env.work.rglob("*"))
+        changes, _ = swe_tasks.repo_diff(Path(g.path) / "repo", env.work)
+        assert changes == {}, "the tree and the big file are not changes"
+        env.step(BLOCK.format(f"patch -p1 <<'EOF'\n{t['patch']}EOF"))
+        r = env.step(BLOCK.format("submit"))
+        assert r.done and r.info.won, r.obs
+        assert "Not part of the submission (over the grader's bounds): big.bin: larger than 4 MiB" in r.obs
+        assert "deeper than 64 levels" in r.obs
+        assert not first.exists(), "the deep working copy was removed"
+        env.reset(g.path)
+        env.reset(g.path)  # the slot keeps working
+    finally:
+        env.close()

@@ -33,6 +33,7 @@ the turn limit, reward = fraction of FAIL_TO_PASS and PASS_TO_PASS tests passing
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -41,11 +42,14 @@ import time
 from pathlib import Path
 
 from ..config import SWE_REWARDS
+from ..fsio import remove_tree
 from . import EnvFamily, register_family
 from .base import GameLoadError, reuse_game_set, write_manifest
 from .protocol import GameRecord, GameSet, StepInfo, StepResult
 from .sandbox import Limits, require_sandbox, run_sandboxed
 from .swe_tasks import mask_run_details, pytest_site, score_submission
+
+log = logging.getLogger(__name__)
 
 REWARD_KINDS = SWE_REWARDS
 """The env's reward kinds (swe_tasks.reward_kinds; config.SWE_REWARDS, EnvConfig.swe_reward); the first is the
@@ -140,8 +144,11 @@ class SweEnv:
 
     # plumbing: the episode's working copy
     def _clean(self) -> None:
+        """Remove the episode's working copy, whatever the agent made in it (fsio.remove_tree: any depth, any
+        permissions; it never raises, so one agent's tree cannot break this slot's later resets)."""
         if self.work is not None:
-            shutil.rmtree(self.work.parent, ignore_errors=True)
+            if not remove_tree(self.work.parent):
+                log.warning("swe: could not remove the episode's working copy %s; left behind", self.work.parent)
             self.work = None
 
     def reset(self, game: str) -> StepResult:
@@ -200,6 +207,8 @@ class SweEnv:
                 f"{'yes' if won else 'no'}).")
         if res["dropped"]:
             text += f" Changes to protected files were ignored: {', '.join(res['dropped'][:5])}."
+        if res["skipped"]:
+            text += f" Not part of the submission (over the grader's bounds): {'; '.join(res['skipped'][:3])}."
         return StepResult(f"{obs}\n\n{text}".strip(), reward, True, self._info(valid, won))
 
     def _write_log(self, how: str, res: dict, seconds: float) -> None:

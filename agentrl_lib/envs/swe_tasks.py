@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..fsio import remove_tree, walk_tree
 from .base import GameSetError
 from .sandbox import SITE, Limits, run_sandboxed
 
@@ -607,23 +608,33 @@ def is_protected(path: str, task: dict) -> bool:
             or p.name.startswith("test_") or p.name.endswith("_test.py") or "tests" in p.parts)
 
 
-def _files(root: Path) -> dict[str, Path]:
-    out = {}
-    for p in root.rglob("*"):
-        if "__pycache__" in p.parts or p.suffix == ".pyc":
-            continue
-        if p.is_file() or p.is_symlink():
-            out[p.relative_to(root).as_posix()] = p
-    return out
+def _files(root: Path) -> tuple[dict[str, Path], list[str]]:
+    """The regular files and symlinks under `root` (no __pycache__, no .pyc) and notes on what was left out: an
+    iterative walk with bounds on depth, entries and file size (fsio.walk_tree), so that no tree an agent makes
+    (1,200 nested directories, a million files, a 64 MiB file) can raise or hold the grader (issue 52)."""
+    entries, notes = walk_tree(root)
+    out = {rel: Path(e.path) for rel, e in entries.items()
+           if "__pycache__" not in rel.split("/") and not rel.endswith(".pyc")}
+    return out, notes
 
 
 def repo_diff(base: Path, work: Path) -> tuple[dict[str, str | None], str]:
     """The agent's changes: ({repository path: new text, or None when deleted}, a unified diff of them).
-    Binary or unreadable files count as changed text '' (they are copied by bytes in `apply_submission`)."""
-    a, b = _files(base), _files(work)
+    Binary or unreadable files count as changed text '' (they are copied by bytes in `apply_submission`). What the
+    bounded walk of `work` left out (`_files`: too deep, too many entries, too large) is not a change: a path of
+    the task's repository under it keeps its original (`skipped_in_work`)."""
+    changes, diff, _ = repo_changes(base, work)
+    return changes, diff
+
+
+def repo_changes(base: Path, work: Path) -> tuple[dict[str, str | None], str, list[str]]:
+    """repo_diff's (changes, diff) and the notes of what the walk of `work` left out (fsio.walk_tree's)."""
+    (a, _), (b, notes) = _files(base), _files(work)
     changes: dict[str, str | None] = {}
     diff = []
     for path in sorted(set(a) | set(b)):
+        if path not in b and _left_out(path, notes):
+            continue  # not looked at (a larger version, or under a skipped directory): not a deletion
         old = a[path].read_bytes() if path in a and not a[path].is_symlink() else None
         new = b[path].read_bytes() if path in b and not b[path].is_symlink() else None
         if path in b and b[path].is_symlink():
@@ -633,7 +644,17 @@ def repo_diff(base: Path, work: Path) -> tuple[dict[str, str | None], str]:
         changes[path] = None if new is None else new.decode("utf-8", "replace")
         diff.append(unified_diff(path, (old or b"").decode("utf-8", "replace"),
                                  (new or b"").decode("utf-8", "replace")))
-    return changes, "".join(diff)
+    return changes, "".join(diff), notes
+
+
+def _left_out(path: str, notes: list[str]) -> bool:
+    """Whether the walk's `notes` cover `path`: the path itself, a directory above it, or a walk that stopped."""
+    for note in notes:
+        where = note.split(": ", 1)[0]
+        if where.startswith("more than ") or where == path or (where.endswith("/") and path.startswith(where)) \
+                or where == "./":
+            return True
+    return False
 
 
 def apply_submission(task: dict, base: Path, work: Path, dest: Path,
@@ -689,10 +710,11 @@ def score_submission(task: dict, base: Path, work: Path, site: dict[str, Path] |
     the same fix) reuses that score. Both are exact: the tests are deterministic and run on the same files.
     Returns: {"pass_ratio", "resolved", "relative"} (reward_kinds) plus n_pass, n_total, fail_to_pass_passed,
     dropped (protected paths whose changes were ignored), diff (the agent's unified diff), test_seconds (0 when
-    cached), cached ("unpatched", "memo" or "").
+    cached), cached ("unpatched", "memo" or ""), skipped (what the bounded walk of `work` left out, 'path: why':
+    fsio.walk_tree; not part of the submission).
     Raises: sandbox.SandboxUnavailable; OSError when the copies cannot be made (an env fault)."""
     listed = task["FAIL_TO_PASS"] + task["PASS_TO_PASS"]
-    changes, diff = repo_diff(base, work)
+    changes, diff, skipped = repo_changes(base, work)
     effective = {p: t for p, t in changes.items() if not is_protected(p, task)}
     dropped = [p for p in changes if is_protected(p, task)]
     key = (task["instance_id"], hashlib.sha1(json.dumps(effective, sort_keys=True).encode()).hexdigest())
@@ -702,11 +724,14 @@ def score_submission(task: dict, base: Path, work: Path, site: dict[str, Path] |
     elif cache and key in _scores:
         (n_pass, f2p), how = _scores[key], "memo"
     else:
-        with tempfile.TemporaryDirectory(prefix="agentrl-swe-eval-") as tmp:
+        tmp = tempfile.mkdtemp(prefix="agentrl-swe-eval-")
+        try:  # the submitted code runs in this copy and may leave any tree: remove_tree, not TemporaryDirectory
             fresh, _ = apply_submission(task, base, work, Path(tmp) / "repo", changes)
             t = time.perf_counter()
             outcomes, _ = run_tests(fresh, task["test_files"], site)
             seconds = time.perf_counter() - t
+        finally:
+            remove_tree(tmp)
         n_pass = sum(outcomes.get(tid) == "passed" for tid in listed)
         f2p = sum(outcomes.get(tid) == "passed" for tid in task["FAIL_TO_PASS"])
         if outcomes:  # a killed run (time, output) is not remembered
@@ -715,4 +740,4 @@ def score_submission(task: dict, base: Path, work: Path, site: dict[str, Path] |
                 _scores.pop(next(iter(_scores)))
     return {**reward_kinds(n_pass, len(listed), len(task["PASS_TO_PASS"])), "n_pass": n_pass,
             "n_total": len(listed), "fail_to_pass_passed": f2p, "dropped": dropped, "diff": diff,
-            "test_seconds": round(seconds, 3), "cached": how}
+            "test_seconds": round(seconds, 3), "cached": how, "skipped": skipped}
