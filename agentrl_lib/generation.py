@@ -261,7 +261,8 @@ def _cache_of(layers: list[tuple[torch.Tensor, torch.Tensor]], grow: bool):
 
 
 class LiveRowsGenerator(HFGenerator):
-    """A decode loop that steps only the rows still writing their reply (`model.generator: hf-live`).
+    """A decode loop that steps only the rows still writing their reply (`model.generator: hf-live`), drawing the very
+    tokens transformers' `generate` draws.
 
     `HFGenerator` calls transformers' `generate`, which steps every row of the batch until the turn's longest reply
     stops: at the findings' RL start 82% of the decoded row-steps went to rows that had already ended their reply,
@@ -270,84 +271,122 @@ class LiveRowsGenerator(HFGenerator):
     and its `start` / `keep` / `append`, and replaces `generate` with its own loop:
 
     1. prefill every row's uncached positions (the new environment turn) in one forward;
-    2. each step, sample one token for each live row from softmax(logits / T) (argmax at T = 0), forward the live
-       rows' new tokens, and drop from the working cache the rows whose token was eos (their eos is forwarded
-       first, as `generate` does);
-    3. at the end of the turn, rebuild the batch's cache: every row's keys and values, zero and masked after its
-       reply, up to the turn's last token (not included, as with `generate`: the next turn's prefill encodes it).
+    2. each step, pick one token for each live row and forward only the rows of the working cache (live rows, and
+       ended rows not yet compacted away, which are fed a masked pad token);
+    3. compact lazily: the rows that ended leave the working cache (one copy of the rows that stay) only once they
+       are at least `compact_at` of it (default half), so a turn makes a few copies instead of one per ending row;
+    4. at the end of the turn, the batch's cache is the working cache cut to the turn's last token (not included,
+       as with `generate`: the next turn's prefill encodes it), or, if rows left it, rebuilt from their saved keys and
+       values, zero after each row's reply. Columns after a row's eos are masked (attention 0) either way.
 
-    The distribution sampled is the same as HFGenerator's (plain softmax(logits / T), no warper); the tokens differ
-    from `generate`'s for the same seed, since the random draws are made over other rows (greedy decoding picks the
-    same tokens up to float rounding). tests/test_generation_live.py checks it against `generate` (greedy) and every
-    returned log-prob against a plain forward of the whole conversation, with negative controls.
+    Identical draws. For one sample per row, torch.multinomial(p, 1) is argmax(p / E) with E ~ Exp(1) drawn by
+    `torch.empty_like(p).exponential_(1)` (ATen's multinomial fast path, the exponential form of the Gumbel-max trick:
+    Gumbel 1954; Maddison et al. 2014). `generate` draws E for every row of its batch at every step, finished rows
+    included; this loop draws the same (B, V) tensor at every step and uses the live rows' slices, so with the same
+    seed it samples `generate`'s tokens wherever the two forwards agree to float rounding (a flip needs two tokens'
+    p / E within rounding: tests/test_generation_live.py checks token-for-token equality over seeds, temperatures and
+    lengths; benchmarks/bench_sweep_step.py's `exact_check` on a real step). Greedy (T = 0) is argmax of the logits.
+    The distribution is plain softmax(logits / T) computed as `generate` computes it (float32 logits / T, softmax).
 
-    Args as HFGenerator.
+    Args as HFGenerator, and:
+        compact_at: fraction of the working cache's rows that must have ended before they leave it (0 = at once, as
+            the first version did; 1 = never during a turn: every row is stepped, as `generate` does).
     """
+
+    def __init__(self, model, tokenizer, share_prefix: bool = True, grow_cache: bool = True, compact_at: float = 0.5):
+        super().__init__(model, tokenizer, share_prefix=share_prefix, grow_cache=grow_cache)
+        if not 0.0 <= compact_at <= 1.0:
+            raise ValueError(f"compact_at must be in [0, 1] (got {compact_at})")
+        self.compact_at = compact_at
+        self.compactions = 0  # copies of the working cache made by compaction, summed over generate calls
+
+    @staticmethod
+    def draw(probs: torch.Tensor, rows: torch.Tensor, batch: int) -> torch.Tensor:
+        """One token per live row, the draw `generate`'s torch.multinomial(P, 1) makes for these rows of its batch.
+
+        Args:
+            probs: (L, V) float32 — softmax(logits / T) of the live rows.
+            rows: (L,) long — each live row's row in the batch `generate` would step (all `batch` rows).
+            batch: B, the rows `generate` steps (every row of the turn, ended ones included).
+        Returns: (L,) long token ids: argmax(probs / E[rows]) with E (B, V) ~ Exp(1) drawn from torch's global
+            generator exactly as ATen's multinomial draws it (one `exponential_` over a (B, V) float32 tensor).
+        """
+        noise = torch.empty((batch, probs.shape[-1]), dtype=probs.dtype, device=probs.device).exponential_(1)
+        return (probs / noise[rows]).argmax(-1)
 
     @torch.no_grad()
     def generate(self, max_new_tokens: int, temperature: float) -> TurnSample:
         """One turn for every row: up to `max_new_tokens` tokens each, until eos.
 
         Args:
-            temperature: 0 = greedy; otherwise sampling from softmax(logits / T) with torch's global generator.
+            temperature: 0 = greedy; otherwise sampling from softmax(logits / T) with torch's global generator,
+                consuming it exactly as `generate` does (one (B, V) exponential draw per decode step).
         Returns:
             TurnSample: each row's ids (up to and incl. eos), the log-probs of the distribution sampled (T = 1 when
             greedy), truncated (no eos within max_new_tokens) and sampler_gap 0.0 (no warper: the sampled
             distribution is softmax(logits / T) by construction).
         """
         B, width = self.ids.shape
-        cache = self.cache
+        sample, cache, dev = temperature > 0, self.cache, self.device
         past = cache.get_seq_length()
         positions = (self.attn.cumsum(-1) - 1).clamp(min=0)  # position ids as generate derives them
         out = self.model(input_ids=self.ids[:, past:], attention_mask=self.attn, position_ids=positions[:, past:],
                          use_cache=True, logits_to_keep=1, **{CACHE_ARG: cache})
-        logits = out.logits[:, -1].float()  # (B, V): the next token of every row
-        live = torch.arange(B, device=self.device)  # batch rows of the working cache, in order
-        attn = self.attn  # (live, columns) mask of the working cache + the token about to be forwarded
+        logits = out.logits[:, -1].float()  # (W, V): the next token of every row of the working cache
+        work = torch.arange(B, device=dev)  # (W,) the batch row of each working-cache row
+        alive = torch.ones(B, dtype=torch.bool, device=dev)  # (W,) still writing its reply
+        attn = self.attn  # (W, columns) mask of the working cache + the token about to be forwarded
         next_pos = self.attn.sum(-1)  # (B,) position id of each row's next token
-        ids = [[] for _ in range(B)]
-        lps = [[] for _ in range(B)]
-        ended: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}  # row → its keys / values at its end
+        ids: list[list[int]] = [[] for _ in range(B)]
+        lps: list[list[float]] = [[] for _ in range(B)]
+        saved: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}  # row that left the cache → its keys / values
         for step in range(max_new_tokens):
-            logp = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)  # (live, V)
-            tok = (torch.multinomial(logp.exp(), 1).squeeze(1) if temperature > 0 else logp.argmax(-1))  # (live,)
-            chosen = logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
-            for r, t, lp in zip(live.tolist(), tok.tolist(), chosen.tolist()):
+            live = alive.nonzero().squeeze(1)  # working-cache rows still writing
+            scores = logits[live] / temperature if sample else logits[live]  # (L, V) generate's processed scores
+            tok = self.draw(torch.softmax(scores, dim=-1), work[live], B) if sample else scores.argmax(-1)  # (L,)
+            chosen = torch.log_softmax(scores, dim=-1).gather(-1, tok.unsqueeze(-1)).squeeze(-1)
+            for r, t, lp in zip(work[live].tolist(), tok.tolist(), chosen.tolist()):
                 ids[r].append(t)
                 lps[r].append(lp)
             if step == max_new_tokens - 1:
                 break  # the turn's last tokens are not forwarded (as with generate): the next prefill encodes them
-            done = tok == self.eos_id
-            attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
-            out = self.model(input_ids=tok.unsqueeze(1), attention_mask=attn,
-                             position_ids=next_pos[live].unsqueeze(1), use_cache=True, **{CACHE_ARG: cache})
-            next_pos[live] += 1
-            if done.any():  # these rows' eos is in the cache now: keep their keys / values, drop them
-                for i in done.nonzero().squeeze(1).tolist():
-                    ended[int(live[i])] = [(k[i].clone(), v[i].clone()) for k, v in _layers(cache)]
-                keep = (~done).nonzero().squeeze(1)
-                live, attn = live[keep], attn[keep]
-                if keep.numel() == 0:
-                    break
+            feed = torch.full((len(work),), self.pad_id, dtype=torch.long, device=dev)
+            feed[live] = tok
+            attn = torch.cat([attn, alive.long().unsqueeze(1)], dim=1)  # ended rows: a masked pad column
+            out = self.model(input_ids=feed.unsqueeze(1), attention_mask=attn, position_ids=next_pos[work].unsqueeze(1),
+                             use_cache=True, **{CACHE_ARG: cache})
+            next_pos[work[live]] += 1
+            alive[live[tok == self.eos_id]] = False  # their eos is in the cache now
+            logits = out.logits[:, -1].float()
+            if not alive.any():
+                break
+            ended = (~alive).nonzero().squeeze(1)
+            if len(ended) and len(ended) >= self.compact_at * len(work):  # compaction: ended rows leave
+                for i in ended.tolist():
+                    saved[int(work[i])] = [(k[i].clone(), v[i].clone()) for k, v in _layers(cache)]
+                keep = alive.nonzero().squeeze(1)
                 cache.batch_select_indices(keep)
-                logits = out.logits[keep, -1].float()
-            else:
-                logits = out.logits[:, -1].float()
-        for i, r in enumerate(live.tolist()):  # rows that reached max_new_tokens
-            ended[r] = [(k[i], v[i]) for k, v in _layers(cache)]
+                work, alive, attn, logits = work[keep], alive[keep], attn[keep], logits[keep]
+                self.compactions += 1
         steps = max(len(x) for x in ids)
         length = width + steps - 1  # cache columns after the turn: everything but the turn's last column
-        rebuilt = []
-        for layer, (k0, v0) in enumerate(ended[0]):
-            k = k0.new_zeros((B, k0.shape[0], length, k0.shape[2]))
-            v = v0.new_zeros((B, v0.shape[0], length, v0.shape[2]))
-            for r in range(B):
-                kr, vr = ended[r][layer]
-                n = min(kr.shape[1], length)
-                k[r, :, :n], v[r, :, :n] = kr[:, :n], vr[:, :n]
-            rebuilt.append((k, v))
-        self.cache = _cache_of(rebuilt, self.grow_cache)
-        new = torch.full((B, steps), self.pad_id, dtype=torch.long, device=self.device)
+        if not saved:  # every row is still in the working cache, in batch order
+            cache.crop(length - cache.get_seq_length())  # this transformers' crop: minus the columns to remove
+            self.cache = cache
+        else:
+            for i, r in enumerate(work.tolist()):
+                saved[r] = [(k[i], v[i]) for k, v in _layers(cache)]
+            rebuilt = []
+            for layer, (k0, v0) in enumerate(saved[0]):
+                k = k0.new_zeros((B, k0.shape[0], length, k0.shape[2]))
+                v = v0.new_zeros((B, v0.shape[0], length, v0.shape[2]))
+                for r in range(B):
+                    kr, vr = saved[r][layer]
+                    n = min(kr.shape[1], length)
+                    k[r, :, :n], v[r, :, :n] = kr[:, :n], vr[:, :n]
+                rebuilt.append((k, v))
+            self.cache = _cache_of(rebuilt, self.grow_cache)
+        new = torch.full((B, steps), self.pad_id, dtype=torch.long, device=dev)
         new_attn = torch.zeros_like(new)
         for r, row in enumerate(ids):
             new[r, :len(row)] = torch.tensor(row, dtype=torch.long)

@@ -6,6 +6,9 @@ random Llama made peaky (its final norm scaled) so that replies end at different
 - Sampling, every returned log-prob equals log softmax(logits / T) of a plain forward of that row's whole
   conversation (no cache, no padding): the rebuilt cache holds every row's keys and values at the right positions.
   Negative control: the same check on a cache with one real column zeroed fails.
+- Sampling, it draws `generate`'s very tokens (the same (B, V) exponential noise each step, the live rows' slices)
+  over seeds, temperatures, reply lengths and compaction settings. Negative control: the first version's draw
+  (torch.multinomial over the live rows only) samples other tokens.
 - The growing KV cache (generation.GrowingKVCache) gives the same tokens and log-probs as DynamicCache, for both
   generators. Negative control: a growing cache that forgets its past on re-allocation fails the plain-forward check.
 """
@@ -32,13 +35,13 @@ def _contexts():
     return [a, a, b, b, c, list(range(200, 230))]
 
 
-def _eos_that_ends_some_rows(model, tok, temperature: float = 0.0) -> int:
-    """A token the first turn's replies (greedy, or sampled with seed 0 as _play samples) write at different steps in
+def _eos_that_ends_some_rows(model, tok, temperature: float = 0.0, seed: int = 0) -> int:
+    """A token the first turn's replies (greedy, or sampled with `seed` as _play samples) write at different steps in
     different rows: made the end-of-reply token, it ends some rows early and others late."""
     gen = LiveRowsGenerator(model, tok)
     gen.eos_id = -1  # no reply ends: see every row's 8 tokens
     gen.start(_contexts())
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     sample = gen.generate(8, temperature)
     counts = {}
     for row in sample.ids:
@@ -47,7 +50,7 @@ def _eos_that_ends_some_rows(model, tok, temperature: float = 0.0) -> int:
     return max(counts, key=lambda t: len(counts[t]))
 
 
-def _play(cls, model, tok, eos: int, temperature: float, turns: int = 3, seed: int = 0):
+def _play(cls, model, tok, eos: int, temperature: float, turns: int = 3, seed: int = 0, max_new: int = 7):
     """Start; then `turns` of (generate ≤ 7 tokens, row 1 leaves after the first turn, append blocks of unequal
     lengths). Returns the turns' TurnSamples, each row's whole conversation, and per turn the (row, start of its
     reply in the conversation) of each sample row."""
@@ -59,7 +62,7 @@ def _play(cls, model, tok, eos: int, temperature: float, turns: int = 3, seed: i
     rows = list(range(len(convs)))
     samples, spans = [], []
     for t in range(turns):
-        s = gen.generate(7, temperature)
+        s = gen.generate(max_new, temperature)
         samples.append(s)
         spans.append([(r, len(convs[r])) for r in rows])
         for r, ids in zip(rows, s.ids):
@@ -92,6 +95,42 @@ def test_greedy_picks_generates_tokens(peaky):
         assert a.ids == b.ids and a.truncated == b.truncated
         for la, lb in zip(a.logprobs, b.logprobs, strict=True):
             assert torch.allclose(torch.tensor(la), torch.tensor(lb), atol=1e-4)
+
+
+@pytest.mark.parametrize("compact_at", [0.0, 0.5, 1.0])
+def test_sampling_draws_generates_tokens(peaky, compact_at):
+    """Token for token equal to HFGenerator (transformers `generate`) over 4 seeds × 2 temperatures × 2 reply lengths,
+    rows ending early in some turns; log-probs within 1e-4; the working cache compacted at once (0), lazily (0.5,
+    the default) or never (1)."""
+    model, tok = peaky
+    live_cls = functools.partial(LiveRowsGenerator, compact_at=compact_at)
+    ended_early = compared = 0
+    for seed in range(4):
+        for temperature in (0.7, T):
+            eos = _eos_that_ends_some_rows(model, tok, temperature, seed)
+            for max_new in (3, 9):
+                ref, _, _ = _play(HFGenerator, model, tok, eos, temperature, seed=seed, max_new=max_new)
+                live, _, _ = _play(live_cls, model, tok, eos, temperature, seed=seed, max_new=max_new)
+                for a, b in zip(ref, live, strict=True):
+                    assert a.ids == b.ids, (seed, temperature, max_new)
+                    assert a.truncated == b.truncated
+                    for la, lb in zip(a.logprobs, b.logprobs, strict=True):
+                        assert torch.allclose(torch.tensor(la), torch.tensor(lb), atol=1e-4)
+                    ended_early += sum(len(ids) < max(map(len, a.ids)) for ids in a.ids)
+                    compared += sum(map(len, a.ids))
+    assert ended_early > 15 and compared > 1000  # rows ended early often: the draws over other rows were exercised
+
+
+def test_drawing_over_the_live_rows_only_is_caught(peaky, monkeypatch):
+    """Negative control: the first version's draw, torch.multinomial over the live rows only (the same distribution,
+    other random numbers), no longer samples generate's tokens once rows have ended."""
+    model, tok = peaky
+    eos = _eos_that_ends_some_rows(model, tok, T)
+    refs = [_play(HFGenerator, model, tok, eos, T, seed=seed)[0] for seed in range(4)]
+    monkeypatch.setattr(LiveRowsGenerator, "draw", staticmethod(lambda probs, rows, batch: torch.multinomial(probs, 1)
+                                                                .squeeze(1)))
+    lives = [_play(LiveRowsGenerator, model, tok, eos, T, seed=seed)[0] for seed in range(4)]
+    assert any(a.ids != b.ids for ref, live in zip(refs, lives) for a, b in zip(ref, live, strict=True))
 
 
 def _teacher_forced_gap(model, samples, convs, spans, temperature) -> float:
