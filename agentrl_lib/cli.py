@@ -210,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     a = build_parser().parse_args(join_negative_numbers(argv))
     a.argv = argv  # `agentrl sweep` prints the command that resumes it
+    previous = _exit_on_sigterm()
     try:
         a.func(a)
         sys.stdout.flush()  # a reader that went away shows here (`agentrl report ... | head`), not at exit
@@ -220,7 +221,24 @@ def main(argv: list[str] | None = None) -> int:
             raise  # a bug: its traceback is what a report needs
         print(error_line(a.cmd, e), file=sys.stderr)
         return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _exit_on_sigterm():
+    """SIGTERM (`kill`, a job scheduler's stop) raises SystemExit(143) in the main thread instead of ending the
+    process at once, so that `finally` blocks and atexit run: the env pool's workers are stopped and its temp dir
+    removed (issue 52: stopped runs left agentrl-envpool-* dirs behind). Returns the previous handler (None when
+    this is not the main thread, where no handler can be set)."""
+    def stop(signum, frame):
+        raise SystemExit(128 + signal.SIGTERM)
+
+    try:
+        return signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread
+        return None
 
 
 def _stdout_closed() -> int:

@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .config import MAX_NEW_TOKENS_MAX, SEED_MAX, ConfigError, EnvConfig, RunConfig, SFTConfig
+from .config import EPISODES_PER_STEP_MAX, MAX_NEW_TOKENS_MAX, SEED_MAX, ConfigError, EnvConfig, RunConfig, SFTConfig
 from .flags import build_config, section_args
 
 MAKE_GAMES_N_MAX = 100_000
@@ -125,7 +125,7 @@ def cmd_eval(a) -> None:
     negative --temperature, an --out that cannot be written, a --device / --dtype this machine lacks, and games that
     fail their check."""
     from .envs.base import check_env_errors, load_game_set
-    from .envs.pool import open_pool
+    from .envs.pool import check_pool_size, open_pool
     from .evaluate import evaluate, format_eval, keep_unsaved, save_eval
     from .generation import check_generator
     from .models import load_policy
@@ -134,7 +134,9 @@ def cmd_eval(a) -> None:
     env_cfg = EnvConfig(**section_args(a, "env"))
     _require(env_cfg.max_turns >= 1, f"--max-turns must be >= 1 (got {env_cfg.max_turns}); 8-12 suits small "
                                      "TextWorld games")
-    _require(a.batch_size >= 1, f"--batch-size must be >= 1 (got {a.batch_size})")
+    _require(1 <= a.batch_size <= EPISODES_PER_STEP_MAX,
+             f"--batch-size must be in [1, {EPISODES_PER_STEP_MAX}] (got {a.batch_size}): episodes played at once; 8 "
+             "on a CPU")
     max_new_tokens = getattr(a, "train.max_new_tokens")
     _require(1 <= max_new_tokens <= MAX_NEW_TOKENS_MAX,
              f"--max-new-tokens must be in [1, {MAX_NEW_TOKENS_MAX}] (got {max_new_tokens}): tokens per reply; 16-32 "
@@ -147,6 +149,7 @@ def cmd_eval(a) -> None:
     check_generator(getattr(a, "model.generator"))
     games = load_game_set(env_cfg.games)
     env_cfg.validate()
+    check_pool_size(min(a.batch_size, len(games)), env_cfg.process_pool, "--batch-size")
     pool = open_pool(env_cfg, min(a.batch_size, len(games)), games)  # every game checked before the model loads
     try:
         model, tok = load_policy(a.model, a.device, a.dtype)
@@ -239,7 +242,10 @@ def _check_train_inputs(a, cfg: RunConfig):
     from .generation import check_generator
     from .models import check_init_lora, pick_device, pick_dtype, resolve_model_path
 
+    from .envs.pool import check_pool_size
+
     check_out_path("--out", a.out, is_dir=True)
+    check_pool_size(cfg.train.games_per_step * cfg.algo.group_size, cfg.env.process_pool)
     pick_dtype(cfg.model.dtype, pick_device(cfg.model.device))
     check_generator(cfg.model.generator)
     if not a.resume:

@@ -27,6 +27,8 @@ from .config_values import (
     CHOICES,
     DEVICE_PATTERN,
     DTYPES,
+    EPISODES_PER_STEP_MAX,
+    LORA_ALPHA_MAX,
     LOSS_AGGS,
     MAX_NEW_TOKENS_MAX,
     MAX_TURNS_MAX,
@@ -42,7 +44,8 @@ from .config_values import (
 )
 
 __all__ = [  # the names other modules import from here, wherever they are defined
-    "ACTION_FORMATS", "ALGO_PRESETS", "CHOICES", "DEVICE_PATTERN", "DTYPES", "LOSS_AGGS", "MAX_NEW_TOKENS_MAX",
+    "ACTION_FORMATS", "ALGO_PRESETS", "CHOICES", "DEVICE_PATTERN", "DTYPES", "EPISODES_PER_STEP_MAX",
+    "LORA_ALPHA_MAX", "LOSS_AGGS", "MAX_NEW_TOKENS_MAX",
     "MAX_TURNS_MAX", "MIXED_PRECISIONS", "OLD_LOGPROBS", "REPORT_TO", "REWARDS", "SECTIONS", "SEED_MAX", "SWE_REWARDS",
     "TIS_MODES", "AlgoConfig", "ConfigError", "DuplicateKeyError", "EnvConfig", "ModelConfig", "RewardConfig",
     "RunConfig", "SFTConfig", "TrainConfig", "check_context_room", "choices_for", "parse_field", "upgrade_legacy_keys",
@@ -70,6 +73,11 @@ class RunConfig:
                 if isinstance(v, float) and not math.isfinite(v):
                     raise ConfigError(f"{f.name}.{g.name} must be a finite number (got {v})")
             section.validate()
+        episodes = self.train.games_per_step * self.algo.group_size
+        if episodes > EPISODES_PER_STEP_MAX:
+            raise ConfigError(f"train.games_per_step x algo.group_size (--games-per-step x --group-size) must be at most "
+                              f"{EPISODES_PER_STEP_MAX} episodes per step (got {self.train.games_per_step} x "
+                              f"{self.algo.group_size} = {episodes}); e.g. 4 x 4 on a CPU, 8 x 16 as RAGEN")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

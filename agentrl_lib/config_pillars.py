@@ -9,6 +9,7 @@ from typing import Any
 
 from .config_values import (
     ACTION_FORMATS,
+    EPISODES_PER_STEP_MAX,
     LOSS_AGGS,
     MAX_TURNS_MAX,
     OLD_LOGPROBS,
@@ -214,8 +215,9 @@ class AlgoConfig:
         if self.advantage not in ESTIMATORS:
             raise ConfigError(f"algo.advantage must be one of {sorted(ESTIMATORS)} (got {self.advantage!r}); register "
                               "a new one with advantages.register_estimator")
-        if self.group_size < 1:
-            raise ConfigError(f"algo.group_size must be >= 1 (got {self.group_size})")
+        if not 1 <= self.group_size <= EPISODES_PER_STEP_MAX:
+            raise ConfigError(f"algo.group_size (--group-size) must be in [1, {EPISODES_PER_STEP_MAX}] (got "
+                              f"{self.group_size}): episodes per game in one step; RAGEN uses 4-16")
         need = ESTIMATORS[self.advantage].min_group_size
         if self.group_size < need:
             raise ConfigError(

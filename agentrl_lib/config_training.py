@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from .config_values import (
     DEVICE_PATTERN,
     DTYPES,
+    EPISODES_PER_STEP_MAX,
+    LORA_ALPHA_MAX,
     MAX_NEW_TOKENS_MAX,
     MIXED_PRECISIONS,
     REPORT_TO,
@@ -54,8 +56,10 @@ class ModelConfig:
         if self.generator not in GENERATORS:
             raise ConfigError(f"model.generator must be one of {sorted(GENERATORS)} (got {self.generator!r}); register "
                               "a new backend in generation.GENERATORS")
-        if self.lora_rank > 0 and self.lora_alpha <= 0:
-            raise ConfigError(f"model.lora_alpha must be > 0 with LoRA (got {self.lora_alpha}); 32 is typical")
+        if self.lora_rank > 0 and not 0 < self.lora_alpha <= LORA_ALPHA_MAX:
+            raise ConfigError(f"model.lora_alpha (--lora-alpha) must be in (0, {LORA_ALPHA_MAX}] with LoRA (got "
+                              f"{self.lora_alpha:g}): the adapter's scale is alpha / rank; 16-64 is typical, 32 the "
+                              "default")
 
 
 @dataclass
@@ -162,6 +166,9 @@ class TrainConfig:
                      "keep_checkpoints", "max_nonfinite_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"train.{name} must be >= 1 (got {getattr(self, name)})")
+        if self.games_per_step > EPISODES_PER_STEP_MAX:
+            raise ConfigError(f"train.games_per_step (--games-per-step) must be in [1, {EPISODES_PER_STEP_MAX}] (got "
+                              f"{self.games_per_step}): games sampled per step; 2-8 on a CPU")
         if self.mixed_precision not in MIXED_PRECISIONS:
             raise ConfigError(f"train.mixed_precision (--mixed-precision) must be one of {', '.join(MIXED_PRECISIONS)} "
                               f"(got {self.mixed_precision!r}); bf16 needs a GPU or a CPU with avx512_bf16 / amx_bf16")

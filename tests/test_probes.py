@@ -296,6 +296,21 @@ ROWS = [
          "bench.jsonl line 1 is not a sweep record", _unchanged("bench.jsonl", '{"benchmark": "rl_step", "ratio": '
                                                                               '2.66}\n'),
          (_non_sweep_results,)),
+    # --- issue 52, item 5: episodes per step and the env pool are bounded
+    Case("train-group-size-100000", TRAIN_NEW + ["--group-size", "100000"], 2,
+         "algo.group_size (--group-size) must be in [1, 4096] (got 100000)", _no_run_config),
+    Case("train-games-per-step-1000000", TRAIN_NEW + ["--games-per-step", "1000000"], 2,
+         "train.games_per_step (--games-per-step) must be in [1, 4096] (got 1000000)", _no_run_config),
+    Case("train-episodes-per-step-100x100", TRAIN_NEW + ["--games-per-step", "100", "--group-size", "100"], 2,
+         "must be at most 4096 episodes per step (got 100 x 100 = 10000)", _no_run_config),
+    Case("train-pool-over-the-machine", TRAIN_NEW + ["--games-per-step", "64", "--group-size", "8"], 2,
+         "--games-per-step x --group-size asks for 512 env worker processes, more than this machine's bound of 64",
+         _no_run_config, (lambda ws, mp: mp.setattr(os, "cpu_count", lambda: 2),)),
+    Case("eval-batch-size-huge", EVAL + ["--games", "{bandit}", "--batch-size", "1000000"], 2,
+         "--batch-size must be in [1, 4096] (got 1000000)"),
+    Case("cfg-lora-alpha-1e30", ["train", "--config", "c.yaml", "--games", "{bandit}", "--out", "out"], 2,
+         "model.lora_alpha (--lora-alpha) must be in (0, 4096] with LoRA (got 1e+30)", _no_run_config,
+         (_yaml("model: {lora_rank: 4, lora_alpha: 1e30}\n"),)),
 ]
 
 
@@ -556,3 +571,39 @@ def test_eval_out_on_a_full_tmpfs(tmp_path, monkeypatch, capsys, assets):
         assert not out.exists() and not list(mnt.glob(".eval.json.tmp*")), "no partial file left on the full disk"
     finally:
         subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+# ------------------------------------------------------------------------------------------------ env pool temp dirs
+_POOL_SCRIPT = """
+import sys, time
+from agentrl_lib import cli
+from agentrl_lib.envs.pool import ProcessPool
+if sys.argv[1] == "cli":
+    cli._exit_on_sigterm()  # what `agentrl train / eval` does
+pool = ProcessPool(2, family="bandit")
+print(pool._tmp, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("how", ["cli", "plain"])
+def test_a_stopped_pool_leaves_no_temp_dir(tmp_path, how):
+    """A process holding a ProcessPool stopped with SIGTERM (issue 52): under the CLI's handler (SystemExit, then
+    atexit) its agentrl-envpool-<pid>-* dir is gone at exit. Negative control ('plain': Python's default SIGTERM,
+    which runs no atexit): the dir stays, and the next ProcessPool that starts removes it (its owner is dead)."""
+    from agentrl_lib.envs.pool import ProcessPool
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", _POOL_SCRIPT, how], stdout=subprocess.PIPE, text=True, env=env)
+    tmp = Path(proc.stdout.readline().strip())
+    assert tmp.is_dir() and tmp.name.startswith(f"agentrl-envpool-{proc.pid}-")
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(timeout=60)
+    if how == "cli":
+        assert rc == 128 + signal.SIGTERM and not tmp.exists()
+        return
+    assert rc == -signal.SIGTERM and tmp.exists(), "the control: a default SIGTERM runs no cleanup"
+    ProcessPool(1, family="bandit").close()
+    assert not tmp.exists(), "the next pool removes the dir of a dead owner"

@@ -28,6 +28,7 @@ Introduced in notebooks/00_quickstart.md §2 (the pool of a rollout).
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import multiprocessing as mp
@@ -61,6 +62,69 @@ interpreter (dumb-frotz printed 25-700 MB/s) ends as EnvFailure(kind='flood') wi
 WORKER_FILE_BYTES = 256 << 20
 """The most a worker may write into one file (RLIMIT_FSIZE, bytes; writes past it fail with EFBIG): the hard
 bound on a log between two checks. Larger than any file an env writes (fast-downward copies its 33 MB library)."""
+
+
+POOL_WORKERS_PER_CORE = 16
+"""ProcessPool workers allowed per CPU core (pool_workers_max). Env workers mostly wait for the policy (a TextWorld
+step is ~5-10 ms against ~1-3 s of generation per turn), so more workers than cores is normal; but each holds 61-77
+MB (measured above) and starts in ~0.2 s, so 16 a core (32 on the 2-core machine this was measured on: ~2.4 GB) is
+where a pool stops being a rollout and becomes a fork storm (issue 52: `--group-size 100000` started workers for
+minutes with no output)."""
+POOL_WORKERS_MIN_BOUND = 64
+"""The bound of pool_workers_max is never below this: a 2-core machine still runs RAGEN's 8 x 8 episodes a step."""
+POOL_TMP_PREFIX = "agentrl-envpool-"
+"""Prefix of a ProcessPool's private temp dir, followed by the owning process's pid and '-': a pool removes the dirs
+of dead owners when it starts (a run killed by SIGKILL leaves its dir behind; close() and atexit remove the rest)."""
+
+
+def pool_workers_max() -> int:
+    """Most workers one ProcessPool may start here: POOL_WORKERS_PER_CORE per CPU core, at least
+    POOL_WORKERS_MIN_BOUND."""
+    return max(POOL_WORKERS_MIN_BOUND, POOL_WORKERS_PER_CORE * (os.cpu_count() or 1))
+
+
+def check_pool_size(size: int, process_pool: bool = True, what: str = "--games-per-step x --group-size") -> None:
+    """Refuse a ProcessPool of more than pool_workers_max() workers before any starts, naming the flags `what`
+    that set its size. Raises ConfigError (one line)."""
+    from ..config import ConfigError
+
+    if process_pool and size > pool_workers_max():
+        raise ConfigError(f"{what} asks for {size} env worker processes, more than this machine's bound of "
+                          f"{pool_workers_max()} ({POOL_WORKERS_PER_CORE} per CPU core, ~70 MB each: "
+                          f"envs.pool.pool_workers_max); lower {what}, or pass --no-process-pool (one process, "
+                          "no crash isolation)")
+
+
+def _remove_stale_pool_dirs() -> None:
+    """Remove the temp dirs of ProcessPools whose owning process is gone (POOL_TMP_PREFIX<pid>-...)."""
+    tmp = Path(tempfile.gettempdir())
+    try:
+        candidates = list(tmp.glob(POOL_TMP_PREFIX + "*-*"))
+    except OSError:
+        return
+    for d in candidates:
+        pid = d.name[len(POOL_TMP_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # its owner still runs
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except OSError:  # another user's process: not ours to remove
+            continue
+
+
+_LIVE_POOL_DIRS: set[Path] = set()
+
+
+@atexit.register
+def _remove_live_pool_dirs() -> None:
+    """At interpreter exit (also after SIGTERM, which cli.main turns into SystemExit), the dirs of pools never
+    closed."""
+    for d in list(_LIVE_POOL_DIRS):
+        shutil.rmtree(d, ignore_errors=True)
+        _LIVE_POOL_DIRS.discard(d)
 
 
 @dataclass
@@ -321,7 +385,8 @@ class ProcessPool:
     `timeout_s`, plus `start_timeout_s` when it is a fresh worker's first call (process start, imports, env
     construction and its first game load).
 
-    Each worker runs in its own directory under a private temp dir (removed by close()), writes its stdout/stderr
+    Each worker runs in its own directory under a private temp dir (POOL_TMP_PREFIX<pid>-...; removed by close(),
+    else at interpreter exit, else by the next pool that starts after this process died), writes its stdout/stderr
     to a log there (emptied before a call once past WORKER_LOG_BYTES), and ignores SIGINT.
 
     Workers use the 'forkserver' start method where available ('spawn' otherwise): the parent has usually imported
@@ -336,13 +401,14 @@ class ProcessPool:
         start_timeout_s: extra seconds allowed for a fresh worker's first call.
         factory: a picklable callable that builds one env in the worker (overrides family/env_kwargs).
         **env_kwargs: passed to the env constructor in each worker (must be picklable).
-    Raises: ValueError for size < 1 or timeout_s <= 0.
+    Raises: ValueError for size < 1 or timeout_s <= 0; config.ConfigError for more than pool_workers_max() workers.
     """
 
     def __init__(self, size: int, family: str | EnvFamily = "textworld", timeout_s: float = DEFAULT_TIMEOUT_S,
                  start_timeout_s: float = 60.0, factory: Callable[[], Env] | None = None, **env_kwargs):
         if size < 1:
             raise ValueError(f"pool size must be >= 1 (got {size})")
+        check_pool_size(size, what="the pool size")
         if timeout_s is None or timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0 (got {timeout_s})")
         fam = family if isinstance(family, EnvFamily) else get_family(family)
@@ -357,7 +423,9 @@ class ProcessPool:
         if "forkserver" in methods:  # takes effect when this process's forkserver starts (once)
             preload = list(fam.preload or ("agentrl_lib.envs.pool",))
             self._ctx.set_forkserver_preload(preload + [_PRELOAD_WARM] if fam.warm_up is not None else preload)
-        self._tmp = Path(tempfile.mkdtemp(prefix="agentrl-envpool-"))
+        _remove_stale_pool_dirs()
+        self._tmp = Path(tempfile.mkdtemp(prefix=f"{POOL_TMP_PREFIX}{os.getpid()}-"))
+        _LIVE_POOL_DIRS.add(self._tmp)
         self._workers: list[tuple[Any, Any] | None] = [None] * size  # (process, parent connection)
 
     def pid(self, slot: int) -> int | None:
@@ -517,6 +585,7 @@ class ProcessPool:
                 w[0].join(timeout=5)
             self._kill(slot)
         shutil.rmtree(self._tmp, ignore_errors=True)
+        _LIVE_POOL_DIRS.discard(self._tmp)
 
     def __enter__(self):
         return self
@@ -543,6 +612,8 @@ def open_pool(env_cfg, size: int, games) -> EnvPool:
     from .base import check_game_set
 
     family = get_family(games.family)
+    check_pool_size(size, env_cfg.process_pool, "the env slots (train: --games-per-step x --group-size; eval: "
+                                                "--batch-size)")
     kind = ProcessPool if env_cfg.process_pool else SerialPool
     timeout_s = family.watchdog_s(env_cfg.step_timeout_s)
     pool = kind(size, family=family, timeout_s=timeout_s, **family.env_kwargs(env_cfg))
