@@ -110,7 +110,10 @@ def cpu_model() -> str:
 
 
 def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """'auto' → bfloat16 on CUDA (when supported), float32 on CPU (bf16 is not faster on most CPUs).
+    """The dtype a model is LOADED in to generate or evaluate (no optimizer): 'auto' → bfloat16 on CUDA (when
+    supported), float32 on CPU (bf16 is not faster on most CPUs). Training never loads its weights in this dtype:
+    an optimizer updating bf16 weights in place loses small updates (see training_precision), so the trainer and
+    SFT load float32 master weights and run the forward under autocast instead.
 
     Raises:
         ModelLoadError: a dtype other than auto, float32, bfloat16, float16 (e.g. 'fp8').
@@ -122,6 +125,59 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype not in DTYPES:
         raise ModelLoadError(f"dtype {dtype!r} is not supported; use one of {', '.join(DTYPES)}")
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+
+
+TRAINING_WEIGHTS = "float32"
+"""The dtype every trained model is loaded in (model.dtype for load_policy), whatever model.dtype asks: the master
+weights AdamW updates. bf16 runs as autocast over them (training_precision)."""
+
+
+def training_precision(dtype: str, mixed_precision: str, device: torch.device) -> torch.dtype | None:
+    """The dtype a TRAINING run's forwards compute in under torch.autocast (rollouts, no-grad passes, the update's
+    forward; SFT's forward), or None for plain fp32. The weights and AdamW's state are float32 either way
+    (TRAINING_WEIGHTS): bf16 runs as fp32 master weights + bf16 autocast, on every device.
+
+    Why never bf16 weights: AdamW updating bf16 weights in place rounds each step's change to bf16's 8 significant
+    bits; at lr 7e-6 ~96% of the update was lost (cosine 0.10 against fp32), while bf16 autocast over fp32 weights
+    kept it (cosine >= 0.99) (../shared/NOTES.md, 2026-11-28; tests/test_mixed_precision.py checks both).
+
+    Rules (model.dtype, train.mixed_precision):
+        mixed_precision 'bf16'          → bfloat16 on any device (the trainer refuses it where bf16_problem says the
+                                          hardware has no bf16).
+        dtype 'auto'                    → bfloat16 on a CUDA GPU with bf16 (what 'auto' loaded before, now as
+                                          autocast); None (fp32) on a CPU, even one with avx512_bf16 / amx_bf16:
+                                          bf16 changes every result's numbers (the findings' sweeps are fp32), was
+                                          not faster on the AVX-512 EPYC, and its forward erases fine-tuning changes
+                                          below ~2e-3 of a weight (train.bf16_max_logprob_gap). Ask for it with
+                                          mixed_precision 'bf16' or dtype 'bfloat16'.
+        dtype 'bfloat16'                → bfloat16 (explicit; emulated, slowly, on a CPU without bf16 instructions).
+        dtype 'float32'                 → None (fp32).
+        dtype 'float16'                 → refused: fp16 training needs loss scaling (GradScaler), which this library
+                                          does not do; float16 stays usable to evaluate (pick_dtype).
+    Args:
+        dtype: model.dtype, one of DTYPES. mixed_precision: train.mixed_precision, 'no' or 'bf16' ('no' for SFT unless
+            asked). device: the resolved training device (pick_device).
+    Returns: torch.bfloat16 or None.
+    Raises: ModelLoadError for 'float16' or a dtype not in DTYPES.
+    """
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"dtype {dtype!r} is not supported; use one of {', '.join(DTYPES)}")
+    if dtype == "float16":
+        raise ModelLoadError("model.dtype float16 cannot train here: fp16 gradients need loss scaling, which this "
+                             "library does not do; use --dtype bfloat16 (bf16 autocast over fp32 weights) or float32")
+    if mixed_precision == "bf16" or dtype == "bfloat16":
+        return torch.bfloat16
+    if dtype == "auto" and device.type == "cuda" and bf16_problem(device) is None:
+        return torch.bfloat16
+    return None
+
+
+def precision_label(autocast_dtype: torch.dtype | None) -> str:
+    """How a run computed, for records and summaries: 'fp32' (weights, AdamW and every forward in float32) or
+    'bf16-autocast' (float32 weights and AdamW; forwards under torch.autocast in bfloat16)."""
+    if autocast_dtype is None:
+        return "fp32"
+    return f"{str(autocast_dtype).removeprefix('torch.').replace('bfloat16', 'bf16')}-autocast"
 
 
 def embedded_model_dir() -> Path:

@@ -22,8 +22,9 @@ import torch
 
 from .envs import get_family
 from .envs.protocol import GameSet
-from .models import load_policy, pick_device, save_policy
+from .models import TRAINING_WEIGHTS, load_policy, pick_device, precision_label, save_policy, training_precision
 from .prompts import ChatFormat, feedback_message, first_user_message, format_reply, system_prompt_for
+from .update import adamw, adamw_impl
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ def sft(model_name: str, games: GameSet | Sequence[GameSet], out: str | Path, ep
         batch_size: int = 4, micro_batch_size: int | None = None,
         max_turns: int | None = None, seed: int = 0, device: str = "auto", dtype: str = "auto",
         lora_rank: int = 0, show_admissible: bool = False, show_inventory: bool = False,
-        action_format: str = "plain", max_actions_per_turn: int = 1) -> dict:
+        action_format: str = "plain", max_actions_per_turn: int = 1, mixed_precision: str = "no") -> dict:
     """Fine-tune `model_name` on the walkthroughs of `games` (one GameSet, or several whose examples are pooled, each
     with its own family's system prompt); save to `out/policy`.
 
@@ -105,10 +106,17 @@ def sft(model_name: str, games: GameSet | Sequence[GameSet], out: str | Path, ep
     `max_turns`: the episodes' turn limit, as the RL run's env.max_turns (expert_examples: longer walkthroughs are
     skipped and the observations state this limit where the family shows one, swe; `agentrl sft --max-turns`).
 
-    Returns a summary dict (examples, tokens, epochs, train_loss per logging step, seconds), also written to
-    out/sft_summary.json.
+    Precision as in RL (models.training_precision of `dtype` and `mixed_precision`, the RL run's model.dtype and
+    train.mixed_precision): the weights load and train in float32 whatever `dtype` says, and bf16 ('auto' on a bf16
+    GPU, 'bfloat16', or mixed_precision 'bf16') runs as autocast over them (TRL's bf16=True: accelerate's autocast,
+    fp32 master weights), never as bf16 weights updated in place, which lose most small updates. fp32 on a CPU unless
+    asked. The optimizer is TRL's AdamW in the implementation RL uses (update.adamw: fused where torch has it,
+    optim 'adamw_torch_fused'; 'adamw_torch' otherwise).
+
+    Returns a summary dict (examples, tokens, epochs, train_loss per logging step, seconds, precision: 'fp32' or
+    'bf16-autocast', adamw: the AdamW implementation), also written to out/sft_summary.json.
     Raises: ValueError if no walkthrough could be replayed, or if micro_batch_size is < 1 or does not divide
-    batch_size.
+    batch_size; models.ModelLoadError for dtype 'float16' (training_precision).
     """
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
@@ -118,7 +126,8 @@ def sft(model_name: str, games: GameSet | Sequence[GameSet], out: str | Path, ep
         raise ValueError(f"micro_batch_size must be >= 1 and divide batch_size {batch_size} (got {micro})")
     t0 = time.perf_counter()
     out = Path(out)
-    model, tok = load_policy(model_name, device, dtype, lora_rank=lora_rank)
+    amp = training_precision(dtype, mixed_precision, pick_device(device))
+    model, tok = load_policy(model_name, device, TRAINING_WEIGHTS, lora_rank=lora_rank)
     tok.padding_side = "right"
     sets = [games] if isinstance(games, GameSet) else list(games)
     examples = [e for g in sets for e in expert_examples(g, ChatFormat(tok), max_turns=max_turns,
@@ -130,6 +139,7 @@ def sft(model_name: str, games: GameSet | Sequence[GameSet], out: str | Path, ep
                          "(see the log)")
     ds = Dataset.from_list([{k: e[k] for k in ("input_ids", "assistant_masks")} for e in examples])
     on_gpu = pick_device(device).type == "cuda"
+    fused = adamw_impl(adamw([{"params": [next(model.parameters())]}], lr=lr)) == "fused"
     # transformers >= 5.23 names it activation_checkpointing; 5.19 (the vLLM env, `make vllm`) knows only
     # gradient_checkpointing
     no_checkpointing = {k: False for k in ("activation_checkpointing", "gradient_checkpointing")
@@ -138,7 +148,7 @@ def sft(model_name: str, games: GameSet | Sequence[GameSet], out: str | Path, ep
                      gradient_accumulation_steps=batch_size // micro,
                      learning_rate=lr, lr_scheduler_type="constant", warmup_steps=0, logging_steps=1,
                      save_strategy="no", report_to=[], seed=seed, use_cpu=not on_gpu,
-                     bf16=next(model.parameters()).dtype == torch.bfloat16,
+                     bf16=amp == torch.bfloat16, optim="adamw_torch_fused" if fused else "adamw_torch",
                      **no_checkpointing, max_length=None,
                      disable_tqdm=True, dataloader_num_workers=0)
     model.train()
@@ -153,6 +163,8 @@ def sft(model_name: str, games: GameSet | Sequence[GameSet], out: str | Path, ep
                "assistant_tokens": sum(sum(e["assistant_masks"]) for e in examples),
                "epochs": epochs, "lr": lr, "batch_size": batch_size, "micro_batch_size": micro, "train_loss": losses,
                "seconds": round(time.perf_counter() - t0, 1), "model": model_name,
+               "precision": precision_label(amp),
+               "adamw": adamw_impl(getattr(trainer.optimizer, "optimizer", trainer.optimizer)),  # accelerate wraps it
                "games": str(sets[0].root) if len(sets) == 1 else [str(g.root) for g in sets]}
     (out / "sft_summary.json").write_text(json.dumps(summary, indent=1))
     return summary

@@ -30,6 +30,7 @@ Introduced in notebooks/00_quickstart.md §5.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -54,19 +55,32 @@ from .generation import GENERATORS
 from .losses import masked_mean, truncated_is_weights
 from .metrics import complete_row, step_row
 from .models import (
+    TRAINING_WEIGHTS,
     base_model,
     bf16_problem,
     disable_dropout,
     enable_gradient_checkpointing,
     load_start_policy,
+    pick_device,
+    precision_label,
     reference_policy,
+    training_precision,
 )
 from .policy import TokenModel, ValueHead, prompt_groups
 from .prompts import ChatFormat, system_prompt_for
 from .rewards import place_on_tokens, turn_rewards
 from .rollout import RolloutStats, Trajectory, collate, rollout
 from .tracking import open_tracker
-from .update import accumulate_microbatches, bf16_logprob_gap, make_optimizer, no_grad_forward, select, tis_applies
+from .update import (
+    accumulate_microbatches,
+    adamw_impl,
+    bf16_logprob_gap,
+    make_optimizer,
+    no_grad_forward,
+    select,
+    set_adamw_impl,
+    tis_applies,
+)
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +137,11 @@ class Trainer:
         self.divergence = DivergenceGuard(config.train.max_nonfinite_steps)  # NaN/inf steps in a row
         self.tracker = open_tracker(config.train.report_to, run_dir, self.is_main)  # plumbing: tracking.py
         mc, self.estimator = config.model, ESTIMATORS[config.algo.advantage]
+        # plumbing: the run's precision (models.training_precision): float32 master weights whatever model.dtype says,
+        # bf16 as autocast over them (an AdamW updating bf16 weights in place loses most small updates)
+        self.autocast_dtype = training_precision(mc.dtype, config.train.mixed_precision, pick_device(mc.device))
+        self.precision = precision_label(self.autocast_dtype)  # 'fp32' or 'bf16-autocast': records say which ran
+        mc = dataclasses.replace(mc, dtype=TRAINING_WEIGHTS)  # every load below: policy, checkpoint, π_ref
         need_vh = self.estimator.needs_critic  # a critic exists iff the estimator needs one
         state = None  # a resumed run's optimizer and value-head state
         if resume and ckpt_lib.list_checkpoints(self.ckpt_root):  # newest complete checkpoint that loads, else older
@@ -148,17 +167,23 @@ class Trainer:
         disable_dropout(self.policy)  # π_old is computed without dropout: the update must see the same function
         # ALGO: the frozen reference policy of the KL term (None: this run's LoRA adapter is switched off instead)
         self.ref = reference_policy(self.policy, mc, state is not None) if config.algo.kl_coef > 0 else None
-        # plumbing: train.mixed_precision bf16: every forward under autocast (weights and AdamW stay in their dtype)
-        self.bf16_unchecked = config.train.mixed_precision == "bf16"  # update.bf16_logprob_gap on the first batch
-        self.autocast = functools.partial(torch.autocast, self.device.type, torch.bfloat16, self.bf16_unchecked)
-        if self.bf16_unchecked and (why := bf16_problem(self.device)):
+        # plumbing: bf16 (train.mixed_precision bf16, model.dtype bfloat16, or auto on a bf16 GPU): every forward under
+        # autocast; the weights and AdamW stay float32
+        amp = self.autocast_dtype is not None
+        self.bf16_unchecked = amp  # update.bf16_logprob_gap on the first batch
+        self.autocast = functools.partial(torch.autocast, self.device.type, self.autocast_dtype or torch.bfloat16, amp)
+        if config.train.mixed_precision == "bf16" and (why := bf16_problem(self.device)):
             raise ConfigError(f"train.mixed_precision bf16: {why}; use --mixed-precision no")
-        self.use_tis = tis_applies(config, next(self.policy.parameters()).dtype)
+        log.info("precision: %s (model.dtype %s, train.mixed_precision %s, %s)", self.precision, config.model.dtype,
+                 config.train.mixed_precision, self.device)
+        self.use_tis = tis_applies(config, self.autocast_dtype or next(self.policy.parameters()).dtype)
         self.opt = make_optimizer(self.policy, self.value_head, config.train)
+        self.adamw_impl = adamw_impl(self.opt)  # the fastest torch offers (update.adamw): fused on CPU and CUDA
         if config.train.gradient_checkpointing:  # active in train() mode only: rollouts keep their KV cache
             enable_gradient_checkpointing(self.policy)
         if state is not None:  # optimizer + value head; then the config's lr / value_lr (a resume may change them)
             ckpt_lib.apply_training_state(state, self.opt, self.value_head, [config.train.lr, config.train.value_lr])
+            set_adamw_impl(self.opt, self.adamw_impl)  # load_state_dict restored the saved implementation's flags
         if self.is_main:
             rundir.write_config(self.run_dir / "config.yaml", config)  # only now: a failed resume changes nothing
         # plumbing: the update's forward; with data parallelism it goes through DDP, which averages the ranks' gradients
@@ -345,7 +370,15 @@ class Trainer:
             batch["ref_logprobs"] = self._ref_logprobs(batch)
         if self.bf16_unchecked:  # plumbing: does bf16 change this policy? (π_old's pass above ran under bf16)
             self.bf16_unchecked = False
-            m["bf16_logprob_gap"] = bf16_logprob_gap(self.policy, batch, cfg.train, self.dp, old.get("logprobs"))
+            # the limit stops a run that asked for bf16 (mixed_precision bf16, dtype bfloat16); model.dtype auto's
+            # bf16 on a GPU (the default there) logs the gap and warns above it
+            asked = cfg.train.mixed_precision == "bf16" or cfg.model.dtype == "bfloat16"
+            train = cfg.train if asked else dataclasses.replace(cfg.train, bf16_max_logprob_gap=0.0)
+            m["bf16_logprob_gap"] = bf16_logprob_gap(self.policy, batch, train, self.dp, old.get("logprobs"))
+            if not asked and 0 < cfg.train.bf16_max_logprob_gap < m["bf16_logprob_gap"]:
+                log.warning("bf16 autocast (model.dtype auto on %s) moves this policy's action log-probs by %.3g nats "
+                            "per token from fp32's (train.bf16_max_logprob_gap %g); --dtype float32 trains in fp32",
+                            self.device, m["bf16_logprob_gap"], cfg.train.bf16_max_logprob_gap)
         return m
 
     def _ref_logprobs(self, batch) -> torch.Tensor:

@@ -214,21 +214,81 @@ def no_grad_forward(model, batch: dict[str, torch.Tensor], train: TrainConfig, d
     return {k: dp.gather_rows(v, B) for k, v in out.items()}
 
 
-def tis_applies(config: RunConfig, policy_dtype: torch.dtype) -> bool:
+def tis_applies(config: RunConfig, compute_dtype: torch.dtype) -> bool:
     """Whether the loss is weighted by truncated importance sampling: algo.tis 'on', or 'auto' with low precision
-    (weights not float32, or train.mixed_precision bf16) and π_old recomputed (algo.old_logprobs 'recompute')."""
-    low_precision = policy_dtype != torch.float32 or config.train.mixed_precision == "bf16"
+    and π_old recomputed (algo.old_logprobs 'recompute'). `compute_dtype`: the dtype the training forward computes
+    in: the autocast dtype (models.training_precision: bf16 under train.mixed_precision bf16 or model.dtype
+    auto on a bf16 GPU), else the weights' (float32); low precision = not float32, or train.mixed_precision bf16."""
+    low_precision = compute_dtype != torch.float32 or config.train.mixed_precision == "bf16"
     return config.algo.tis == "on" or (config.algo.tis == "auto" and low_precision
                                        and config.algo.old_logprobs == "recompute")
 
 
-def make_optimizer(policy, value_head: ValueHead | None, train: TrainConfig) -> torch.optim.AdamW:
+ADAMW_IMPLS = ("fused", "foreach", "plain")
+"""torch.optim.AdamW's implementations, fastest first: 'fused' (one kernel per parameter group, fused=True; on CPU
+since torch 2.4), 'foreach' (multi-tensor ops, foreach=True), 'plain' (a Python loop over the tensors,
+foreach=False). They compute the same update up to float rounding (tests/test_update.py). Measured on a 2-core AMD
+EPYC with AVX-512 over SmolLM2-135M's 134.5M fp32 weights: see results/adamw_speed.jsonl
+(benchmarks/bench_adamw.py)."""
+
+
+def adamw(groups: list[dict], impl: str | None = None, **kwargs) -> torch.optim.AdamW:
+    """torch.optim.AdamW over `groups` in implementation `impl` (ADAMW_IMPLS), or, with impl None, the fastest this
+    torch offers for these parameters: fused is tried (the constructor refuses devices and dtypes it has no kernel
+    for), then foreach, then plain. `kwargs` go to AdamW (weight_decay, betas, eps). The chosen one is
+    `adamw_impl(opt)`. Raises ValueError for an impl not in ADAMW_IMPLS; whatever AdamW raises for a forced one."""
+    if impl is not None and impl not in ADAMW_IMPLS:
+        raise ValueError(f"AdamW implementation must be one of {', '.join(ADAMW_IMPLS)} (got {impl!r})")
+    flags = {"fused": {"fused": True}, "foreach": {"foreach": True}, "plain": {"foreach": False}}
+    for name in (impl,) if impl else ADAMW_IMPLS:
+        try:
+            return torch.optim.AdamW(groups, **flags[name], **kwargs)
+        except (RuntimeError, ValueError, TypeError):
+            if impl or name == "plain":
+                raise
+    raise AssertionError("unreachable")  # plain always constructs or raises above
+
+
+def adamw_impl(opt: torch.optim.Optimizer) -> str:
+    """Which of ADAMW_IMPLS `opt` steps with (read from its first parameter group's fused / foreach flags)."""
+    g = opt.param_groups[0]
+    return "fused" if g.get("fused") else "foreach" if g.get("foreach") else "plain"
+
+
+def set_adamw_impl(opt: torch.optim.Optimizer, impl: str) -> None:
+    """Switch `opt` to implementation `impl` after load_state_dict, which copies the saved groups' fused / foreach
+    flags (a checkpoint of a plain optimizer would otherwise resume plain). fused keeps each state['step'] as a
+    float32 scalar on its parameter's device (torch's note [special device hosting for step]); the others on the
+    CPU. Raises ValueError for an impl not in ADAMW_IMPLS."""
+    if impl not in ADAMW_IMPLS:
+        raise ValueError(f"AdamW implementation must be one of {', '.join(ADAMW_IMPLS)} (got {impl!r})")
+    for g in opt.param_groups:
+        g["fused"], g["foreach"] = (True, None) if impl == "fused" else (None, impl == "foreach")
+        for p in g["params"]:
+            st = opt.state.get(p)
+            if st and torch.is_tensor(st.get("step")):
+                st["step"] = st["step"].to(dtype=torch.float32,
+                                           device=p.device if impl == "fused" or g.get("capturable") else "cpu")
+
+
+def make_optimizer(policy, value_head: ValueHead | None, train: TrainConfig, impl: str | None = None
+                   ) -> torch.optim.AdamW:
     """AdamW without weight decay: the policy's trainable weights at train.lr, then the value head's (a critic) at
-    train.value_lr; checkpoint.apply_training_state sets the lrs in this order."""
+    train.value_lr; checkpoint.apply_training_state sets the lrs in this order. The fastest implementation this torch
+    has for them (`adamw`; `impl` forces one): fused on CPU and CUDA with torch 2.13, the same update up to float
+    rounding.
+
+    Raises: ValueError when a weight to train is not float32 (an optimizer updating bf16/fp16 weights in place loses
+    small updates: load the model in models.TRAINING_WEIGHTS and autocast the forward, models.training_precision)."""
     groups = [{"params": [p for p in policy.parameters() if p.requires_grad], "lr": train.lr}]
     if value_head is not None:
         groups.append({"params": list(value_head.parameters()), "lr": train.value_lr})
-    return torch.optim.AdamW(groups, weight_decay=0.0)
+    low = sorted({str(p.dtype) for g in groups for p in g["params"] if p.dtype != torch.float32})
+    if low:
+        raise ValueError(f"the weights to train are {', '.join(low)}, not float32: AdamW would update them in place "
+                         "and lose most small updates (bf16 keeps 8 significant bits); load the model in float32 "
+                         "and run bf16 as autocast (models.training_precision)")
+    return adamw(groups, impl, weight_decay=0.0)
 
 
 @torch.no_grad()
@@ -256,8 +316,11 @@ def bf16_logprob_gap(model, batch: dict[str, torch.Tensor], train: TrainConfig, 
     gap = masked_mean((low - full).abs(), batch["mask"]).item()
     limit = train.bf16_max_logprob_gap
     if limit > 0 and gap > limit:
+        source = ("train.mixed_precision bf16" if train.mixed_precision == "bf16"
+                  else "bf16 autocast (model.dtype bfloat16)")
         raise ConfigError(
-            f"train.mixed_precision bf16 changes this policy: its action log-probs differ from fp32's by {gap:.3g} "
+            f"{source} changes this policy: its action log-probs differ from fp32's by {gap:.3g} "
             f"nats per token on the first batch (limit train.bf16_max_logprob_gap {limit:g}); the weights' "
-            "fine-tuning changes are below bf16's resolution (book/benchmarks.md); use --mixed-precision no")
+            "fine-tuning changes are below bf16's resolution (book/benchmarks.md); use --mixed-precision no "
+            "--dtype float32")
     return gap

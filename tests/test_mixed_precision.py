@@ -134,3 +134,161 @@ def _direct_gap(model, batch, T: float) -> float:
             lp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
             out.append(torch.cat([torch.zeros_like(lp[:, :1]), lp], 1))
     return (((out[0] - out[1]).abs() * mask).sum() / mask.sum()).item()
+
+
+# ------------------------------------------------------------------------------------------------ bf16 keeps updates
+def _flat(model) -> torch.Tensor:
+    return torch.cat([p.detach().float().flatten() for p in model.parameters()])
+
+
+def _update(tiny_model_dir, weights: str, autocast: torch.dtype | None, steps: int = 3, lr: float = 1e-5):
+    """The change of every weight (flat, float32) after `steps` AdamW steps of the trainer's optimizer
+    (update.make_optimizer) on one fixed next-token batch, the model loaded in `weights`, each forward under
+    `autocast` (None: off), as the Trainer runs them."""
+    torch.manual_seed(0)
+    model, _ = models_mod.load_policy(tiny_model_dir, device="cpu", dtype=weights)
+    ids = torch.randint(0, model.config.vocab_size, (4, 32), generator=torch.Generator().manual_seed(0))
+    if weights == "float32":
+        opt = update_mod.make_optimizer(model, None, TrainConfig(lr=lr))
+    else:  # the planted bug: AdamW over bf16 weights (make_optimizer refuses them)
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
+    start = _flat(model)
+    model.train()
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+    return _flat(model) - start
+
+
+def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    return torch.nn.functional.cosine_similarity(a, b, 0).item()
+
+
+def test_bf16_as_autocast_over_fp32_weights_keeps_a_small_update(tiny_model_dir):
+    """Every bf16 training path (models.training_precision) loads the weights in TRAINING_WEIGHTS (float32) and runs
+    the forward under bf16 autocast: 3 AdamW steps at lr 1e-5 then move the weights as fp32 does (cosine of the update
+    against fp32's >= 0.99, its norm within 5%). Control: the same steps with the weights loaded in bf16 and AdamW
+    updating them in place (what model.dtype auto did on a GPU) lose the update (cosine well below: ~0.4 here, 0.10
+    on SmolLM2 at lr 7e-6)."""
+    amp = models_mod.training_precision("bfloat16", "no", torch.device("cpu"))
+    assert amp == torch.bfloat16 and models_mod.TRAINING_WEIGHTS == "float32"
+    ref = _update(tiny_model_dir, "float32", None)
+    kept = _update(tiny_model_dir, models_mod.TRAINING_WEIGHTS, amp)
+    lost = _update(tiny_model_dir, "bfloat16", None)  # control: bf16 weights updated in place
+    assert ref.norm() > 0 and not torch.equal(kept, ref)  # autocast did change the computation
+    assert _cosine(kept, ref) >= 0.99 and abs(kept.norm() / ref.norm() - 1) < 0.05
+    assert _cosine(lost, ref) < 0.8
+
+
+def test_the_optimizer_refuses_weights_that_are_not_float32(tiny_model_dir):
+    """update.make_optimizer refuses bf16 weights in one message (the planted control of the test above, made
+    through the library, fails loudly); float32 ones build."""
+    model, _ = models_mod.load_policy(tiny_model_dir, device="cpu", dtype="bfloat16")
+    with pytest.raises(ValueError, match="torch.bfloat16, not float32: AdamW would update them in place"):
+        update_mod.make_optimizer(model, None, TrainConfig())
+    update_mod.make_optimizer(model.float(), None, TrainConfig())
+
+
+def test_training_precision_rules(monkeypatch):
+    """model.dtype × train.mixed_precision → the autocast dtype (weights always float32): auto is bf16 on a bf16 GPU
+    and fp32 on every CPU, avx512_bf16 or not (results stay comparable); bfloat16 or mixed_precision bf16 ask for it
+    anywhere; float16 cannot train (no loss scaling). Controls: a GPU without bf16 stays fp32; float32 + no is fp32."""
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.setattr(models_mod, "bf16_problem", lambda d: None)  # a CPU / GPU with bf16
+    tp = models_mod.training_precision
+    assert tp("auto", "no", cpu) is None and tp("float32", "no", cpu) is None and tp("float32", "no", gpu) is None
+    assert tp("auto", "no", gpu) == torch.bfloat16
+    assert tp("bfloat16", "no", cpu) == tp("float32", "bf16", cpu) == tp("auto", "bf16", gpu) == torch.bfloat16
+    monkeypatch.setattr(models_mod, "bf16_problem", lambda d: "the GPU Test has no bf16")
+    assert tp("auto", "no", gpu) is None
+    with pytest.raises(models_mod.ModelLoadError, match="float16 cannot train.*loss scaling"):
+        tp("float16", "no", cpu)
+    with pytest.raises(models_mod.ModelLoadError, match="not supported"):
+        tp("fp8", "no", cpu)
+    assert models_mod.precision_label(None) == "fp32"
+    assert models_mod.precision_label(torch.bfloat16) == "bf16-autocast"
+
+
+@pytest.mark.trains
+@pytest.mark.parametrize("dtype", ["bfloat16", "auto"])
+def test_trainer_loads_fp32_master_weights_whatever_model_dtype_says(tiny_model_dir, tmp_path, monkeypatch, dtype):
+    """model.dtype bfloat16 (and auto where it means bf16: a CUDA GPU, stood in for here by patching
+    training_precision's device rule) trains float32 weights with the update's forward under bf16 autocast, TIS on,
+    the precision named (Trainer.precision 'bf16-autocast'). model.dtype auto on a CPU stays fp32 with no autocast
+    (control: the CPU default does not change numbers)."""
+    monkeypatch.setattr(trainer_mod, "bf16_problem", lambda device: None)
+    if dtype == "auto":  # auto on a bf16 GPU: what training_precision returns there
+        real = models_mod.training_precision
+        assert real("auto", "no", torch.device("cpu")) is None
+        monkeypatch.setattr(trainer_mod, "training_precision", lambda d, m, dev: torch.bfloat16)
+    seen: list = []
+    real_forward = policy_mod.token_forward
+
+    def spy(*a, **k):
+        seen.append((torch.is_grad_enabled(), torch.is_autocast_enabled("cpu")))
+        return real_forward(*a, **k)
+
+    monkeypatch.setattr(policy_mod, "token_forward", spy)
+    cfg = RunConfig(env=EnvConfig(games=str(scripted_games(tmp_path / "games")), max_turns=2),
+                    reward=RewardConfig(kind="dense"), algo=AlgoConfig.from_preset("ppo", group_size=4),
+                    model=ModelConfig(device="cpu", dtype=dtype),
+                    train=TrainConfig(steps=1, games_per_step=2, minibatch_size=8, lr=1e-3, max_new_tokens=6,
+                                      temperature=1.0, seed=1, bf16_max_logprob_gap=0.0))
+    trainer = Trainer(cfg, tmp_path / "run", init=tiny_model_dir, pool=SerialPool(8, factory=ParityEnv),
+                      progress=False)
+    try:
+        assert trainer.precision == "bf16-autocast" and trainer.use_tis
+        assert all(p.dtype == torch.float32 for p in trainer.policy.parameters())
+        row = trainer.step(0)
+    finally:
+        trainer.close()
+    assert row["skipped_update"] == 0.0 and all(p.dtype == torch.float32 for p in trainer.policy.parameters())
+    assert any(amp for grad, amp in seen if grad) and all(amp for grad, amp in seen if grad)
+    assert trainer.cfg.model.dtype == dtype  # the config keeps what was asked; the loads used float32
+
+
+@pytest.mark.trains
+def test_trainer_auto_dtype_on_cpu_is_fp32(tiny_model_dir, tmp_path):
+    """Control of the test above: model.dtype auto on a CPU (with or without avx512_bf16) trains in fp32, no TIS."""
+    cfg = RunConfig(env=EnvConfig(games=str(scripted_games(tmp_path / "games")), max_turns=2),
+                    reward=RewardConfig(kind="dense"), algo=AlgoConfig.from_preset("ppo", group_size=4),
+                    model=ModelConfig(device="cpu", dtype="auto"), train=TrainConfig(steps=1, games_per_step=2))
+    trainer = Trainer(cfg, tmp_path / "run", init=tiny_model_dir, pool=SerialPool(8, factory=ParityEnv),
+                      progress=False)
+    try:
+        assert trainer.precision == "fp32" and not trainer.use_tis and trainer.autocast_dtype is None
+        assert all(p.dtype == torch.float32 for p in trainer.policy.parameters())
+    finally:
+        trainer.close()
+
+
+@pytest.mark.trains
+def test_sft_in_bf16_keeps_the_update_that_bf16_weights_lose(tiny_model_dir, cooking_games, tmp_path, monkeypatch):
+    """SFT (TRL's SFTTrainer, its own AdamW) under the RL run's precision rules: dtype bfloat16 loads float32 weights
+    and runs TRL with bf16=True (autocast): 3 walkthroughs, 3 steps at lr 1e-5 move the weights as fp32 SFT does
+    (cosine >= 0.99), the saved weights are float32 and the summary names the precision. Control: the weights
+    loaded in bf16 (TRAINING_WEIGHTS planted as bfloat16, what dtype auto did on a GPU) lose the update."""
+    from transformers import AutoModelForCausalLM
+
+    import agentrl_lib.sft as sft_mod
+
+    start = _flat(AutoModelForCausalLM.from_pretrained(tiny_model_dir))
+
+    def moved(name: str, dtype: str):
+        s = sft_mod.sft(tiny_model_dir, cooking_games, tmp_path / name, lr=1e-5, batch_size=1, epochs=1.0,
+                        device="cpu", dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(tmp_path / name / "policy", dtype="auto")
+        return s, model, _flat(model) - start
+
+    s32, _, ref = moved("fp32", "float32")
+    s16, m16, kept = moved("bf16", "bfloat16")
+    assert s32["precision"] == "fp32" and s16["precision"] == "bf16-autocast"
+    assert len(s16["train_loss"]) == 3 and next(m16.parameters()).dtype == torch.float32
+    assert s16["adamw"] == update_mod.adamw_impl(update_mod.adamw([{"params": [torch.zeros(1)]}]))
+    assert not torch.equal(kept, ref) and _cosine(kept, ref) >= 0.99
+    monkeypatch.setattr(sft_mod, "TRAINING_WEIGHTS", "bfloat16")  # the planted bug: bf16 weights in place
+    _, _, lost = moved("lost", "bfloat16")
+    assert _cosine(lost, ref) < 0.8
