@@ -1,6 +1,7 @@
 """train.max_tokens_per_microbatch: gradient accumulation over token-budget micro-batches gives the minibatch's
 gradient (the minibatch's token count stays the loss denominator), with a negative control that plants per-micro-batch
 means (the mistake every hand-written accumulation loop makes first)."""
+import copy
 import functools
 
 import pytest
@@ -213,3 +214,94 @@ def test_shared_prompts_and_group_minibatches_give_the_plain_update(tiny_model_d
     seen.clear()
     _gradients("grpo", 0, tiny_model_dir, tmp_path, "rows", {"minibatch_size": 4}, kl_coef=0.0)
     assert sorted(seen) != [[0, 1, 2, 3], [4, 5, 6, 7]]  # the default: random rows
+
+
+# ------------------------------------------------------------------------------------------------ AdamW implementations
+def _adamw_after(impl: str, lr: float = 1e-3, steps: int = 3, state: dict | None = None) -> list[torch.Tensor]:
+    """The weights after `steps` AdamW steps in implementation `impl` (update.adamw) from fixed random weights and
+    fixed per-step gradients of a Llama-like set of shapes (matrices, vectors, one scalar-like)."""
+    g = torch.Generator().manual_seed(0)
+    shapes = [(64, 32), (32,), (128, 32), (1,), (32, 128)]
+    params = [torch.nn.Parameter(torch.randn(s, generator=g) * 0.02) for s in shapes]
+    grads = [[torch.randn(s, generator=g) * 10.0 ** -k for k, s in enumerate(shapes)] for _ in range(steps)]
+    opt = update_mod.adamw([{"params": params, "lr": lr}], impl, weight_decay=0.0)
+    assert update_mod.adamw_impl(opt) == impl
+    for step in grads:
+        for p, gr in zip(params, step):
+            p.grad = gr.clone()
+        opt.step()
+    return [p.detach() for p in params]
+
+
+def _ulps(a: list[torch.Tensor], b: list[torch.Tensor], lr: float = 1e-3) -> float:
+    """The largest |a − b| over every element, in units of float32's spacing (eps × scale, 1 = one rounding step) at
+    the element's scale max(|b|, lr): an AdamW step moves a weight by ~lr, so near-zero weights are compared at the
+    scale of their update, the rest at their own."""
+    return max(((x - y).abs() / torch.finfo(torch.float32).eps / y.abs().clamp(min=lr)).max().item()
+               for x, y in zip(a, b))
+
+
+def test_fused_and_foreach_adamw_step_as_the_plain_loop_does():
+    """update.adamw's implementations make the same 3 steps (lr 1e-3, gradients from 1 to 1e-4) up to float32
+    rounding: foreach and fused within 4 ulp of the plain loop's weights. Control: the plain loop at a planted lr
+    1.1e-3 is thousands of ulp away (the comparison sees a real difference)."""
+    plain = _adamw_after("plain")
+    assert _ulps(_adamw_after("foreach"), plain) <= 4
+    assert _ulps(_adamw_after("fused"), plain) <= 4
+    assert _ulps(_adamw_after("plain", lr=1.1e-3), plain) > 1000  # control: another lr is caught
+
+
+def test_adamw_takes_the_fastest_implementation_torch_offers(monkeypatch):
+    """With no impl forced, update.adamw builds fused AdamW (CPU fused AdamW exists since torch 2.4), falls back to
+    foreach where the constructor refuses fused, then to the plain loop; a forced impl that torch refuses raises,
+    and a name not in ADAMW_IMPLS is refused. The trainer's optimizer is the fastest (make_optimizer)."""
+    p = [torch.nn.Parameter(torch.zeros(3))]
+    assert update_mod.adamw_impl(update_mod.adamw([{"params": p}])) == "fused"
+    real = torch.optim.AdamW
+
+    def refusing(*refused):
+        def make(*a, **k):
+            if any(k.get(flag) for flag in refused) or ("plain" in refused and k.get("foreach") is False):
+                raise RuntimeError("no kernel for this device")
+            return real(*a, **k)
+        return make
+
+    monkeypatch.setattr(torch.optim, "AdamW", refusing("fused"))
+    assert update_mod.adamw_impl(update_mod.adamw([{"params": p}])) == "foreach"
+    monkeypatch.setattr(torch.optim, "AdamW", refusing("fused", "foreach"))
+    assert update_mod.adamw_impl(update_mod.adamw([{"params": p}])) == "plain"
+    with pytest.raises(RuntimeError, match="no kernel"):
+        update_mod.adamw([{"params": p}], "fused")
+    monkeypatch.setattr(torch.optim, "AdamW", real)
+    with pytest.raises(ValueError, match="must be one of fused, foreach, plain"):
+        update_mod.adamw([{"params": p}], "apex")
+    head = torch.nn.Linear(3, 1)
+    assert update_mod.adamw_impl(update_mod.make_optimizer(head, None, TrainConfig())) == "fused"
+
+
+def test_a_plain_adamw_checkpoint_resumes_fused():
+    """load_state_dict copies the saved groups' implementation flags (torch), so the trainer switches the loaded
+    optimizer back to its own (update.set_adamw_impl, Trainer after apply_training_state): a plain optimizer's state
+    loaded into a fused one steps fused and lands where the plain one does (within 4 ulp). Control: without the
+    switch the loaded optimizer says plain."""
+    g = torch.Generator().manual_seed(1)
+    w0, grads = torch.randn(16, 8, generator=g), [torch.randn(16, 8, generator=g) for _ in range(4)]
+
+    def stepped(opt, p, gs):
+        for gr in gs:
+            p.grad = gr.clone()
+            opt.step()
+        return p.detach().clone()
+
+    p = torch.nn.Parameter(w0.clone())
+    plain = update_mod.adamw([{"params": [p], "lr": 1e-3}], "plain")
+    stepped(plain, p, grads[:2])
+    saved, mid = copy.deepcopy(plain.state_dict()), p.detach().clone()  # state_dict holds the live tensors
+    expect = stepped(plain, p, grads[2:])
+    q = torch.nn.Parameter(mid.clone())
+    fused = update_mod.adamw([{"params": [q], "lr": 1e-3}], "fused")
+    fused.load_state_dict(saved)
+    assert update_mod.adamw_impl(fused) == "plain"  # control: what load_state_dict leaves
+    update_mod.set_adamw_impl(fused, "fused")
+    assert update_mod.adamw_impl(fused) == "fused" and fused.state[q]["step"].dtype == torch.float32
+    assert _ulps([stepped(fused, q, grads[2:])], [expect]) <= 4
