@@ -3,6 +3,7 @@ gradient (the minibatch's token count stays the loss denominator), with a negati
 means (the mistake every hand-written accumulation loop makes first)."""
 import copy
 import functools
+from pathlib import Path
 
 import pytest
 import torch
@@ -305,3 +306,32 @@ def test_a_plain_adamw_checkpoint_resumes_fused():
     update_mod.set_adamw_impl(fused, "fused")
     assert update_mod.adamw_impl(fused) == "fused" and fused.state[q]["step"].dtype == torch.float32
     assert _ulps([stepped(fused, q, grads[2:])], [expect]) <= 4
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_bench_adamw_tiny(tmp_path, tiny_model_dir):
+    """benchmarks/bench_adamw.py on the tiny model: one JSON line with each implementation's step and whole-update
+    medians, speedups vs the plain loop, and fused / foreach weights within a few ulps of plain's (same steps);
+    every implementation's update starts from the same weights (the same loss). Timings are not asserted."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "adamw.jsonl"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+           "OMP_WAIT_POLICY": "PASSIVE"}
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_adamw.py"), "--model", tiny_model_dir,
+                           "--rounds", "1", "--steps", "1", "--lengths", "40,30", "--policy-tokens", "8,6",
+                           "--prompt", "10", "--threads", "1", "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = out.read_text().splitlines()
+    res = json.loads(line)
+    assert set(res["step"]) == set(res["update"]) == {"plain", "foreach", "fused"} and res["cpu"]
+    assert res["step"]["foreach"]["max_ulps_vs_plain"] == 0 and res["step"]["fused"]["max_ulps_vs_plain"] < 8
+    assert all(res[part][k]["speedup_vs_plain"] > 0 for part in ("step", "update") for k in ("foreach", "fused"))
+    assert len({res["update"][k]["loss"] for k in res["update"]}) == 1
+    assert res["update_tokens"] == 70 and res["config"]["rounds"] == 1 and res["seed"] == 0
