@@ -24,7 +24,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
 from .generation_protocol import Generator, TurnSample
-from .models import CACHE_ARG
+from .models import CACHE_ARG, base_model
 
 __all__ = ["GENERATORS", "Generator", "HFGenerator", "LiveRowsGenerator", "TurnSample", "check_generator",
            "distinct_rows", "sampling_config"]
@@ -323,41 +323,46 @@ class LiveRowsGenerator(HFGenerator):
                 consuming it exactly as `generate` does (one (B, V) exponential draw per decode step).
         Returns:
             TurnSample: each row's ids (up to and incl. eos), the log-probs of the distribution sampled (T = 1 when
-            greedy), truncated (no eos within max_new_tokens) and sampler_gap 0.0 (no warper: the sampled
-            distribution is softmax(logits / T) by construction).
+            greedy), truncated (no eos within max_new_tokens), sampler_gap 0.0 (no warper: the sampled
+            distribution is softmax(logits / T) by construction) and hidden: each row's (n, H) float32 last hidden
+            states that sampled its ids (for V_old without a second forward).
         """
         B, width = self.ids.shape
         sample, cache, dev = temperature > 0, self.cache, self.device
+        base = base_model(self.model)  # the backbone and output layer, called as the causal LM calls them, so that
+        backbone, head = base.get_decoder(), base.get_output_embeddings()  # the hidden state that samples is kept
         past = cache.get_seq_length()
         positions = (self.attn.cumsum(-1) - 1).clamp(min=0)  # position ids as generate derives them
-        out = self.model(input_ids=self.ids[:, past:], attention_mask=self.attn, position_ids=positions[:, past:],
-                         use_cache=True, logits_to_keep=1, **{CACHE_ARG: cache})
-        logits = out.logits[:, -1].float()  # (W, V): the next token of every row of the working cache
+        h = backbone(input_ids=self.ids[:, past:], attention_mask=self.attn, position_ids=positions[:, past:],
+                     use_cache=True, **{CACHE_ARG: cache}).last_hidden_state[:, -1]  # (W, H)
+        logits = head(h).float()  # (W, V): the next token of every row of the working cache
         work = torch.arange(B, device=dev)  # (W,) the batch row of each working-cache row
         alive = torch.ones(B, dtype=torch.bool, device=dev)  # (W,) still writing its reply
         attn = self.attn  # (W, columns) mask of the working cache + the token about to be forwarded
         next_pos = self.attn.sum(-1)  # (B,) position id of each row's next token
         ids: list[list[int]] = [[] for _ in range(B)]
         lps: list[list[float]] = [[] for _ in range(B)]
+        hid: list[list[torch.Tensor]] = [[] for _ in range(B)]  # (H,) hidden state that sampled each id
         saved: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}  # row that left the cache → its keys / values
         for step in range(max_new_tokens):
             live = alive.nonzero().squeeze(1)  # working-cache rows still writing
             scores = logits[live] / temperature if sample else logits[live]  # (L, V) generate's processed scores
             tok = self.draw(torch.softmax(scores, dim=-1), work[live], B) if sample else scores.argmax(-1)  # (L,)
             chosen = torch.log_softmax(scores, dim=-1).gather(-1, tok.unsqueeze(-1)).squeeze(-1)
-            for r, t, lp in zip(work[live].tolist(), tok.tolist(), chosen.tolist()):
+            for r, t, lp, hr in zip(work[live].tolist(), tok.tolist(), chosen.tolist(), h[live].float()):
                 ids[r].append(t)
                 lps[r].append(lp)
+                hid[r].append(hr)
             if step == max_new_tokens - 1:
                 break  # the turn's last tokens are not forwarded (as with generate): the next prefill encodes them
             feed = torch.full((len(work),), self.pad_id, dtype=torch.long, device=dev)
             feed[live] = tok
             attn = torch.cat([attn, alive.long().unsqueeze(1)], dim=1)  # ended rows: a masked pad column
-            out = self.model(input_ids=feed.unsqueeze(1), attention_mask=attn, position_ids=next_pos[work].unsqueeze(1),
-                             use_cache=True, **{CACHE_ARG: cache})
+            h = backbone(input_ids=feed.unsqueeze(1), attention_mask=attn, position_ids=next_pos[work].unsqueeze(1),
+                         use_cache=True, **{CACHE_ARG: cache}).last_hidden_state[:, -1]  # (W, H)
             next_pos[work[live]] += 1
             alive[live[tok == self.eos_id]] = False  # their eos is in the cache now
-            logits = out.logits[:, -1].float()
+            logits = head(h).float()
             if not alive.any():
                 break
             ended = (~alive).nonzero().squeeze(1)
@@ -366,7 +371,7 @@ class LiveRowsGenerator(HFGenerator):
                     saved[int(work[i])] = [(k[i].clone(), v[i].clone()) for k, v in _layers(cache)]
                 keep = alive.nonzero().squeeze(1)
                 cache.batch_select_indices(keep)
-                work, alive, attn, logits = work[keep], alive[keep], attn[keep], logits[keep]
+                work, alive, attn, logits, h = work[keep], alive[keep], attn[keep], logits[keep], h[keep]
                 self.compactions += 1
         steps = max(len(x) for x in ids)
         length = width + steps - 1  # cache columns after the turn: everything but the turn's last column
@@ -393,7 +398,7 @@ class LiveRowsGenerator(HFGenerator):
             new_attn[r, :len(row)] = 1
         self.ids, self.attn = torch.cat([self.ids, new], dim=1), torch.cat([self.attn, new_attn], dim=1)
         truncated = [self.eos_id not in row for row in ids]
-        return TurnSample(ids, lps, truncated, 0.0)
+        return TurnSample(ids, lps, truncated, 0.0, hidden=[torch.stack(x) for x in hid])
 
 
 def vllm_generator(model, tokenizer):

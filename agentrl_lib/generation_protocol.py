@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import torch
+
 
 @dataclass
 class TurnSample:
@@ -22,6 +24,11 @@ class TurnSample:
     sampler_gap: float
     """max |log-softmax(processed scores) − log-softmax(raw logits / T)| over the sampled ids: 0 (to float error) when
     the sampler is plain softmax(logits / T); large when a hidden logits warper (top-k, top-p, penalties) is active."""
+    hidden: list[torch.Tensor] | None = None
+    """Per row, (len(ids[r]), H) float32: the backbone's last hidden state that sampled each id (the one the output
+    layer read), from backends whose decode loop reads it (LiveRowsGenerator); None from the others. A critic's value
+    head applied to it gives V_old without a second forward (trainer's `_old_forward`, algo.old_logprobs
+    'behaviour')."""
 
 
 class Generator(Protocol):

@@ -133,6 +133,18 @@ def token_forward(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     return out
 
 
+def values_at(value_head: ValueHead, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """V at the policy tokens from the hidden states that sampled them: the 'values' of token_forward (which reads
+    position t − 1's hidden state for token t) without a forward, when the rollout kept those states.
+
+    Args: value_head; hidden (B, T, H) float32, at each policy token t the last hidden state that sampled it (the
+        rollout's, collate's behaviour_hidden); mask (B, T) 0/1 policy tokens.
+    Returns: (B, T) float32, 0 where mask is 0.
+    """
+    sel = mask.bool()
+    return torch.zeros(mask.shape, device=mask.device).masked_scatter(sel, value_head(hidden[sel]))
+
+
 class TokenModel(nn.Module):
     """The policy and its value head as one module whose forward is token_forward: what data-parallel training wraps
     in DistributedDataParallel (distributed.DataParallel.prepare). DDP all-reduces the gradients of a backward only

@@ -44,6 +44,9 @@ class Trajectory:
     sampler drew it from (the vLLM engine or the HF `generate` of the generation backend, at the sampling
     temperature; TurnSample.logprobs), 0 on tokens it did not generate. Not π_old: the update recomputes π_old with
     the trainer's forward unless algo.old_logprobs = 'behaviour' (collate's `behaviour_logprobs`)."""
+    behaviour_hidden: list[tuple[int, torch.Tensor]] | None = field(default_factory=list)
+    """(t0, (n, H) float32) per turn: the last hidden states that sampled ids[t0:t0 + n], from a backend that reads
+    them (TurnSample.hidden; LiveRowsGenerator); None once a turn came without them. collate's `behaviour_hidden`."""
     turn_ends: list[int] = field(default_factory=list)
     replies: list[str] = field(default_factory=list)
     """Decoded text of each turn's sampled tokens (without the end token)."""
@@ -99,7 +102,8 @@ class RolloutStats:
 def collate(trajs: list[Trajectory], pad_id: int, device) -> dict[str, torch.Tensor]:
     """Right-pad trajectories into (B, T) tensors: input_ids long, attention_mask long, mask float32 (policy tokens),
     behaviour_logprobs float32 (the rollout's log-probs of the sampled tokens, 0 elsewhere), turn_end float32 (1 on
-    each turn's last policy token)."""
+    each turn's last policy token); and behaviour_hidden (B, T, H) float32 (at each sampled token t the hidden
+    state that sampled it, 0 elsewhere) when every trajectory has them (Trajectory.behaviour_hidden)."""
     T = max(len(t.ids) for t in trajs)
     B = len(trajs)
     ids = torch.full((B, T), pad_id, dtype=torch.long)
@@ -114,8 +118,15 @@ def collate(trajs: list[Trajectory], pad_id: int, device) -> dict[str, torch.Ten
         mask[i, :n] = torch.tensor(t.mask, dtype=torch.float32)
         behaviour[i, :n] = torch.tensor(t.behaviour_logprobs, dtype=torch.float32)
         turn_end[i, t.turn_ends] = 1.0
-    return {k: v.to(device) for k, v in dict(input_ids=ids, attention_mask=attn, mask=mask,
-                                             behaviour_logprobs=behaviour, turn_end=turn_end).items()}
+    out = dict(input_ids=ids, attention_mask=attn, mask=mask, behaviour_logprobs=behaviour, turn_end=turn_end)
+    if all(t.behaviour_hidden for t in trajs):
+        H = trajs[0].behaviour_hidden[0][1].shape[-1]
+        hidden = torch.zeros((B, T, H), dtype=torch.float32)
+        for i, t in enumerate(trajs):
+            for t0, hs in t.behaviour_hidden:
+                hidden[i, t0:t0 + len(hs)] = hs
+        out["behaviour_hidden"] = hidden
+    return {k: v.to(device) for k, v in out.items()}
 
 
 def rollout(generator: Generator, tokenizer, pool: EnvPool, games: list[str], *, groups: list[int] | None = None,
@@ -198,8 +209,11 @@ def rollout(generator: Generator, tokenizer, pool: EnvPool, games: list[str], *,
         stats.generate_seconds += time.perf_counter() - t
         stats.generated_tokens += sum(len(s) for s in seqs)
         actions = []
-        for i, seq, lp, trunc in zip(live, seqs, lps, truncs):
+        hidden = turn_sample.hidden or [None] * len(live)
+        for i, seq, lp, trunc, hs in zip(live, seqs, lps, truncs, hidden):
             tr = trajs[i]
+            if tr.behaviour_hidden is not None:
+                tr.behaviour_hidden = None if hs is None else tr.behaviour_hidden + [(len(tr.ids), hs)]
             tr.ids += seq
             tr.mask += [1] * len(seq)
             tr.behaviour_logprobs += lp

@@ -66,7 +66,7 @@ from .models import (
     reference_policy,
     training_precision,
 )
-from .policy import TokenModel, ValueHead, prompt_groups
+from .policy import TokenModel, ValueHead, prompt_groups, values_at
 from .prompts import ChatFormat, system_prompt_for
 from .rewards import place_on_tokens, turn_rewards
 from .rollout import RolloutStats, Trajectory, collate, rollout
@@ -345,14 +345,19 @@ class Trainer:
 
         π_old comes from the training forward: the first minibatch's ratio starts at exactly 1, whatever kernels or
         precision the rollout used; the rollout's log-probs are the behaviour policy (gap logged; TIS weights the loss).
-        With algo.old_logprobs 'behaviour' π_old is the rollout's log-probs and, without a critic, no forward runs
-        (logprob_mismatch is then not logged: nothing was recomputed to compare).
+        With algo.old_logprobs 'behaviour' π_old is the rollout's log-probs and no forward runs without a critic, nor
+        with one when the rollout kept the hidden states that sampled each token (LiveRowsGenerator: collate's
+        behaviour_hidden): V_old is the value head on them, the numbers the forward would give up to float rounding
+        (tests/test_trainer.py bounds the difference). logprob_mismatch is then not logged: nothing was recomputed.
         """
         cfg, mask, m, old = self.cfg, batch["mask"], {}, {}
+        hidden = batch.pop("behaviour_hidden", None)  # (B, T, H) or None; not carried into the minibatches
         self.policy.train()  # dropout is off (disable_dropout): train mode only switches on gradient checkpointing
         behaviour = cfg.algo.old_logprobs == "behaviour"
-        if behaviour and not self.estimator.needs_critic:  # π_old is the behaviour policy: no forward at all
+        if behaviour and (not self.estimator.needs_critic or hidden is not None):  # π_old: the behaviour policy
             batch["old_logprobs"] = batch["behaviour_logprobs"]
+            if self.estimator.needs_critic:  # V_old: the value head on the hidden states that sampled each token
+                batch["old_values"] = values_at(self.value_head, hidden, mask)
         else:
             old = no_grad_forward(self.policy, batch, cfg.train, self.dp, self.value_head)
             gap = (old["logprobs"] - batch["behaviour_logprobs"]).abs() * mask

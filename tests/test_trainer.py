@@ -342,3 +342,48 @@ def test_embedded_model_rollout_and_one_ppo_update(cooking_games, tmp_path):
     reloaded, _ = load_policy(str(tmp_path / "run"))
     assert torch.equal(reloaded.model.layers[0].mlp.down_proj.weight,
                        trainer.policy.model.layers[0].mlp.down_proj.weight)
+
+
+# ------------------------------------------------------------ issue 51 item 2: π_old and V_old from the rollout
+def _rollout_batch(t):
+    trajs, _ = t._rollout(0)
+    return t._collate(trajs, [[0.0] * tr.n_turns for tr in trajs], list(range(len(trajs))))
+
+
+@pytest.mark.trains
+def test_ppo_takes_pi_old_and_v_old_from_the_rollout(tiny_model_dir, tmp_path, monkeypatch):
+    """PPO with `model.generator: hf-live` and algo.old_logprobs 'behaviour': the rollout keeps the hidden state that
+    sampled each token, V_old is the value head on it and no no-grad forward runs. Against that forward (what
+    'recompute' runs): V_old within 1e-4, π_old within 1e-4, on a value head with random weights. Negative control:
+    the hidden states one position late (the state after the token, not the one that sampled it) are caught."""
+    import dataclasses
+
+    from agentrl_lib import trainer as trainer_mod
+    from agentrl_lib.policy import values_at
+    from agentrl_lib.update import no_grad_forward
+
+    cfg = make_cfg(coin_games(tmp_path / "g"), algo="ppo", group_size=2, games_per_step=2, old_logprobs="behaviour",
+                   max_new_tokens=6)
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, generator="hf-live"))
+    t = trainer(cfg, tmp_path, tiny_model_dir)
+    torch.manual_seed(0)
+    torch.nn.init.normal_(t.value_head.linear.weight, std=0.5)  # zero at init: every V would be 0
+    batch = _rollout_batch(t)
+    assert "behaviour_hidden" in batch and batch["mask"].sum() > 10
+    hidden = batch["behaviour_hidden"].clone()
+    ref = no_grad_forward(t.policy, dict(batch), cfg.train, t.dp, t.value_head)
+
+    def no_forward(*args, **kwargs):
+        raise AssertionError("the no-grad forward ran")
+
+    monkeypatch.setattr(trainer_mod, "no_grad_forward", no_forward)
+    metrics = t._old_forward(batch)
+    mask = batch["mask"].bool()
+    assert "behaviour_hidden" not in batch and "logprob_mismatch" not in metrics
+    assert ref["values"][mask].abs().max() > 0.1  # values far from 0: a wrong state shows
+    assert (batch["old_values"] - ref["values"])[mask].abs().max() < 1e-4
+    assert (batch["old_logprobs"] - ref["logprobs"])[mask].abs().max() < 1e-4
+    late = torch.cat([hidden[:, 1:], hidden[:, -1:]], dim=1)  # control: the state after each token
+    assert (values_at(t.value_head, late, batch["mask"]) - ref["values"])[mask].abs().max() > 1e-2
+    row = t.step(1)  # the whole step on this path
+    assert row["episodes"] == 4 and is_finite_row(row) and "value_loss" in row, row
