@@ -2,7 +2,8 @@
 tokens), `Trainer.step` from a fresh Trainer per measurement, with each performance lever toggled and all together:
 
     python benchmarks/bench_sweep_step.py --init RUN_OR_MODEL_DIR [--config configs/cooking.yaml] [--games DIR]
-        [--algo ppo|grpo|rloo] [--settings baseline,exact,exact+behaviour,grouped,bf16,all,lora,vllm,live]
+        [--algo ppo|grpo|rloo] [--settings baseline,exact,exact+behaviour,live,live+behaviour,grouped,bf16,all,
+        lora,vllm]
         [--repeats 3] [--seed-per-repeat]
         [--warmup 1] [--threads 2] [--set section.field=value ...] [--machine TEXT] [--out results/sweep_step.jsonl]
 
@@ -16,15 +17,18 @@ Settings (each over the config; `baseline` always runs first):
 - exact+behaviour: exact, and π_old the rollout's log-probs (no no-grad pass); critic-free estimators only (PPO's
                    critic still needs the pass for V_old, so it saves nothing there and is skipped);
 - grouped:         exact + train.group_minibatches (other rows share a minibatch: other losses, not exact);
-- bf16:            the best exact setting + train.mixed_precision bf16 (skipped on a CPU without avx512_bf16/amx_bf16);
+- bf16:            the best exact setting (live+behaviour) + train.mixed_precision bf16 (skipped on a CPU without avx512_bf16/amx_bf16);
 - all:             the best exact setting + grouped + bf16 where the CPU has it (skipped when it repeats another);
 - lora:            the best exact setting + model.lora_rank 16 (only a LoRA adapter trains: another update; at step 0
                    the adapter adds nothing, so the rollout samples baseline's tokens);
 - vllm:            the best exact setting + model.generator vllm: rollouts from the vLLM engine (weights synced
                    after the update); other kernels, so other sampled tokens: not exact. Needs .venv-vllm/bin/python.
-- live:            the best exact setting + model.generator hf-live: the decode steps only the rows still writing
-                   their reply (generation.LiveRowsGenerator); the same distribution, other random draws: other
-                   sampled tokens.
+- live:            exact + model.generator hf-live: the decode steps only the rows still writing their reply
+                   (generation.LiveRowsGenerator), drawing the very tokens `generate` draws (the same exponential
+                   noise, the live rows' slices). Exact;
+- live+behaviour:  live + algo.old_logprobs behaviour: π_old the rollout's log-probs and, with a critic, V_old the
+                   value head on the hidden states that sampled each token (kept by the live decode loop): no no-grad
+                   pass for any estimator. Exact up to float rounding (checked like the others).
 
 Every measurement seeds alike (train.seed, step 0), so each setting plays the same games and, for the exact
 settings, samples the same tokens. `--seed-per-repeat`: repeat r seeds train.seed + r instead (every setting of a
@@ -61,11 +65,15 @@ LEVERS = {  # setting → the levers it turns on over BASELINE ("bf16" and "all"
     "exact": {"generator.grow_cache": True, "train.share_prefix": True},
     "exact+behaviour": {"generator.grow_cache": True, "train.share_prefix": True, "algo.old_logprobs": "behaviour"},
     "grouped": {"generator.grow_cache": True, "train.share_prefix": True, "train.group_minibatches": True},
+    "live": {"generator.grow_cache": True, "train.share_prefix": True, "model.generator": "hf-live"},
+    "live+behaviour": {"generator.grow_cache": True, "train.share_prefix": True, "model.generator": "hf-live",
+                       "algo.old_logprobs": "behaviour"},
 }
 GENERATOR_LEVERS = ("generator.grow_cache",)  # attributes of the Trainer's generator, not config fields
 LORA_RANK = 16  # `lora`: the best exact setting + a peft LoRA adapter of this rank (alpha 32): at step 0 its
 # adapter adds 0 (B = 0), so it samples baseline's tokens, but only the adapter trains: another update, not exact
-EXACT = {"exact", "exact+behaviour"}  # must sample baseline's tokens and match its first minibatch loss
+EXACT = {"exact", "exact+behaviour", "live", "live+behaviour"}  # must sample baseline's tokens and match its first
+# minibatch loss
 REL_TOL = 1e-5
 
 
@@ -79,11 +87,10 @@ def vllm_problem() -> str | None:
 
 def plan(names: list[str], critic: bool, bf16_problem: str | None) -> tuple[dict, dict]:
     """The settings to run: ({name: levers}, {name: why skipped}), baseline first."""
-    best = LEVERS["exact"] if critic else LEVERS["exact+behaviour"]
+    best = LEVERS["live+behaviour"]
     table = {**LEVERS, "bf16": {**best, "train.mixed_precision": "bf16"},
              "lora": {**best, "model.lora_rank": LORA_RANK},
              "vllm": {**best, "model.generator": "vllm"},
-             "live": {**best, "model.generator": "hf-live"},
              "all": {**best, "train.group_minibatches": True,
                      **({} if bf16_problem else {"train.mixed_precision": "bf16"})}}
     run, skipped = {}, {}
@@ -91,7 +98,8 @@ def plan(names: list[str], critic: bool, bf16_problem: str | None) -> tuple[dict
         if name not in table:
             raise SystemExit(f"--settings: unknown {name!r}; choose from {', '.join(table)}")
         if name == "exact+behaviour" and critic:
-            skipped[name] = "the critic needs the no-grad forward for V_old: π_old from the rollout saves no pass"
+            skipped[name] = ("the critic needs the no-grad forward for V_old (`generate` keeps no hidden states): "
+                             "π_old from the rollout saves no pass; live+behaviour does")
         elif name == "bf16" and bf16_problem:
             skipped[name] = bf16_problem
         elif name == "vllm" and (why := vllm_problem()):

@@ -310,19 +310,24 @@ def test_rollout_table_exactness_note_compares_sampled_tokens(monkeypatch):
 
 
 def test_bench_sweep_step_plan(monkeypatch):
-    """Which settings run: baseline first; π_old from the rollout only without a critic; bf16 only with bf16
-    hardware; `all` dropped when it repeats another setting's levers."""
+    """Which settings run: baseline first; π_old from `generate`'s rollout only without a critic (the live decode
+    loop keeps the hidden states for V_old: live+behaviour runs with one); bf16 only with bf16 hardware; a setting
+    dropped when it repeats another setting's levers."""
     bench = load_bench(monkeypatch, "bench_sweep_step")
-    names = "exact,exact+behaviour,grouped,bf16,all".split(",")
+    names = "exact,exact+behaviour,live,live+behaviour,grouped,bf16,all".split(",")
     run, skipped = bench.plan(names, critic=True, bf16_problem="no bf16 here")
-    assert list(run) == ["baseline", "exact", "grouped"] and set(skipped) == {"exact+behaviour", "bf16", "all"}
+    assert list(run) == ["baseline", "exact", "live", "live+behaviour", "grouped", "all"]
+    assert set(skipped) == {"exact+behaviour", "bf16"}
     assert "V_old" in skipped["exact+behaviour"] and skipped["bf16"] == "no bf16 here"
     run, skipped = bench.plan(names, critic=False, bf16_problem=None)
     assert list(run) == ["baseline", *names] and not skipped
-    assert run["all"] == {"generator.grow_cache": True, "train.share_prefix": True, "algo.old_logprobs": "behaviour",
-                          "train.group_minibatches": True, "train.mixed_precision": "bf16"}
-    run, _ = bench.plan(["lora"], critic=True, bf16_problem=None)  # LoRA over the best exact setting of a critic
-    assert run["lora"] == {"generator.grow_cache": True, "train.share_prefix": True, "model.lora_rank": 16}
+    best = {"generator.grow_cache": True, "train.share_prefix": True, "model.generator": "hf-live",
+            "algo.old_logprobs": "behaviour"}
+    assert run["live+behaviour"] == best
+    assert run["all"] == {**best, "train.group_minibatches": True, "train.mixed_precision": "bf16"}
+    run, _ = bench.plan(["lora"], critic=True, bf16_problem=None)  # LoRA over the best exact setting, critic or not
+    assert run["lora"] == {**best, "model.lora_rank": 16}
+    assert bench.EXACT >= {"live", "live+behaviour"}  # checked token for token against baseline
     monkeypatch.setattr(bench, "vllm_problem", lambda: "no vllm in this Python")  # vLLM only where it is installed
     run, skipped = bench.plan(["vllm"], critic=False, bf16_problem=None)
     assert list(run) == ["baseline"] and skipped == {"vllm": "no vllm in this Python"}
@@ -358,6 +363,22 @@ def test_bench_sweep_step_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_ga
     tables = report.benchmark_tables()
     assert "## The whole sweep step: each lever and all together (PPO)" in tables
     assert "| exact | `GrowingKVCache`; `share_prefix` |" in tables and "the same" in tables.split("| exact |")[1]
+
+
+@pytest.mark.trains
+@pytest.mark.subprocess
+def test_bench_sweep_step_live_levers_are_exact(monkeypatch, tiny_model_dir, cooking_games):
+    """PPO's step with the live decode loop, and with π_old / V_old from it: baseline's tokens and first loss (the
+    exactness check), and with live+behaviour no no-grad pass (its π_old stage far shorter than live's)."""
+    bench = load_bench(monkeypatch, "bench_sweep_step")
+    res = bench.main(["--init", tiny_model_dir, "--games", str(cooking_games.root), "--settings",
+                      "live,live+behaviour", *SWEEP_STEP_TINY, "--set", "env.process_pool=false",
+                      "--set", "train.max_new_tokens=8"])
+    assert res["settings"] == ["baseline", "live", "live+behaviour"] and res["algo"] == "ppo"
+    assert res["exact_check"]["ok"], res["exact_check"]["problems"]
+    assert res["exact_check"]["settings"] == ["live", "live+behaviour"]
+    live, behaviour = res["runs"]["live"][0], res["runs"]["live+behaviour"][0]
+    assert behaviour["old_seconds"] < live["old_seconds"]
 
 
 @pytest.mark.trains
