@@ -48,6 +48,7 @@ __all__ = [  # the names other modules import from here, wherever they are defin
     "LORA_ALPHA_MAX", "LOSS_AGGS", "MAX_NEW_TOKENS_MAX",
     "MAX_TURNS_MAX", "MIXED_PRECISIONS", "OLD_LOGPROBS", "REPORT_TO", "REWARDS", "SECTIONS", "SEED_MAX", "SWE_REWARDS",
     "TIS_MODES", "AlgoConfig", "ConfigError", "DuplicateKeyError", "EnvConfig", "ModelConfig", "RewardConfig",
+    "YAMLBoundError", "load_yaml",
     "RunConfig", "SFTConfig", "TrainConfig", "check_context_room", "choices_for", "parse_field", "upgrade_legacy_keys",
 ]
 
@@ -75,8 +76,8 @@ class RunConfig:
             section.validate()
         episodes = self.train.games_per_step * self.algo.group_size
         if episodes > EPISODES_PER_STEP_MAX:
-            raise ConfigError(f"train.games_per_step x algo.group_size (--games-per-step x --group-size) must be at most "
-                              f"{EPISODES_PER_STEP_MAX} episodes per step (got {self.train.games_per_step} x "
+            raise ConfigError(f"train.games_per_step x algo.group_size (--games-per-step x --group-size) must be at "
+                              f"most {EPISODES_PER_STEP_MAX} episodes per step (got {self.train.games_per_step} x "
                               f"{self.algo.group_size} = {episodes}); e.g. 4 x 4 on a CPU, 8 x 16 as RAGEN")
 
     def to_dict(self) -> dict[str, Any]:
@@ -122,8 +123,8 @@ class RunConfig:
         if not path.is_file():
             raise FileNotFoundError(f"config file {path} does not exist")
         try:
-            data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # a SafeLoader subclass
-        except DuplicateKeyError as e:
+            data = load_yaml(path.read_text())
+        except (DuplicateKeyError, YAMLBoundError) as e:
             raise ConfigError(f"config file {path}: {e}") from None
         except yaml.YAMLError as e:
             raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
@@ -152,6 +153,60 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             except TypeError:  # an unhashable key: SafeLoader's own error follows
                 continue
         return super().construct_mapping(node, deep=deep)
+
+
+YAML_MAX_DEPTH = 64
+"""Deepest nesting of collections a YAML file may have (load_yaml): a run config nests 2 levels; 100,000 nested `[`
+made PyYAML's recursive composer raise RecursionError (a traceback, issue 52)."""
+YAML_MAX_NODES = 100_000
+"""Most values a YAML file may hold once its aliases are expanded (load_yaml): a run config holds ~100. A
+"billion laughs" file (9 anchors, each a list of 9 aliases of the one before: 9**9 values from 1 KB of text) passes
+PyYAML's SafeLoader, which shares the aliased objects, and then hangs whatever walks it (an error message's repr)."""
+
+
+class YAMLBoundError(ValueError):
+    """A YAML text nests deeper than YAML_MAX_DEPTH or expands to more than YAML_MAX_NODES values."""
+
+
+class _BoundedLoader(_UniqueKeyLoader):
+    """_UniqueKeyLoader (a SafeLoader) that refuses a document nested deeper than YAML_MAX_DEPTH while composing it
+    (before the recursive composer reaches Python's recursion limit) and one whose aliases expand to more than
+    YAML_MAX_NODES values (counted over the composed node graph, each aliased node's size once: no expansion)."""
+
+    def compose_node(self, parent, index):
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._depth > YAML_MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise YAMLBoundError(f"it nests deeper than {YAML_MAX_DEPTH} levels (line {mark.line + 1}); a config "
+                                     "nests 2 (section: key: value)")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None:
+            sizes: dict[int, int] = {}
+
+            def size(n) -> int:  # depth <= YAML_MAX_DEPTH: the recursion is bounded
+                if id(n) not in sizes:
+                    children = ([c for kv in n.value for c in kv] if isinstance(n, yaml.MappingNode) else
+                                n.value if isinstance(n, yaml.SequenceNode) else [])
+                    sizes[id(n)] = min(1 + sum(size(c) for c in children), YAML_MAX_NODES + 1)
+                return sizes[id(n)]
+
+            if size(node) > YAML_MAX_NODES:
+                raise YAMLBoundError(f"its aliases (*name) expand to more than {YAML_MAX_NODES} values; a config "
+                                     "holds about 100: write the values out")
+        return node
+
+
+def load_yaml(text: str):
+    """A YAML text as Python data, through _BoundedLoader (a SafeLoader): a key given twice in one mapping
+    (DuplicateKeyError), a nesting deeper than YAML_MAX_DEPTH or aliases expanding to more than YAML_MAX_NODES values
+    (YAMLBoundError) are refused; other errors are yaml.YAMLError."""
+    return yaml.load(text, Loader=_BoundedLoader)
 
 
 def upgrade_legacy_keys(data: dict[str, Any]) -> dict[str, Any]:

@@ -56,6 +56,12 @@ to float rounding, tests/test_update.py; TensorBoard files): base_key leaves the
 resume with them changed, so a machine with less memory can finish a sweep begun on another."""
 
 
+SAME_DRAWS = {"model.generator": {"hf-live": "hf"}}
+"""Config values that compute the same run: LiveRowsGenerator ('hf-live') draws the very tokens transformers'
+`generate` ('hf') draws, up to float rounding (tests/test_generation_live.py, bench_sweep_step.py's exactness check),
+so base_key counts them as one value: records made with 'hf' before 'hf-live' became the default stay done."""
+
+
 class ResultsFileError(ValueError):
     """A results file has a damaged line other than the last (the last one is a write cut short: ignored)."""
 
@@ -86,8 +92,9 @@ def base_key(config: RunConfig | dict, cell: dict) -> str:
     skip = {k for k in cell if "." in k} | {"train.seed", *EXECUTION_FIELDS}
     if PRESET_AXIS in cell and cell[PRESET_AXIS] in ALGO_PRESETS:
         skip |= {f"algo.{k}" for k in ALGO_PRESETS[cell[PRESET_AXIS]]}
+    same = lambda key, v: SAME_DRAWS.get(key, {}).get(v, v)  # noqa: E731
     kept = {f"{sec}.{k}": v for sec, vals in data.items() for k, v in vals.items()
-            if f"{sec}.{k}" not in skip and v != defaults[sec][k]}
+            if f"{sec}.{k}" not in skip and same(f"{sec}.{k}", v) != same(f"{sec}.{k}", defaults[sec][k])}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -142,7 +149,7 @@ def load_results(name_or_path: str | Path, warn: Callable[[str], None] | None = 
     first = path.read_bytes().split(b"\n", 1)[0]
     try:
         sweep_file = _is_record(json.loads(first))
-    except ValueError:
+    except (ValueError, RecursionError):
         sweep_file = True  # a damaged first line: load_records says which line and why
     return load_records(path, warn) if sweep_file else _read_lines(path, "a JSON object", _is_object, warn)
 
@@ -159,6 +166,25 @@ def load_records(path: str | Path, warn: Callable[[str], None] | None = None) ->
     Raises: ResultsFileError naming the file and line.
     """
     return _read_lines(Path(path), "a sweep record", _is_record, warn)
+
+
+def unique_records(records: list[dict], source: str = "", warn: Callable[[str], None] | None = None) -> list[dict]:
+    """`records` with each run once, the first kept: a sweep record by its run's identity (record_key: cell, seed and
+    base config), any other line by its whole content. A results file appended twice, or two files joined, would
+    otherwise count a run twice in every mean and interval (issue 52); each repeat found is said in one line to
+    `warn` (default: stderr) naming `source`."""
+    seen: set = set()
+    out = []
+    for rec in records:
+        key = record_key(rec) if _is_record(rec) else json.dumps(rec, sort_keys=True)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(rec)
+    if len(out) < len(records):
+        (warn or _stderr)(f"{source or 'results'}: {len(records) - len(out)} record(s) repeat a run already recorded "
+                          "(same cell, seed and base config); each run counted once")
+    return out
 
 
 def _is_record(rec: Any) -> bool:
@@ -183,7 +209,7 @@ def _read_lines(path: Path, what: str, accept: Callable[[Any], bool], warn: Call
             rec = json.loads(line)
             if not accept(rec):
                 raise ValueError(f"not {what}")
-        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError are ValueErrors
+        except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError; a line nested too deep
             if i < len(lines) or data.endswith(b"\n"):
                 raise ResultsFileError(f"{path} line {i} is not {what} ({str(e)[:60]}); only a last line "
                                        "without its newline can be cut short by a crash: fix or remove that line, or "

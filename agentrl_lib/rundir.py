@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from .checkpoint import CheckpointError, complete_checkpoints, list_checkpoints
-from .config import ConfigError, RunConfig, upgrade_legacy_keys
+from .config import ConfigError, RunConfig, load_yaml, upgrade_legacy_keys
 from .fsio import atomic_write_text, is_disk_full
 
 log = logging.getLogger(__name__)
@@ -196,8 +196,8 @@ def _load_complete(path: Path, reference: dict | None) -> RunConfig:
     """Load a config.yaml and check it lost nothing: every section (and, given a reference dict, every key of it)
     is present. Raises CheckpointError when damaged, ConfigError (a bad value a user wrote) as RunConfig.load."""
     try:
-        data = yaml.safe_load(path.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        data = load_yaml(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError, ValueError) as e:  # ValueError: config.YAMLBoundError, duplicate keys
         raise CheckpointError(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from e
     ref = reference or RunConfig().to_dict()
     if not isinstance(data, dict):
@@ -216,8 +216,8 @@ def _checkpoint_config(run_dir: Path) -> tuple[RunConfig | None, str]:
     for _, p in complete_checkpoints(run_dir / "checkpoints", warn=False):
         if (p / "config.yaml").is_file():
             try:
-                return RunConfig.from_dict(yaml.safe_load((p / "config.yaml").read_text())), p.name
-            except (yaml.YAMLError, ConfigError):
+                return RunConfig.from_dict(load_yaml((p / "config.yaml").read_text())), p.name
+            except (yaml.YAMLError, ValueError):  # ConfigError, config.YAMLBoundError
                 continue
         return None, p.name
     return None, ""

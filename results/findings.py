@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "results"))  # regenerate.py (the pilot's cells), imported as the script does
 
 from agentrl_lib import findings as verdicts  # noqa: E402
-from agentrl_lib.records import load_results  # noqa: E402
+from agentrl_lib import records as _records  # noqa: E402
 
 PAGE = ROOT / "book" / "findings.md"
 README = ROOT / "README.md"
@@ -38,16 +38,39 @@ SWEEPS = ("algo_reward", "sft_rl_split", "exploration", "complexity", "stability
 REGENERATE = verdicts.REGENERATE
 
 
+def load_results(name_or_path) -> list[dict]:
+    """A results file through the library's loader (records.load_results: a torn last line ignored with a warning,
+    another damaged line refused naming the file and line), each run once (records.unique_records: a repeated
+    record is counted once, with a note on stderr)."""
+    return _records.unique_records(_records.load_results(name_or_path), str(name_or_path))
+
+
+def _json(path: Path):
+    """A JSON file of results/ (a choice, an SFT round); one that is cut short or not JSON raises
+    records.ResultsFileError naming it."""
+    import json
+
+    try:
+        return json.loads(path.read_text())
+    except (ValueError, RecursionError) as e:
+        raise _records.ResultsFileError(f"{path} is not valid JSON ({str(e)[:80]}); restore it from git") from None
+
+
+def _all_results() -> dict[str, list[dict]]:
+    """{name: records} of every results file the findings read (load_results)."""
+    return {name: load_results(name) for name in verdicts.RESULTS_FILES}
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
-def findings_table(link: str = "../notebooks/", why: bool = True) -> str:
+def findings_table(link: str = "../notebooks/", why: bool = True, results: dict | None = None) -> str:
     """The Markdown table (finding · paper · ours · verdict · why it may differ · chapter) of every finding
     (agentrl_lib.findings.verdict_table, the chapters' closing tables row for row), then one line on the runs it
     rests on. `link`: the path from the page to notebooks/ ("notebooks/" from the README); why=False: without the
     why column (the README's)."""
-    results = {name: load_results(name) for name in verdicts.RESULTS_FILES}
+    results = results if results is not None else _all_results()
     runs = [r for name in SWEEPS for r in results[name]]
     devices = sorted({(r.get("machine") or {}).get("gpu") or r.get("device") for r in runs if r.get("device")})
     secs = sum(r.get("train_seconds") or 0 for r in runs)
@@ -92,19 +115,18 @@ def design_table() -> str:
     order tried, with the sampled numbers of the `behaviour` part when sft_behaviour.json exists; then the choice
     (sft_choice.json with chosen_lr), the pilot's runs so far (pilot_rows) and its
     number of seeds (seeds_choice.json) when they exist."""
-    import json
 
     folders = [ROOT / "results" / "incoming", ROOT / "results"]
     rounds = sorted({p.name: p for d in reversed(folders) for p in d.glob("sft_round*.json")}.items())
     success, invalid, tried = {}, {}, {}
     for name, path in rounds:
-        r = json.loads(path.read_text())
+        r = _json(path)
         for cand, v in r["validation_success"].items():
             success[cand], tried[cand] = v, name.removeprefix("sft_round").removesuffix(".json")
         invalid.update(r.get("invalid_rate", {}))
     if not success:
         return "No SFT round is recorded yet (`python results/regenerate.py pilot`)."
-    behaviour = next((json.loads(p.read_text()) for d in folders if (p := d / "sft_behaviour.json").exists()), None)
+    behaviour = next((_json(p) for d in folders if (p := d / "sft_behaviour.json").exists()), None)
     head = "| round | walkthroughs @ learning rate | validation success | invalid commands |"
     lines = [head, "|:-:|:--|--:|--:|"]
     if behaviour:  # the same games sampled at the RL temperature, as the first rollouts play them
@@ -119,9 +141,9 @@ def design_table() -> str:
         lines.append(row)
     for d in folders:
         choice = d / "sft_choice.json"
-        if choice.exists() and "chosen_lr" in (c := json.loads(choice.read_text())):
+        if choice.exists() and "chosen_lr" in (c := _json(choice)):
             if (first := d / "sft_choice_greedy.json").exists():  # the start chosen on greedy success, then replaced
-                g = json.loads(first.read_text())
+                g = _json(first)
                 lines.append(f"\nFirst chosen: {g['chosen_demos']}@{g['chosen_lr']:g} (rule: {g['rule']}).")
                 lines += pilot_rows(d / "algo_reward_greedy_start.jsonl", g["chosen"])
             where = "inside" if c["inside_band"] else "outside"
@@ -138,7 +160,7 @@ def design_table() -> str:
     for d in folders:
         seeds = d / "seeds_choice.json"
         if seeds.exists():
-            c = json.loads(seeds.read_text())
+            c = _json(seeds)
             half = c["half_width_by_n"][str(c["n_seeds"])]
             lines.append(f"\nPilot: pooled seed-to-seed sd {100 * c['pooled_sd']:.1f} points -> {c['n_seeds']} seeds "
                          f"(95% half-width of a two-cell difference {100 * half:.0f} points; rule: {c['rule']})"
@@ -152,7 +174,6 @@ def balanced_status() -> str:
     """Where the balanced sweep stands, from its files (results/, else results/incoming/ while it runs): the SFT
     candidates' sampled validation success and the chosen start (sft_choice_balanced.json), the pilot's seeds rule
     (seeds_choice_balanced.json) and the runs recorded so far (algo_reward_balanced.jsonl)."""
-    import json
 
     def find(name: str) -> Path | None:
         return next((p for d in (ROOT / "results", ROOT / "results" / "incoming") if (p := d / name).exists()), None)
@@ -161,14 +182,14 @@ def balanced_status() -> str:
     choice = find("sft_choice_balanced.json")
     if choice is None:
         return "The RL start is not chosen yet (`python results/regenerate.py balanced` trains the candidates first)."
-    c = json.loads(choice.read_text())
+    c = _json(choice)
     lines += ["| walkthroughs @ learning rate | sampled validation success | invalid commands |", "|:--|--:|--:|"]
     for cand, v in sorted(c["sampled_success"].items(), key=lambda kv: float(kv[0].split("@")[1])):
         lines.append(f"| {cand} | {_pct(v)} | {_pct(c['sampled_invalid'][cand])} |")
     lines.append(f"\nChosen: {c['chosen_demos']}@{c['chosen_lr']:g} (rule: {c['rule']}).")
     seeds = find("seeds_choice_balanced.json")
     if seeds is not None:
-        s = json.loads(seeds.read_text())
+        s = _json(seeds)
         half = s["half_width_by_n"][str(s["n_seeds"])]
         held = s["heldout"]
         lines.append(f"\nPilot (every cell × seeds {', '.join(map(str, s['pilot_seeds']))}): paired-difference sd "
@@ -248,17 +269,29 @@ def pilot_rows(path: Path, init: str, settings: dict | None = None) -> list[str]
 
 
 def main() -> None:
+    """The command line; a damaged results file (records.ResultsFileError, naming the file and line) or a page
+    without its markers (ValueError naming the page) ends it with one line `findings.py: error: ...`, exit status 2,
+    and with --write no page is written unless every marker of both pages is found."""
+    try:
+        _main()
+    except ValueError as e:  # records.ResultsFileError, a page's missing markers (with_block)
+        print(f"findings.py: error: {' '.join(str(e).split())}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--write", action="store_true", help="replace the tables of book/findings.md and README.md")
     a = p.parse_args()
-    table, design, lead = findings_table(), design_table(), verdicts.lessons()
+    results = _all_results()
+    table, design, lead = findings_table(results=results), design_table(), verdicts.lessons(results)
     if not a.write:
         print(lead + "\n\n" + table + "\n\n" + design + "\n\n" + cost_table())
         return
     page = with_block(with_block(PAGE.read_text(), table), design, DESIGN_START, DESIGN_END)
     page = with_block(with_block(page, cost_table(), COST_START, COST_END), lead, LESSONS_START, LESSONS_END)
     page = with_block(page, balanced_status(), BALANCED_START, BALANCED_END)
-    readme = with_block(README.read_text(), findings_table(link="notebooks/"), page=README)
+    readme = with_block(README.read_text(), findings_table(link="notebooks/", results=results), page=README)
     readme = with_block(readme, lead, LESSONS_START, LESSONS_END, page=README)
     PAGE.write_text(page)  # both pages checked (every marker found) before either is written
     README.write_text(readme)

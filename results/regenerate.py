@@ -233,6 +233,27 @@ first 10 steps are those of the 10-step run of the same seed): whether the drift
 detector (window 5) fires."""
 
 
+def read_json(path: Path):
+    """The JSON file `path` (a choice file such as sft_choice.json, an evaluation, a manifest); a file cut short or
+    not JSON raises records.ResultsFileError naming it (main prints it as one line)."""
+    from agentrl_lib.records import ResultsFileError
+
+    try:
+        return json.loads(Path(path).read_text())
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ResultsFileError(f"{path} is not valid JSON ({str(e)[:80]}): a write cut short or an edit; restore it "
+                               "from git, or delete it to make it again") from None
+
+
+def read_lines(path: Path) -> list[dict]:
+    """The JSON lines of a results file through the library's loader (agentrl_lib.records.load_results): [] while it
+    does not exist, a torn last line ignored with a warning, any other damaged line refused (ResultsFileError naming
+    the file and line)."""
+    from agentrl_lib.records import load_results
+
+    return load_results(Path(path))
+
+
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -296,7 +317,7 @@ def estimate_minutes(cmd: list[str]) -> tuple[float, str]:
         out, base = Path(_flag(cmd, "--out")), _flag(cmd, "--base")
         grid = cmd[cmd.index("--grid") + 1:cmd.index("--seeds")]
         seed, init = int(_flag(cmd, "--seeds")), _flag(cmd, "--init").rstrip("/")
-        records = [json.loads(x) for x in out.read_text().splitlines() if x.strip()] if out.exists() else []
+        records = read_lines(out)
         axes = [(k, v.split(",")) for k, v in (g.split("=", 1) for g in grid)]
         tags = dict(t.split("=", 1) for t in cmd[cmd.index("--tag") + 1:] if "=" in t and not t.startswith("-")) \
             if "--tag" in cmd else {}
@@ -316,8 +337,8 @@ def estimate_minutes(cmd: list[str]) -> tuple[float, str]:
                if r.get("device") == "cpu" and r.get("wall_seconds")]
         like = ROOT / "results" / TIMED_LIKE.get(out.name, out.name)
         if not cpu and like.exists():
-            cpu = [max(r["wall_seconds"], r.get("train_seconds") or 0.0) for r in map(json.loads,
-                   like.read_text().splitlines()) if r.get("device") == "cpu" and r.get("wall_seconds")]
+            cpu = [max(r["wall_seconds"], r.get("train_seconds") or 0.0) for r in read_lines(like)
+                   if r.get("device") == "cpu" and r.get("wall_seconds")]
         if cpu:
             return len(left) * sorted(cpu)[len(cpu) // 2] / 60, \
                 f"{len(left)} run(s) x the median of {len(cpu)} recorded CPU runs"
@@ -360,7 +381,7 @@ def write_game_sets() -> dict:
     for name, how in made.items():
         manifest = ROOT / "games" / name / "manifest.json"
         if manifest.exists():
-            listed = json.loads(manifest.read_text())["games"]
+            listed = read_json(manifest)["games"]
             sets[name] = {"make_games": how, "games": [g["name"] for g in listed],
                           "take_places": [take_places(g["walkthrough"]) for g in listed],
                           "walkthrough_len": [len(g["walkthrough"]) for g in listed]}
@@ -466,7 +487,7 @@ def explore_evals() -> list[tuple[str, list[str]]]:
     named and skipped: remove its record and run the part again to retrain it."""
     path = RESULTS / "exploration.jsonl"
     jobs = []
-    for r in map(json.loads, path.read_text().splitlines() if path.exists() else []):
+    for r in read_lines(path):
         if not (ROOT / r["run_dir"] / "config.yaml").exists():
             log(f"no run dir {r['run_dir']} here: not evaluated at temperatures {EXPLORE_EVAL_TEMPERATURES}")
             continue
@@ -491,7 +512,7 @@ def collect_evals(folder: str = "evals") -> int:
     def key(r: dict) -> str:
         return json.dumps([r["stage"], r["model"], r["games"], r.get("temperature")])
 
-    have = set(map(key, map(json.loads, path.read_text().splitlines()))) if path.exists() else set()
+    have = set(map(key, read_lines(path)))
     sys.path.insert(0, str(ROOT))
     from agentrl_lib.paths import git_commit
     from agentrl_lib.records import append_record, compact_eval, machine_info
@@ -499,11 +520,11 @@ def collect_evals(folder: str = "evals") -> int:
     machine, n, walkthroughs = None, 0, {}
     for meta_path in sorted((ROOT / "runs" / folder).glob("*.meta.json")):
         res_path = Path(str(meta_path).replace(".meta.json", ".json"))
-        meta = json.loads(meta_path.read_text())
+        meta = read_json(meta_path)
         if not res_path.exists() or key(meta) in have:
             continue
         machine = machine or machine_info()
-        res = json.loads(res_path.read_text())
+        res = read_json(res_path)
         config = {"command": "agentrl eval", "model": meta["model"], "games": f"games/{meta['games']}",
                   "max_turns": meta["max_turns"], "dtype": "float32", "temperature": meta.get("temperature") or 0.0,
                   "max_new_tokens": meta["max_new_tokens"] if swe else 24}
@@ -515,8 +536,8 @@ def collect_evals(folder: str = "evals") -> int:
         if explore:  # each episode beside its game's walkthrough (the games' manifest): what the policy missed
             if meta["games"] not in walkthroughs:  # one read per game set
                 manifest = ROOT / "games" / meta["games"] / "manifest.json"
-                walkthroughs[meta["games"]] = {g["name"]: g.get("walkthrough") for g in json.loads(
-                    manifest.read_text())["games"]} if manifest.exists() else {}
+                walkthroughs[meta["games"]] = {g["name"]: g.get("walkthrough") for g in read_json(
+                    manifest)["games"]} if manifest.exists() else {}
             walk = walkthroughs[meta["games"]]
             ev["episodes"] = [{"game": g["game"], "score_frac": g["score"] / g["max_score"] if g.get("max_score")
                                else None, "actions": g.get("actions", []), "walkthrough": walk.get(g["game"])}
@@ -548,14 +569,14 @@ def behaviour_success() -> dict:
     failed = parallel(jobs, 1)
     greedy = {}
     for path in sorted(RESULTS.glob("sft_round*.json")):
-        r = json.loads(path.read_text())
+        r = read_json(path)
         greedy.update({c: {"success": v, "invalid": r.get("invalid_rate", {}).get(c)}
                        for c, v in r["validation_success"].items()})
     cands = {}
     for d, lr in SFT_CANDIDATES:
         path = out_dir / f"sampled-{Path(sft_dir('cooking-train', d, 1.0, 0, lr)).name}-on-cooking-valid.json"
         if path.exists():
-            res = json.loads(path.read_text())
+            res = read_json(path)
             cands[candidate_name(d, lr)] = {"sampled_success": res["success_rate"],
                                             "sampled_invalid": res["invalid_rate"],
                                             "greedy_success": greedy.get(candidate_name(d, lr), {}).get("success"),
@@ -576,8 +597,8 @@ def choose_by_behaviour(cands: dict) -> str:
 
     Raises SystemExit naming the candidates that bracket the band when none is inside it."""
     choice = RESULTS / "sft_choice.json"
-    if choice.exists() and json.loads(choice.read_text()).get("statistic") == "sampled":
-        return json.loads(choice.read_text())["chosen"]
+    if choice.exists() and read_json(choice).get("statistic") == "sampled":
+        return read_json(choice)["chosen"]
     named = {candidate_name(d, lr): (d, lr) for d, lr in SFT_CANDIDATES}
     by = {named[c]: v["sampled_success"] for c, v in cands.items()}
     inside = [c for c in by if SFT_BAND[0] <= by[c] <= SFT_BAND[1]]
@@ -619,7 +640,7 @@ def choose_sft(jobs: int) -> str:
     success is nearest TARGET_SFT_SUCCESS inside SFT_BAND (`choose_by_behaviour`)."""
     choice = RESULTS / "sft_choice.json"
     if choice.exists():  # chosen before: (re)make that SFT model if this machine lacks it, and use it
-        chosen = json.loads(choice.read_text())
+        chosen = read_json(choice)
         parallel(sft("cooking-train", chosen["chosen_demos"], 1.0, 0, lr=chosen.get("chosen_lr", SFT_LR)), jobs)
         return chosen["chosen"]
     if DRY_RUN:
@@ -661,9 +682,9 @@ def choose_seeds(main_init: str) -> tuple[int, ...]:
     are in RESULTS/algo_reward.jsonl (then written there); SEEDS (3) for a dry run before the pilot."""
     choice = RESULTS / "seeds_choice.json"
     if choice.exists():
-        return tuple(range(json.loads(choice.read_text())["n_seeds"]))
+        return tuple(range(read_json(choice)["n_seeds"]))
     path = RESULTS / "algo_reward.jsonl"
-    records = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    records = read_lines(path)
     spreads, table, settings = [], {}, design_settings()
     for cell in PILOT["cells"]:
         labels = dict(c.split("=", 1) for c in cell)
@@ -746,7 +767,7 @@ def choose_balanced_start(jobs: int) -> str:
     Raises SystemExit naming the candidates when none is inside the band, or when an evaluation failed."""
     choice = RESULTS / "sft_choice_balanced.json"
     if choice.exists():
-        chosen = json.loads(choice.read_text())
+        chosen = read_json(choice)
         parallel(sft("cooking-bal-train", chosen["chosen_demos"], 1.0, 0, lr=chosen["chosen_lr"]), jobs)
         return chosen["chosen"]
     if DRY_RUN:
@@ -764,7 +785,7 @@ def choose_balanced_start(jobs: int) -> str:
     by, invalid = {}, {}
     for d, lr in BAL_SFT_CANDIDATES:
         name = f"sft-candidate-balanced-{Path(sft_dir('cooking-bal-train', d, 1.0, 0, lr)).name}-on-cooking-bal-valid"
-        res = json.loads((ROOT / "runs" / "evals-bal" / f"{name}-t{BEHAVIOUR_T:g}.json").read_text())
+        res = read_json(ROOT / "runs" / "evals-bal" / f"{name}-t{BEHAVIOUR_T:g}.json")
         by[(d, lr)], invalid[(d, lr)] = res["success_rate"], res["invalid_rate"]
     inside = [c for c in by if SFT_BAND[0] <= by[c] <= SFT_BAND[1]]
     seen = ", ".join(f"{candidate_name(*c)}: {v:.0%}" for c, v in sorted(by.items(), key=lambda x: x[0][1]))
@@ -791,9 +812,9 @@ def choose_balanced_seeds() -> tuple[int, ...]:
     whole: the pilot's seeds."""
     choice = RESULTS / "seeds_choice_balanced.json"
     if choice.exists():
-        return tuple(range(json.loads(choice.read_text())["n_seeds"]))
+        return tuple(range(read_json(choice)["n_seeds"]))
     path = RESULTS / "algo_reward_balanced.jsonl"
-    records = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    records = read_lines(path)
     area: dict[str, dict[int, float]] = {}
     heldout: dict[str, dict[int, float]] = {}
     for r in records:
@@ -897,7 +918,7 @@ def swe_minutes(name: str, cmd: list[str]) -> tuple[float, str]:
         return (SWE_COST["start"] + n_heldout * st["max_turns"] * turn_eval) / 60, "swe cost model"
     out, seed = Path(_flag(cmd, "--out")), int(_flag(cmd, "--seeds"))
     kind = _flag(cmd, "--grid").split("=", 1)[1]
-    records = [json.loads(x) for x in out.read_text().splitlines() if x.strip()] if out.exists() else []
+    records = read_lines(out)
     if any(r.get("seed") == seed and (r.get("cell") or {}).get("env.swe_reward") == kind for r in records):
         return 0.0, "recorded"
     cpu = sorted(r["wall_seconds"] for r in records if r.get("device") == "cpu" and r.get("wall_seconds"))
@@ -965,6 +986,18 @@ def swe_part(n_jobs: int) -> list[str]:
 
 
 def main() -> None:
+    """The command line; a damaged results or choice file (records.ResultsFileError: a line or a JSON file that is
+    not what it should be) ends it with one line `regenerate.py: error: ...` naming the file, exit status 2."""
+    from agentrl_lib.records import ResultsFileError
+
+    try:
+        _main()
+    except ResultsFileError as e:
+        print(f"regenerate.py: error: {' '.join(str(e).split())}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("part", choices=["all", "pilot", "probe", "behaviour", "main", "explore", "split", "complexity",
                                       "evals", "stability", "swe", "balanced"])
@@ -1058,7 +1091,7 @@ def main() -> None:
                 evals += stage_eval(sft_dir("cooking-train", d, 1.0, 0), g, turns, "sft", demos=d, epochs=1.0, seed=0)
                 sfts += sft("cooking-train", d, 1.0, 0)
             if main_init:
-                chosen = json.loads((RESULTS / "sft_choice.json").read_text()) if not DRY_RUN else {}
+                chosen = read_json(RESULTS / "sft_choice.json") if not DRY_RUN else {}
                 evals += stage_eval(main_init, g, turns, "sft", demos=chosen.get("chosen_demos"), epochs=1.0, seed=0,
                                     lr=chosen.get("chosen_lr"), main_start=True)
         for lvl in LEVELS:
@@ -1105,7 +1138,7 @@ def main() -> None:
 def jobs_speedup_note() -> str:
     """'; at --jobs J ...' from the newest results/sweep_jobs.jsonl line (bench_sweep_jobs.py), '' without one."""
     path = ROOT / "results" / "sweep_jobs.jsonl"
-    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    lines = read_lines(path)
     if not lines:
         return ""
     r = lines[-1]

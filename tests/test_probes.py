@@ -111,6 +111,41 @@ def _duplicate_row(ws, mp):
     mf.write_text(json.dumps(data))
 
 
+def _deep_manifest(ws, mp):
+    d = _copy_games(ws, ws["bandit"], "deep")
+    (d / "manifest.json").write_text('{"family": "bandit", "games": ' + "[" * 100000 + "]" * 100000 + "}")
+
+
+ALIAS_BOMB = "".join(f"{a}: &{a} [{', '.join([f'*{b}' if b else '1'] * 9)}]\n"
+                     for a, b in zip("abcdefghi", ["", *"abcdefgh"])) + "train: {steps: *i}\n"
+"""A YAML "billion laughs": 9 anchors, each a list of 9 aliases of the one before (9**9 values from 300 bytes)."""
+
+
+def _tensorboard_file(ws, mp):
+    (ws.tmp / "out").mkdir()
+    (ws.tmp / "out" / "tensorboard").write_text("in the way\n")
+
+
+def _tensorboard_unwritable(ws, mp):
+    """RUN/tensorboard in a folder that refuses new files (as a read-only mount does; root ignores permission bits,
+    so the refusal is planted in the write probe fsio.check_out_path makes)."""
+    import tempfile
+
+    (ws.tmp / "out" / "tensorboard").mkdir(parents=True)
+    real = tempfile.NamedTemporaryFile
+
+    def refuse(*a, dir=None, **k):
+        if str(dir) == str(ws.tmp / "out" / "tensorboard"):
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real(*a, dir=dir, **k)
+    mp.setattr(tempfile, "NamedTemporaryFile", refuse)
+
+
+def _tensorboard_file_kept(ws):
+    assert (ws.tmp / "out" / "tensorboard").read_text() == "in the way\n"
+    assert not (ws.tmp / "out" / "metrics.jsonl").exists(), "a step ran before the refusal"
+
+
 def _tw_copy(ws, mp):
     _copy_games(ws, ws["tw"], "tw")
 
@@ -308,6 +343,25 @@ ROWS = [
          _no_run_config, (lambda ws, mp: mp.setattr(os, "cpu_count", lambda: 2),)),
     Case("eval-batch-size-huge", EVAL + ["--games", "{bandit}", "--batch-size", "1000000"], 2,
          "--batch-size must be in [1, 4096] (got 1000000)"),
+    # --- issue 52, items 6 and 10: files nested too deep, a YAML alias bomb
+    Case("games-manifest-nested-100000", EVAL + ["--games", "deep"], 2,
+         "manifest.json nests its values deeper than Python's JSON reader can follow", setup=(_deep_manifest,)),
+    Case("cfg-yaml-nested-100000", ["train", "--config", "c.yaml", "--games", "{bandit}", "--out", "out"], 2,
+         "config file c.yaml: it nests deeper than 64 levels (line 1)", _no_run_config,
+         (_yaml("train: " + "[" * 100000 + "]" * 100000 + "\n"),)),
+    Case("cfg-yaml-alias-bomb", ["train", "--config", "c.yaml", "--games", "{bandit}", "--out", "out"], 2,
+         "config file c.yaml: its aliases (*name) expand to more than 100000 values", _no_run_config,
+         (_yaml(ALIAS_BOMB),)),
+    # --- issue 52, item 7: every output checked before the model loads
+    Case("train-tensorboard-file-in-the-way", TRAIN_NEW + ["--init", "{tiny}", *TINY_TRAIN, "--steps", "1",
+                                                           "--report-to", "tensorboard"], 2,
+         "train.report_to (--report-to tensorboard): {tmp}/out/tensorboard is a file, not a directory",
+         _tensorboard_file_kept, (_tensorboard_file,)),
+    Case("train-tensorboard-under-a-file", TRAIN_NEW + ["--init", "{tiny}", *TINY_TRAIN, "--steps", "1",
+                                                        "--report-to", "tensorboard"], 2,
+         "train.report_to (--report-to tensorboard): {tmp}/out/tensorboard: cannot write in {tmp}/out/tensorboard "
+         "(Read-only file system)", _nothing,
+         (_tensorboard_unwritable,)),
     Case("cfg-lora-alpha-1e30", ["train", "--config", "c.yaml", "--games", "{bandit}", "--out", "out"], 2,
          "model.lora_alpha (--lora-alpha) must be in (0, 4096] with LoRA (got 1e+30)", _no_run_config,
          (_yaml("model: {lora_rank: 4, lora_alpha: 1e30}\n"),)),
@@ -328,7 +382,7 @@ def test_probe(case, ws, monkeypatch, capsys, caplog):
     out, err = capsys.readouterr()
     assert rc == case.rc, f"exit code {rc}, expected {case.rc}: {err.strip()[-500:]}"
     if case.rc:
-        assert_one_clear_error(rc, out, err, argv[0], [case.phrase])
+        assert_one_clear_error(rc, out, err, argv[0], [case.phrase.format(**ws.paths)])
     else:
         assert "Traceback" not in out + err
         assert case.phrase in out + err + caplog.text, f"{case.phrase!r} not in the output"
@@ -607,3 +661,131 @@ def test_a_stopped_pool_leaves_no_temp_dir(tmp_path, how):
     assert rc == -signal.SIGTERM and tmp.exists(), "the control: a default SIGTERM runs no cleanup"
     ProcessPool(1, family="bandit").close()
     assert not tmp.exists(), "the next pool removes the dir of a dead owner"
+
+
+# ------------------------------------------------------------------------------------------ nested files: controls
+def test_control_the_old_readers_recurse_or_pass_the_bomb():
+    """Without the bounds: json.loads and PyYAML's SafeLoader raise RecursionError on 100,000 nested brackets (the
+    traceback of issue 52), and SafeLoader accepts the alias bomb (shared objects, 9**9 values once walked)."""
+    import yaml
+
+    with pytest.raises(RecursionError):
+        json.loads("[" * 100000 + "]" * 100000)
+    with pytest.raises(RecursionError):
+        yaml.safe_load("train: " + "[" * 100000 + "]" * 100000)
+    bomb = yaml.safe_load(ALIAS_BOMB)
+    assert len(bomb["train"]["steps"]) == 9 and bomb["i"][0] is bomb["h"]  # accepted: 9**9 values in 9 lists
+
+
+# ------------------------------------------------------------------------------------------------ results scripts
+def _script(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"probe_{name}", Path(__file__).resolve().parents[1] / "results" /
+                                                  f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def results_copy(tmp_path, monkeypatch):
+    """A copy of results/*.jsonl that records.load_results reads instead of the checkout's."""
+    for f in records.RESULTS_DIR.glob("*.jsonl"):
+        shutil.copy(f, tmp_path / f.name)
+    monkeypatch.setattr(records, "RESULTS_DIR", tmp_path)
+    return tmp_path
+
+
+def test_findings_on_a_garbage_line_is_one_line(results_copy, monkeypatch, capsys):
+    """results/findings.py with a garbage line 2 in algo_reward.jsonl: one line naming the file and line, exit 2
+    (was a 20-line traceback). Negative control: the table's own code raises ResultsFileError (the traceback)."""
+    path = results_copy / "algo_reward.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text(lines[0] + "garbage\n" + "".join(lines[1:]))
+    findings = _script("findings")
+    monkeypatch.setattr(sys, "argv", ["findings.py"])
+    with pytest.raises(SystemExit) as e:
+        findings.main()
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("findings.py: error: ") and f"{path} line 2 is not a sweep record" in err
+    with pytest.raises(records.ResultsFileError):  # control
+        findings.findings_table()
+
+
+def test_findings_write_checks_both_pages_before_writing_either(tmp_path, monkeypatch, capsys):
+    """`findings.py --write` with a README that lacks its markers: one line naming README.md, and book/findings.md
+    is left as it was (both pages are checked before either is written)."""
+    findings = _script("findings")
+    page, readme = tmp_path / "findings.md", tmp_path / "README.md"
+    shutil.copy(findings.PAGE, page)
+    readme.write_text("# a README without the findings markers\n")
+    before = page.read_text()
+    monkeypatch.setattr(findings, "PAGE", page)
+    monkeypatch.setattr(findings, "README", readme)
+    monkeypatch.setattr(sys, "argv", ["findings.py", "--write"])
+    with pytest.raises(SystemExit) as e:
+        findings.main()
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err == ("findings.py: error: README.md lacks the markers <!-- findings:start --> / "
+                                         "<!-- findings:end -->")
+    assert page.read_text() == before, "book/findings.md was rewritten before the README failed"
+
+
+def test_findings_counts_a_repeated_record_once(results_copy, capsys):
+    """A record appended twice to a results file counts once in the findings (by its run: cell, seed, base config),
+    with a note naming the file. Negative control: records.load_results alone returns it twice."""
+    path = results_copy / "algo_reward.jsonl"
+    first = path.read_text().splitlines(keepends=True)[0]
+    path.write_text(path.read_text() + first)
+    findings = _script("findings")
+    once = findings.load_results("algo_reward")
+    assert "algo_reward: 1 record(s) repeat a run already recorded" in capsys.readouterr().err
+    twice = records.load_results("algo_reward")
+    assert len(twice) == len(once) + 1  # control
+    assert len({records.record_key(r) for r in once}) == len(once)
+
+
+@pytest.mark.subprocess
+def test_regenerate_dry_run_on_a_truncated_choice_and_a_torn_line(tmp_path):
+    """`regenerate.py pilot --dry-run --results DIR` with sft_choice.json cut short: one line naming the file, exit 2
+    (was a JSONDecodeError traceback); with the choice whole and the results file's last line torn: the plan is
+    printed, and the torn line is one warning (records.load_results). Control: json.loads raises on that file."""
+    root = Path(__file__).resolve().parents[1]
+    whole = (root / "results" / "sft_choice.json").read_text()
+    (tmp_path / "sft_choice.json").write_text(whole[:50])
+    cmd = [sys.executable, str(root / "results" / "regenerate.py"), "pilot", "--dry-run", "--results", str(tmp_path)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=env, timeout=300)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-800:]
+    assert p.stderr.strip().splitlines()[-1].startswith(f"regenerate.py: error: {tmp_path}/sft_choice.json is not "
+                                                        "valid JSON")
+    with pytest.raises(json.JSONDecodeError):  # control: the old read
+        json.loads((tmp_path / "sft_choice.json").read_text())
+    (tmp_path / "sft_choice.json").write_text(whole)
+    (tmp_path / "algo_reward.jsonl").write_text((root / "results" / "algo_reward.jsonl").read_text()[:300])
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=env, timeout=300)
+    assert p.returncode == 0 and "commands to run" in p.stdout, p.stderr[-800:]
+    assert "algo_reward.jsonl: line 1 is damaged (a write cut short?); ignored" in p.stderr
+
+
+@pytest.mark.trains
+def test_control_without_the_tensorboard_preflight_step_1_runs_then_fails_without_the_flag(ws, monkeypatch,
+                                                                                           capsys):
+    """Remove the pre-flight (tracking's preflight and the CLI's call): the file in the way is found only when the
+    first row is written, after step 1 trained, and the line says "File exists" without naming --report-to."""
+    from agentrl_lib import tracking
+
+    monkeypatch.setattr(tracking.TensorBoardTracker, "preflight", staticmethod(lambda run_dir: None))
+    monkeypatch.setattr(tracking, "check_tracker_output", lambda *a: None)
+    _tensorboard_file(ws, monkeypatch)
+    row = _row("train-tensorboard-file-in-the-way")
+    try:
+        rc = main([a.format(**ws.paths) for a in row.argv])
+    except Exception as e:  # the writer's own error, unreported
+        rc, err = None, repr(e)
+    else:
+        err = capsys.readouterr().err
+    assert rc != 0 and "--report-to" not in err
+    assert (ws.tmp / "out" / "metrics.jsonl").read_text().count("\n") == 1, "step 1 ran before the failure"

@@ -202,6 +202,9 @@ def load_game_set(root: str | Path) -> GameSet:
                            f"foreign file; delete the directory and regenerate it; {hint}") from None
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise GameSetError(f"{mf} is malformed ({e}); delete the directory and regenerate it; {hint}") from e
+    except RecursionError:  # json's decoder recurses per nesting level: 100,000 nested `[` (issue 52)
+        raise GameSetError(f"{mf} nests its values deeper than Python's JSON reader can follow: a damaged or foreign "
+                           f"file; delete the directory and regenerate it; {hint}") from None
     if not rows:
         raise GameSetError(f"{mf} lists no games; {hint}")
     try:
