@@ -8,11 +8,11 @@ import math
 import os
 import signal
 import sys
-import tempfile
 from pathlib import Path
 
 from .config import EPISODES_PER_STEP_MAX, MAX_NEW_TOKENS_MAX, SEED_MAX, ConfigError, EnvConfig, RunConfig, SFTConfig
 from .flags import build_config, section_args
+from .fsio import check_out_path
 
 MAKE_GAMES_N_MAX = 100_000
 """`agentrl make-games --n` upper bound: more games take hours to generate (Sokoban's BFS, TextWorld's compiler) and
@@ -66,41 +66,6 @@ def _require(ok: bool, message: str) -> None:
     """Raise ConfigError(message) unless `ok`: a bad flag value, found before any work starts."""
     if not ok:
         raise ConfigError(message)
-
-
-def check_out_path(flag: str, out: str, is_dir: bool = False) -> None:
-    """Check, before any work, that `out` (a file, or a directory when `is_dir`) can be written later: it is not a
-    directory (file) / a file (directory), no ancestor is a file, and the nearest existing ancestor accepts a new
-    file (probed with a temporary file, as permission bits do not tell for root or read-only mounts); leaves nothing
-    behind.
-
-    Raises:
-        ConfigError: naming `flag` and `out`, saying what is in the way (also a name that is not valid UTF-8, which
-            the tokenizer's and TextWorld's writers refuse at the end of the work).
-    """
-    from .fsio import not_regular
-    from .paths import undecodable_name
-
-    path = Path(out).expanduser()
-    if (bad := undecodable_name(path.absolute())) is not None:
-        raise ConfigError(f"{flag} {out}: {bad!r} is not valid UTF-8, which the model and game writers refuse; pick a "
-                          "path with UTF-8 characters")
-    if not is_dir and path.is_dir():
-        raise ConfigError(f"{flag} {out} is a directory; pass a file path, e.g. {Path(out) / 'eval.json'}")
-    if not is_dir and (what := not_regular(path)) is not None:
-        raise ConfigError(f"{flag} {out} is {what}, which a result file would replace; pass a regular file's path")
-    if is_dir and path.exists() and not path.is_dir():
-        raise ConfigError(f"{flag} {out} is a file, not a directory; pick another path")
-    ancestor = path if is_dir and path.is_dir() else path.parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise ConfigError(f"{flag} {out}: {ancestor} is a file, not a directory; pick another path")
-    try:
-        with tempfile.NamedTemporaryFile(dir=ancestor, prefix=".agentrl-write-check-"):
-            pass
-    except OSError as e:
-        raise ConfigError(f"{flag} {out}: cannot write in {ancestor} ({e.strerror or e}); pick a writable path") from e
 
 
 def _check_model_flags(a) -> None:
@@ -239,12 +204,13 @@ def _check_train_inputs(a, cfg: RunConfig):
     """What `train` would otherwise find out only after training: the held-out games (train.eval_games), --out, the
     device / dtype and a model path that does not exist. Returns the loaded eval GameSet, or None."""
     from .envs.base import load_game_set
+    from .envs.pool import check_pool_size
     from .generation import check_generator
     from .models import check_init_lora, pick_device, pick_dtype, resolve_model_path
-
-    from .envs.pool import check_pool_size
+    from .tracking import check_tracker_output
 
     check_out_path("--out", a.out, is_dir=True)
+    check_tracker_output(cfg.train.report_to, a.out)  # e.g. RUN/tensorboard, before the model loads
     check_pool_size(cfg.train.games_per_step * cfg.algo.group_size, cfg.env.process_pool)
     pick_dtype(cfg.model.dtype, pick_device(cfg.model.device))
     check_generator(cfg.model.generator)

@@ -1,5 +1,7 @@
 """Durable writes: a file replaced atomically (temp file in the same directory, fsync, rename, fsync of the
-directory), a directory tree fsync'd before it is renamed into place, and the test for a full disk.
+directory), a directory tree fsync'd before it is renamed into place, and the test for a full disk; the pre-flight
+check of an output path (check_out_path); and the bounded walk and sure removal of directory trees that untrusted code
+made (walk_tree, remove_tree: the swe family's working copies).
 
 A reader sees the old content or the new one, never a mix, and what was written survives a power loss. Used by the
 run directory (rundir.py: config.yaml, metrics.jsonl), checkpoints (checkpoint.py), game-set manifests
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -99,6 +102,41 @@ def is_disk_full(exc: BaseException) -> bool:
             return True
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return False
+
+
+def check_out_path(flag: str, out: str, is_dir: bool = False) -> None:
+    """Check, before any work, that `out` (a file, or a directory when `is_dir`) can be written later: it is not a
+    directory (file) / a file (directory), no ancestor is a file, and the nearest existing ancestor accepts a new
+    file (probed with a temporary file, as permission bits do not tell for root or read-only mounts); leaves nothing
+    behind.
+
+    Raises:
+        ConfigError: naming `flag` and `out`, saying what is in the way (also a name that is not valid UTF-8, which
+            the tokenizer's and TextWorld's writers refuse at the end of the work).
+    """
+    from .config_values import ConfigError
+    from .paths import undecodable_name
+
+    path = Path(out).expanduser()
+    if (bad := undecodable_name(path.absolute())) is not None:
+        raise ConfigError(f"{flag} {out}: {bad!r} is not valid UTF-8, which the model and game writers refuse; pick a "
+                          "path with UTF-8 characters")
+    if not is_dir and path.is_dir():
+        raise ConfigError(f"{flag} {out} is a directory; pass a file path, e.g. {Path(out) / 'eval.json'}")
+    if not is_dir and (what := not_regular(path)) is not None:
+        raise ConfigError(f"{flag} {out} is {what}, which a result file would replace; pass a regular file's path")
+    if is_dir and path.exists() and not path.is_dir():
+        raise ConfigError(f"{flag} {out} is a file, not a directory; pick another path")
+    ancestor = path if is_dir and path.is_dir() else path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"{flag} {out}: {ancestor} is a file, not a directory; pick another path")
+    try:
+        with tempfile.NamedTemporaryFile(dir=ancestor, prefix=".agentrl-write-check-"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"{flag} {out}: cannot write in {ancestor} ({e.strerror or e}); pick a writable path") from e
 
 
 # ------------------------------------------------------------------------------------------------ untrusted trees

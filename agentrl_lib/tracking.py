@@ -11,8 +11,9 @@ tracker opens its files at the first row, so a run that fails before its first s
 appends a new event file to the same folder and hides the events of the steps it redoes (SummaryWriter's
 `purge_step` = the first step it writes): the curves TensorBoard shows are those of metrics.jsonl.
 
-To add a tracker: a class with `__init__(run_dir)`, `write(row)`, `close()`, one line in TRACKERS and its name in
-config.REPORT_TO. Introduced in book/command_line.md ("TensorBoard").
+To add a tracker: a class with `__init__(run_dir)`, `write(row)`, `close()` (and a static `preflight(run_dir)` that
+raises ConfigError when its output cannot be written: checked before the model loads), one line in TRACKERS and its
+name in config.REPORT_TO. Introduced in book/command_line.md ("TensorBoard").
 """
 from __future__ import annotations
 
@@ -52,6 +53,18 @@ class TensorBoardTracker:
     def __init__(self, run_dir: str | Path):
         self.log_dir = Path(run_dir) / "tensorboard"
         self.writer = None
+        self.preflight(run_dir)
+
+    @staticmethod
+    def preflight(run_dir: str | Path) -> None:
+        """Check, before the model loads, that RUN_DIR/tensorboard can be made and written (fsio.check_out_path: no
+        file in its way, a writable folder). SummaryWriter opens its event file in a writer thread at the first row:
+        an unwritable place failed only after step 1, in a 40-line thread traceback, and a file in the way read "File
+        exists" without naming the flag (issue 52). Raises ConfigError naming train.report_to (--report-to)."""
+        from .fsio import check_out_path
+
+        check_out_path("train.report_to (--report-to tensorboard):", str(Path(run_dir) / "tensorboard"),
+                       is_dir=True)
 
     def write(self, row: dict[str, Any]) -> None:
         step = int(row["step"])
@@ -71,6 +84,14 @@ class TensorBoardTracker:
 
 TRACKERS = {"none": NoTracker, "tensorboard": TensorBoardTracker}
 """report_to value → tracker class (config.REPORT_TO lists the same names)."""
+
+
+def check_tracker_output(report_to: str, run_dir: str | Path) -> None:
+    """The pre-flight check of the tracker of `report_to` for run_dir (a tracker class's `preflight`, if it has one):
+    `agentrl train` calls it with its other output checks, before anything is written. Raises ConfigError."""
+    preflight = getattr(TRACKERS[report_to], "preflight", None)
+    if preflight is not None:
+        preflight(run_dir)
 
 
 def open_tracker(report_to: str, run_dir: str | Path, is_main: bool = True):

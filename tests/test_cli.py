@@ -229,7 +229,7 @@ ROWS = [
     # --- eval flags and --out (checked before the model loads)
     ("eval-temperature-neg", EVAL + ["--temperature", "-0.5"], None, ["--temperature", ">= 0", "greedy"], True, ()),
     ("eval-temperature-nan", EVAL + ["--temperature", "nan"], None, ["--temperature"], True, ()),
-    ("eval-batch-size-0", EVAL + ["--batch-size", "0"], None, ["--batch-size", ">= 1"], True, ()),
+    ("eval-batch-size-0", EVAL + ["--batch-size", "0"], None, ["--batch-size must be in [1, 4096] (got 0)"], True, ()),
     ("eval-max-turns-0", EVAL + ["--max-turns", "0"], None, ["--max-turns", ">= 1"], True, ()),
     ("eval-max-new-tokens-0", EVAL + ["--max-new-tokens", "0"], None, ["--max-new-tokens", "[1, 131072]"], True, ()),
     ("eval-out-is-directory", EVAL + ["--out", "{tmp}"], None, ["is a directory", "eval.json"], True, ()),
