@@ -62,6 +62,13 @@ def cmd_make_games(a) -> None:
           f"{min(lens)}-{max(lens)}, max score {gs.games[0].max_score:g}")
 
 
+def _check_seed(seed: int, what: str, flag: str = "--seed") -> None:
+    """Refuse a seed outside [0, SEED_MAX] in one line naming `flag` (issue 52: `eval --seed 2**32` replayed seed 0,
+    2**64 overflowed in numpy without naming the flag). Every command's seed flag is checked: make-games, eval, demo
+    and report here; train, sft and sweep through their configs' validate (train.seed, sft.seed)."""
+    _require(0 <= seed <= SEED_MAX, f"{flag} must be in [0, {SEED_MAX}] (got {seed}): {what}")
+
+
 def _require(ok: bool, message: str) -> None:
     """Raise ConfigError(message) unless `ok`: a bad flag value, found before any work starts."""
     if not ok:
@@ -106,6 +113,7 @@ def cmd_eval(a) -> None:
     _require(1 <= max_new_tokens <= MAX_NEW_TOKENS_MAX,
              f"--max-new-tokens must be in [1, {MAX_NEW_TOKENS_MAX}] (got {max_new_tokens}): tokens per reply; 16-32 "
              "suit one action, 160 a swe reply with a patch (configs/swe.yaml)")
+    _check_seed(getattr(a, "train.seed"), "the sampling seed, used when --temperature > 0")
     _require(math.isfinite(a.temperature) and a.temperature >= 0,
              f"--temperature must be >= 0 (got {a.temperature}); 0 is greedy, 0.7 samples as in training")
     if a.out:
@@ -228,6 +236,7 @@ def cmd_demo(a) -> None:
     fast = a.fast or os.environ.get("AGENTRL_FAST") == "1"
     budget = DemoBudget.fast() if fast else DemoBudget.full()
     _require(a.lora_rank >= 0, f"--lora-rank must be >= 0 (got {a.lora_rank}); 0 is full fine-tuning")
+    _check_seed(a.seed, "the seed of the SFT and RL stages")
     for flag, value in (("--sft-lr", a.sft_lr), ("--rl-lr", a.rl_lr)):
         _require(value is None or value > 0, f"{flag} must be > 0 (got {value})")
     if a.record:
@@ -272,6 +281,7 @@ def cmd_report(a) -> None:
     from .records import load_records
     from .report import report
 
+    _check_seed(a.seed, "the bootstrap's seed")
     records = load_records(a.results)
     if not records:
         raise ConfigError(f"no records in {a.results}" if Path(a.results).exists() else

@@ -362,6 +362,22 @@ ROWS = [
          "train.report_to (--report-to tensorboard): {tmp}/out/tensorboard: cannot write in {tmp}/out/tensorboard "
          "(Read-only file system)", _nothing,
          (_tensorboard_unwritable,)),
+    # --- issue 52, item 8: every seed flag in [0, 2**32 - 1]
+    Case("eval-seed-2**32", EVAL + ["--games", "{bandit}", "--seed", str(2**32)], 2,
+         "--seed must be in [0, 4294967295] (got 4294967296): the sampling seed"),
+    Case("eval-seed-2**64", EVAL + ["--games", "{bandit}", "--seed", str(2**64)], 2,
+         "--seed must be in [0, 4294967295] (got 18446744073709551616): the sampling seed"),
+    Case("demo-seed-negative", ["demo", "--seed", "-1", "--out", "d"], 2,
+         "--seed must be in [0, 4294967295] (got -1)", _absent("d")),
+    Case("report-seed-2**64", ["report", "r.jsonl", "--seed", str(2**64)], 2,
+         "--seed must be in [0, 4294967295] (got 18446744073709551616): the bootstrap's seed"),
+    Case("sft-seed-2**32", ["sft", "--games", "{bandit}", "--out", "s", "--seed", str(2**32)], 2,
+         "sft.seed (--seed) must be in [0, 4294967295] (got 4294967296)", _absent("s")),
+    Case("train-seed-2**64", TRAIN_NEW + ["--seed", str(2**64)], 2,
+         "train.seed (--seed) must be an integer in [0, 4294967295] (got 18446744073709551616)", _no_run_config),
+    Case("sweep-seeds-2**32", ["sweep", "--base", "base.yaml", "--seeds", f"0,{2**32}", "--eval-games", "{bandit}",
+                               "--out", "s.jsonl", "--dry-run"], 2, "--seeds: 4294967296 is outside [0, 4294967295]",
+         _absent("s.jsonl"), (_non_sweep_results,)),
     Case("cfg-lora-alpha-1e30", ["train", "--config", "c.yaml", "--games", "{bandit}", "--out", "out"], 2,
          "model.lora_alpha (--lora-alpha) must be in (0, 4096] with LoRA (got 1e+30)", _no_run_config,
          (_yaml("model: {lora_rank: 4, lora_alpha: 1e30}\n"),)),
@@ -789,3 +805,17 @@ def test_control_without_the_tensorboard_preflight_step_1_runs_then_fails_withou
         err = capsys.readouterr().err
     assert rc != 0 and "--report-to" not in err
     assert (ws.tmp / "out" / "metrics.jsonl").read_text().count("\n") == 1, "step 1 ran before the failure"
+
+
+def test_control_torch_replays_seed_0_at_2_32_and_overflows_at_2_64():
+    """Why eval --seed is range-checked: torch.manual_seed(2**32) draws what seed 0 draws (the sampled evaluation
+    of seed 2**32 replays seed 0's), and 2**64 raises an overflow that names no flag."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        zero = torch.rand(3)
+        torch.manual_seed(2**32)
+        assert torch.equal(torch.rand(3), zero)
+        with pytest.raises((ValueError, RuntimeError, OverflowError)):
+            torch.manual_seed(2**64)
