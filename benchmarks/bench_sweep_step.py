@@ -188,6 +188,7 @@ def measure(a, levers: dict, pool, warmup: bool = False) -> dict:
         wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
         shared_rollout = getattr(trainer.generator, "shared_positions", 0)
         grow_cache = getattr(trainer.generator, "grow_cache", None)
+        precision, adamw = getattr(trainer, "precision", None), getattr(trainer, "adamw_impl", None)
         trainer.close()
     del trainer
     gc.collect()
@@ -204,6 +205,7 @@ def measure(a, levers: dict, pool, warmup: bool = False) -> dict:
             "batch_tokens": int(batch["attention_mask"].sum()) if batch is not None else 0,
             "shareable_prompt_positions": shareable, "rollout_shared_positions": shared_rollout,
             "grow_cache": grow_cache, "first_loss": seen.get("first_loss"),
+            "precision": precision, "adamw": adamw,  # Trainer.precision ('fp32' / 'bf16-autocast'), update.adamw's
             "skipped_update": row.get("skipped_update", 0.0), "success_rate": row["success_rate"],
             "load_before": load, "load_after": load1()}
 
