@@ -102,6 +102,7 @@ def cmd_eval(a) -> None:
     from .generation import check_generator
     from .models import load_policy
     from .paths import git_commit
+    from .rundir import check_unambiguous_model
 
     env_cfg = EnvConfig(**section_args(a, "env"))
     _require(env_cfg.max_turns >= 1, f"--max-turns must be >= 1 (got {env_cfg.max_turns}); 8-12 suits small "
@@ -119,6 +120,7 @@ def cmd_eval(a) -> None:
     if a.out:
         check_out_path("--out", a.out)
     _check_model_flags(a)
+    check_unambiguous_model(a.model, "--model")
     check_generator(getattr(a, "model.generator"))
     games = load_game_set(env_cfg.games)
     env_cfg.validate()
@@ -150,6 +152,7 @@ def cmd_eval(a) -> None:
 
 def cmd_sft(a) -> None:
     from .envs.base import load_game_set
+    from .rundir import check_not_run_dir, check_unambiguous_model
     from .sft import sft
 
     cfg = SFTConfig(**section_args(a, "sft"))
@@ -157,6 +160,8 @@ def cmd_sft(a) -> None:
     lora_rank = getattr(a, "model.lora_rank")
     _require(lora_rank >= 0, f"--lora-rank must be >= 0 (got {lora_rank}); 0 is full fine-tuning")
     check_out_path("--out", a.out, is_dir=True)
+    check_not_run_dir(a.out)
+    check_unambiguous_model(a.model, "--model")
     _check_model_flags(a)
     env = section_args(a, "env")
     EnvConfig(**env).validate()  # --action-format, --max-actions-per-turn
@@ -215,6 +220,7 @@ def _check_train_inputs(a, cfg: RunConfig):
     from .envs.pool import check_pool_size
     from .generation import check_generator
     from .models import check_init_lora, pick_device, pick_dtype, resolve_model_path
+    from .rundir import check_not_sft_output, check_unambiguous_model
     from .tracking import check_tracker_output
 
     check_out_path("--out", a.out, is_dir=True)
@@ -223,7 +229,9 @@ def _check_train_inputs(a, cfg: RunConfig):
     pick_dtype(cfg.model.dtype, pick_device(cfg.model.device))
     check_generator(cfg.model.generator)
     if not a.resume:
+        check_not_sft_output(a.out)
         name = getattr(a, "model.name") or cfg.model.name
+        check_unambiguous_model(name, "--init")
         if name != "embedded":  # the embedded model resolves by converting it (~20 s): leave that to the trainer
             resolve_model_path(name)
             check_init_lora(name, cfg.model.lora_rank)  # a LoRA --init and --lora-rank that do not fit

@@ -280,6 +280,58 @@ def check_resume_overrides(recorded: RunConfig, new: RunConfig, init: str | None
             "those flags, or start a new run from this one: agentrl train --init RUN_DIR --out NEW_DIR ...")
 
 
+# ------------------------------------------------------------------------------------------------ SFT and RL apart
+SFT_OUTPUTS = ("policy", "sft_summary.json")
+"""What `agentrl sft --out DIR` writes (sft.sft): the model in DIR/policy and its summary. An RL run directory holds
+config.yaml, metrics.jsonl and checkpoints/<step>/policy; models.resolve_model_path takes a directory's
+checkpoints/latest before its policy/, so a directory holding both silently evaluated the RL checkpoint (issue 52).
+The two are kept apart: neither command writes into the other's directory, and a model flag refuses a directory that
+holds both."""
+
+
+def _holds_model(path: Path) -> bool:
+    """models.is_model_dir without importing torch: a transformers model or a peft adapter."""
+    return (path / "config.json").is_file() or (path / "adapter_config.json").is_file()
+
+
+def sft_output_in(directory: str | Path) -> str | None:
+    """'DIR/policy' or 'DIR/sft_summary.json' when `directory` holds an SFT output, else None."""
+    d = Path(directory).expanduser()
+    if _holds_model(d / "policy"):
+        return str(d / "policy")
+    return str(d / "sft_summary.json") if (d / "sft_summary.json").is_file() else None
+
+
+def check_not_sft_output(run_dir: str | Path, flag: str = "--out") -> None:
+    """Refuse to start an RL run in a directory that holds an SFT output. Raises ConfigError naming `flag`."""
+    if (found := sft_output_in(run_dir)) is not None:
+        raise ConfigError(f"{flag} {run_dir} holds an SFT output ({found}): an RL run there would mix with it, and "
+                          f"`eval --model {run_dir}` would take one of them silently; pass a new run directory (and "
+                          f"{run_dir} as --init to start from the SFT model)")
+
+
+def check_not_run_dir(out: str | Path, flag: str = "--out") -> None:
+    """Refuse to write an SFT output into an RL run directory (run_exists). Raises ConfigError naming `flag`."""
+    if run_exists(Path(out).expanduser()):
+        raise ConfigError(f"{flag} {out} is an RL run directory (config.yaml or checkpoints/): an SFT model there "
+                          "would mix with the run's checkpoints; pass a new directory")
+
+
+def check_unambiguous_model(name: str, flag: str = "--model") -> None:
+    """Refuse a model directory that holds both an RL run (checkpoints/latest) and another model (DIR/policy from an
+    SFT, or DIR/config.json), naming the path to pass for each. Raises ConfigError naming `flag`."""
+    d = Path(name).expanduser()
+    latest = d / "checkpoints" / "latest"
+    if not (d.is_dir() and latest.is_file()):
+        return
+    other = d / "policy" if _holds_model(d / "policy") else d if _holds_model(d) else None
+    if other is not None:
+        step = latest.read_text().strip()
+        raise ConfigError(f"{flag} {name} is ambiguous: it holds an RL run (checkpoints/latest: {step}) and another "
+                          f"model ({other}); pass {d / 'checkpoints' / step} for the RL policy or {other} for the "
+                          "other")
+
+
 def start_or_resume(run_dir: Path, config: RunConfig, init: str | None, resume: bool) -> RunConfig:
     """The resume-or-fresh decision of a trainer about to write `run_dir`, taken before any model loads.
 
@@ -291,7 +343,8 @@ def start_or_resume(run_dir: Path, config: RunConfig, init: str | None, resume: 
     Returns: `config` with model.name the model the run starts from (the KL reference), as config.yaml records it.
     Raises:
         CheckpointError: resume and run_dir holds no run, or a FIXED_ON_RESUME field changed (named).
-        FileExistsError: not resume and run_dir already holds checkpoints.
+        FileExistsError: not resume and run_dir already holds checkpoints. ConfigError: not resume and run_dir
+            holds an SFT output (check_not_sft_output).
     """
     if init:
         local = Path(init).expanduser()
@@ -304,6 +357,8 @@ def start_or_resume(run_dir: Path, config: RunConfig, init: str | None, resume: 
         init = recorded.model.name  # the model a run started from is a fact of the run (the KL reference)
     elif list_checkpoints(run_dir / "checkpoints") or (run_dir / "checkpoints" / "latest").is_file():
         raise FileExistsError(f"{run_dir} already holds a run; pass --resume to continue it or pick a new --out")
+    else:
+        check_not_sft_output(run_dir)
     if init:  # the run's config names the model it starts from (the KL reference)
         config = dataclasses.replace(config, model=dataclasses.replace(config.model, name=init))
     return config

@@ -146,6 +146,16 @@ def _tensorboard_file_kept(ws):
     assert not (ws.tmp / "out" / "metrics.jsonl").exists(), "a step ran before the refusal"
 
 
+def _sft_output_in_out(ws, mp):
+    shutil.copytree(ws["tiny"], ws.tmp / "out" / "policy")
+
+
+def _mixed_dir(ws, mp):
+    """An RL run directory into which an SFT model was written (its policy/ beside checkpoints/)."""
+    shutil.copytree(ws["run2"], ws.tmp / "mixed")
+    shutil.copytree(ws["tiny"], ws.tmp / "mixed" / "policy")
+
+
 def _tw_copy(ws, mp):
     _copy_games(ws, ws["tw"], "tw")
 
@@ -378,6 +388,16 @@ ROWS = [
     Case("sweep-seeds-2**32", ["sweep", "--base", "base.yaml", "--seeds", f"0,{2**32}", "--eval-games", "{bandit}",
                                "--out", "s.jsonl", "--dry-run"], 2, "--seeds: 4294967296 is outside [0, 4294967295]",
          _absent("s.jsonl"), (_non_sweep_results,)),
+    # --- issue 52, item 9: SFT and RL outputs kept apart
+    Case("sft-into-an-rl-run", ["sft", "--games", "{bandit}", "--model", "{tiny}", "--device", "cpu", "--out", "run"],
+         2, "--out run is an RL run directory (config.yaml or checkpoints/)", _resume_changed_nothing,
+         (_resume_copy,)),
+    Case("train-into-an-sft-dir", TRAIN_NEW + ["--init", "{tiny}", *TINY_TRAIN], 2,
+         "--out {tmp}/out holds an SFT output ({tmp}/out/policy)", _no_run_config, (_sft_output_in_out,)),
+    Case("eval-ambiguous-model-dir", EVAL + ["--games", "{bandit}", "--model", "mixed"], 2,
+         "--model mixed is ambiguous: it holds an RL run (checkpoints/latest: step_000002) and another model "
+         "(mixed/policy); pass mixed/checkpoints/step_000002 for the RL policy or mixed/policy for the other",
+         _absent("eval.json"), (_mixed_dir,)),
     Case("cfg-lora-alpha-1e30", ["train", "--config", "c.yaml", "--games", "{bandit}", "--out", "out"], 2,
          "model.lora_alpha (--lora-alpha) must be in (0, 4096] with LoRA (got 1e+30)", _no_run_config,
          (_yaml("model: {lora_rank: 4, lora_alpha: 1e30}\n"),)),
@@ -819,3 +839,12 @@ def test_control_torch_replays_seed_0_at_2_32_and_overflows_at_2_64():
         assert torch.equal(torch.rand(3), zero)
         with pytest.raises((ValueError, RuntimeError, OverflowError)):
             torch.manual_seed(2**64)
+
+
+def test_control_an_ambiguous_model_dir_resolves_to_the_rl_checkpoint_in_silence(ws, monkeypatch):
+    """Without the check, `--model mixed` (an RL run with an SFT model beside it) resolves to the RL checkpoint's
+    policy with no word of the SFT model (models.resolve_model_path takes checkpoints/latest first)."""
+    from agentrl_lib.models import resolve_model_path
+
+    _mixed_dir(ws, monkeypatch)
+    assert resolve_model_path("mixed") == "mixed/checkpoints/step_000002/policy"
