@@ -38,11 +38,13 @@ class ModelConfig:
     that adapter, 0 merges it and fine-tunes every weight, another rank is refused (models.check_init_lora)."""
     lora_alpha: int = 32
     """LoRA alpha (the adapter's scale is alpha / rank; 16-64, 32 is typical; unused without LoRA)."""
-    generator: str = "hf"
-    """Generation backend of rollouts and evaluation, a key of generation.GENERATORS: 'hf' (transformers `generate`,
-    KV cache kept across turns), 'hf-live' (the same state, a decode loop that steps only the rows still writing
-    their reply: the same distribution, other random draws), 'vllm' (vLLM engine, weights synced after each update;
-    needs `make vllm` and .venv-vllm/bin/agentrl), or one you registered."""
+    generator: str = "hf-live"
+    """Generation backend of rollouts and evaluation, a key of generation.GENERATORS: 'hf-live' (the default: the KV
+    cache kept across turns, a decode loop that steps only the rows still writing their reply and draws the very
+    tokens `generate` draws; it keeps the hidden states that sampled, for V_old without a second forward), 'hf'
+    (transformers `generate` itself, every row stepped until the longest reply ends), 'vllm' (vLLM engine, weights
+    synced after each update; other kernels, other tokens; needs `make vllm` and .venv-vllm/bin/agentrl), or one you
+    registered. 'hf' and 'hf-live' sample the same tokens: records.base_key counts them as one."""
 
     def validate(self) -> None:
         if self.dtype not in DTYPES:

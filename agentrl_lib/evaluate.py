@@ -21,7 +21,7 @@ from .rollout import rollout
 
 def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: float = 0.0, batch_size: int = 8,
              max_new_tokens: int = 24, env: EnvConfig | None = None, pool: EnvPool | None = None,
-             generator: str = "hf", progress: bool = True, seed: int | None = None) -> dict:
+             generator: str = "hf-live", progress: bool = True, seed: int | None = None) -> dict:
     """Play every game in `games` once, `batch_size` episodes at a time.
 
     `env` (default EnvConfig()) says how the games are shown and run, as in training: pass the run's config, since a

@@ -261,8 +261,8 @@ def _cache_of(layers: list[tuple[torch.Tensor, torch.Tensor]], grow: bool):
 
 
 class LiveRowsGenerator(HFGenerator):
-    """A decode loop that steps only the rows still writing their reply (`model.generator: hf-live`), drawing the very
-    tokens transformers' `generate` draws.
+    """A decode loop that steps only the rows still writing their reply (`model.generator: hf-live`, the default),
+    drawing the very tokens transformers' `generate` draws.
 
     `HFGenerator` calls transformers' `generate`, which steps every row of the batch until the turn's longest reply
     stops: at the findings' RL start 82% of the decoded row-steps went to rows that had already ended their reply,
@@ -430,5 +430,6 @@ def check_generator(name: str) -> None:
 
 GENERATORS = {"hf": HFGenerator, "hf-live": LiveRowsGenerator, "vllm": vllm_generator}
 """Generation backends by name: each a class (or factory) built as cls(model, tokenizer) implementing `Generator`.
-'hf-live' (LiveRowsGenerator) decodes only the rows still writing: the same distribution, other random draws;
+'hf-live' (LiveRowsGenerator, model.generator's default) decodes only the rows still writing, with `generate`'s own
+draws, and keeps the hidden states that sampled; 'hf' (HFGenerator) is transformers' `generate` itself;
 'vllm' is a factory that imports vLLM only when called (generation_vllm.py; optional, `make vllm`)."""

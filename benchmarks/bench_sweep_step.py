@@ -8,8 +8,9 @@ tokens), `Trainer.step` from a fresh Trainer per measurement, with each performa
         [--warmup 1] [--threads 2] [--set section.field=value ...] [--machine TEXT] [--out results/sweep_step.jsonl]
 
 Settings (each over the config; `baseline` always runs first):
-- baseline:        the step before the levers: train.share_prefix off, algo.old_logprobs recompute, random-row
-                   minibatches, fp32, the rollout's KV cache transformers' DynamicCache;
+- baseline:        the step before the levers: transformers' `generate` (model.generator hf), train.share_prefix
+                   off, algo.old_logprobs recompute, random-row minibatches, fp32, the rollout's KV cache
+                   transformers' DynamicCache;
 - exact:           train.share_prefix on (the default): each group's first prompt prefilled once in the rollout and
                    forwarded once in the no-grad pass and the update; and the rollout's KV cache a GrowingKVCache
                    (the generators' default, not a config field: `generator.grow_cache` here), appended in place.
@@ -57,7 +58,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # no spinning threads on a shared CPU; read when torch loads
 
 ROOT = Path(__file__).resolve().parent.parent
-BASELINE = {"generator.grow_cache": False, "train.share_prefix": False, "algo.old_logprobs": "recompute",
+BASELINE = {"model.generator": "hf", "generator.grow_cache": False, "train.share_prefix": False, "algo.old_logprobs": "recompute",
             "train.group_minibatches": False,
             "train.mixed_precision": "no", "train.bf16_max_logprob_gap": 0.0}  # bf16: timed, never refused here
 LEVERS = {  # setting → the levers it turns on over BASELINE ("bf16" and "all" are built by plan())

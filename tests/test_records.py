@@ -132,6 +132,21 @@ def test_record_identity_ignores_new_fields_execution_fields_and_the_cells_own_f
     assert records.cell_text(cell) == "algo.advantage=grpo" and records.cell_text({}) == "base"
 
 
+def test_generate_and_the_live_decode_loop_are_one_run(monkeypatch):
+    """'hf' (transformers' generate) and 'hf-live' (the default since it draws generate's tokens) give one base_key:
+    the records made with 'hf' stay done. Controls: vLLM (other kernels, other tokens) is another experiment, and so
+    is 'hf' once SAME_DRAWS no longer joins them."""
+    from agentrl_lib.config import RunConfig as Config
+
+    live, hf, vllm = Config(), Config(), Config()
+    hf.model.generator, vllm.model.generator = "hf", "vllm"
+    assert live.model.generator == "hf-live"
+    assert records.base_key(hf, {}) == records.base_key(live, {}) == records.base_key(hf.to_dict(), {})
+    assert records.base_key(vllm, {}) != records.base_key(live, {})
+    monkeypatch.setattr(records, "SAME_DRAWS", {})
+    assert records.base_key(hf, {}) != records.base_key(live, {})
+
+
 def test_compact_eval_and_finished_run(tmp_path):
     ev = {"success_rate": 0.123456789, "mean_turns": 2.0, "invalid_rate": 0.0, "mean_score_frac": 0.5,
           "n_games": 2, "env_errors": 0, "extra": 1,

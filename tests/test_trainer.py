@@ -65,14 +65,17 @@ def test_pi_old_comes_from_the_training_forward_and_the_mismatch_is_logged(algo,
     """Plant a rollout engine whose log-probs are off by 0.5 (as a bf16 or vLLM sampler can be): with π_old taken
     from the trainer's forward the first (only) minibatch starts at ratio exactly 1 and nothing is clipped; the
     mismatch is logged for every algorithm."""
-    real = HFGenerator.generate
+    from agentrl_lib.generation import GENERATORS
+
+    backend = GENERATORS[ModelConfig().generator]  # the default rollout backend (LiveRowsGenerator)
+    real = backend.generate
 
     def shifted(*a, **k):
         out = real(*a, **k)
         out.logprobs = [[x - 0.5 for x in row] for row in out.logprobs]
         return out
 
-    monkeypatch.setattr(HFGenerator, "generate", shifted)
+    monkeypatch.setattr(backend, "generate", shifted)
     cfg = make_cfg(coin_games(tmp_path / "g"), algo=algo, epochs=1)
     row = trainer(cfg, tmp_path, tiny_model_dir).step(0)
     assert row["skipped_update"] == 0.0, "the scripted game gives reward spread at this seed"
