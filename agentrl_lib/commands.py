@@ -216,8 +216,9 @@ def cmd_train(a) -> None:
 def _check_train_inputs(a, cfg: RunConfig):
     """What `train` would otherwise find out only after training: the held-out games (train.eval_games), --out, the
     device / dtype and a model path that does not exist. Returns the loaded eval GameSet, or None."""
+    from .envs import get_family
     from .envs.base import load_game_set
-    from .envs.pool import check_pool_size
+    from .envs.pool import check_family_options, check_pool_size
     from .generation import check_generator
     from .models import check_init_lora, pick_device, pick_dtype, resolve_model_path
     from .rundir import check_not_sft_output, check_unambiguous_model
@@ -226,6 +227,7 @@ def _check_train_inputs(a, cfg: RunConfig):
     check_out_path("--out", a.out, is_dir=True)
     check_tracker_output(cfg.train.report_to, a.out)  # e.g. RUN/tensorboard, before the model loads
     check_pool_size(cfg.train.games_per_step * cfg.algo.group_size, cfg.env.process_pool)
+    check_family_options(cfg.env, get_family(load_game_set(cfg.env.games).family))  # e.g. --swe-reward on textworld
     pick_dtype(cfg.model.dtype, pick_device(cfg.model.device))
     check_generator(cfg.model.generator)
     if not a.resume:

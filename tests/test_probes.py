@@ -156,6 +156,13 @@ def _mixed_dir(ws, mp):
     shutil.copytree(ws["tiny"], ws.tmp / "mixed" / "policy")
 
 
+def _long_walkthrough(ws, mp):
+    mf = _copy_games(ws, ws["bandit"], "long") / "manifest.json"
+    data = json.loads(mf.read_text())
+    data["games"][0].update(name="long", walkthrough=["look"] * 3_000_000)
+    mf.write_text(json.dumps(data))
+
+
 def _tw_copy(ws, mp):
     _copy_games(ws, ws["tw"], "tw")
 
@@ -398,6 +405,14 @@ ROWS = [
          "--model mixed is ambiguous: it holds an RL run (checkpoints/latest: step_000002) and another model "
          "(mixed/policy); pass mixed/checkpoints/step_000002 for the RL policy or mixed/policy for the other",
          _absent("eval.json"), (_mixed_dir,)),
+    # --- issue 52, item 10: family-only flags, walkthrough length
+    Case("eval-swe-reward-on-bandit", EVAL + ["--games", "{bandit}", "--swe-reward", "resolved"], 2,
+         "--swe-reward (env.swe_reward) does not apply to bandit games (only to swe games); drop it"),
+    Case("train-swe-reward-on-textworld", ["train", "--games", "{tw}", "--out", "out", "--swe-reward", "resolved"], 2,
+         "--swe-reward (env.swe_reward) does not apply to textworld games (only to swe games); drop it",
+         _no_run_config),
+    Case("games-walkthrough-3000000", EVAL + ["--games", "long"], 2,
+         "game 'long' has a walkthrough of 3000000 commands, more than 10000", setup=(_long_walkthrough,)),
     Case("cfg-lora-alpha-1e30", ["train", "--config", "c.yaml", "--games", "{bandit}", "--out", "out"], 2,
          "model.lora_alpha (--lora-alpha) must be in (0, 4096] with LoRA (got 1e+30)", _no_run_config,
          (_yaml("model: {lora_rank: 4, lora_alpha: 1e30}\n"),)),
@@ -848,3 +863,21 @@ def test_control_an_ambiguous_model_dir_resolves_to_the_rl_checkpoint_in_silence
 
     _mixed_dir(ws, monkeypatch)
     assert resolve_model_path("mixed") == "mixed/checkpoints/step_000002/policy"
+
+
+def test_control_without_the_walkthrough_bound_the_manifest_loads(ws, monkeypatch):
+    """Without WALKTHROUGH_MAX the 3,000,000-command walkthrough loads, for the game check to replay (the hang)."""
+    from agentrl_lib.envs import base
+
+    _long_walkthrough(ws, monkeypatch)
+    monkeypatch.setattr(base, "WALKTHROUGH_MAX", 10**9)
+    assert len(base.load_game_set(ws.tmp / "long").games[0].walkthrough) == 3_000_000
+
+
+def test_control_without_the_family_check_swe_reward_is_ignored_on_bandit(ws):
+    """Without check_family_options, a bandit env is built with --swe-reward dropped in silence (env_kwargs keeps
+    only the options the family declares)."""
+    from agentrl_lib.config import EnvConfig
+
+    kwargs = get_family("bandit").env_kwargs(EnvConfig(games=ws["bandit"], swe_reward="resolved"))
+    assert "reward" not in kwargs and "swe_reward" not in kwargs

@@ -632,3 +632,44 @@ def test_a_deep_tree_and_a_big_file_break_neither_the_grader_nor_the_worker(task
         env.reset(g.path)  # the slot keeps working
     finally:
         env.close()
+
+
+@pytest.mark.subprocess
+def test_the_game_check_at_max_turns_1_blames_the_turn_limit_not_the_game_file(tasks_dir):
+    """`--max-turns 1` on swe games: the env submits at turn 1, before the 5-command walkthrough is played out; the
+    game check says so and how to fix it (issue 52). Negative control: without the env's turn limit passed to the
+    check (the old call), it blames "a missing or stale game file"."""
+    from agentrl_lib.config import EnvConfig
+    from agentrl_lib.envs.base import GameSetError, check_game_set, load_game_set
+    from agentrl_lib.envs.pool import SerialPool, open_pool
+
+    games = load_game_set(tasks_dir.root)
+    one = games.first(1)
+    with pytest.raises(GameSetError) as e:
+        open_pool(EnvConfig(games=str(games.root), max_turns=1, process_pool=False), 1, one)
+    msg = str(e.value)
+    assert "the env ended the episode after 1 of its walkthrough's 5 commands (its turn limit" in msg, msg
+    assert "raise --max-turns (env.max_turns) to at least 5, the longest walkthrough" in msg
+    assert "stale" not in msg
+    with SerialPool(1, family="swe", max_turns=1, log=False) as pool, pytest.raises(GameSetError) as e:
+        check_game_set(one, pool, cache=False)  # control
+    assert "a missing or stale game file?" in str(e.value)
+
+
+@pytest.mark.subprocess
+def test_make_games_swe_n_past_the_possible_tasks_is_one_line_at_once(tmp_path, capsys):
+    """`make-games swe --n 100000`: one line naming the most tasks the split can give, before any task is drawn
+    (was 20 minutes of validation, then a failure). The bound is an upper bound: it counts mutation sites."""
+    import time
+
+    from agentrl_lib.cli import main
+    from agentrl_lib.envs.swe_tasks import max_tasks
+
+    t = time.perf_counter()
+    rc = main(["make-games", "swe", "--n", "100000", "--packages", "toolz", "--out", str(tmp_path / "g")])
+    err = capsys.readouterr().err.strip()
+    most = max_tasks("train", ("toolz",))
+    assert rc == 2 and err == (f"agentrl make-games: error: swe --n 100000 is more than the {most} tasks the train "
+                               f"split of toolz can give (one per function and mutation site; fewer pass "
+                               f"validation): pass --n at most {most}, or more --packages")
+    assert time.perf_counter() - t < 120 and not (tmp_path / "g" / "tasks").exists()

@@ -218,6 +218,10 @@ def load_game_set(root: str | Path) -> GameSet:
     games, seen = [], {}
     for row in rows:
         try:
+            if len(row["walkthrough"]) > WALKTHROUGH_MAX:
+                raise GameSetError(f"{mf} game {row.get('name')!r} has a walkthrough of {len(row['walkthrough'])} "
+                                   f"commands, more than {WALKTHROUGH_MAX} (no episode is that long: env.max_turns <= "
+                                   f"{WALKTHROUGH_MAX}); a damaged or foreign manifest: regenerate the directory")
             path = root / row["path"] if by_file else str(row["path"])
             rec = GameRecord(path=str(path), name=row["name"], seed=row["seed"], max_score=row["max_score"],
                              walkthrough=list(row["walkthrough"]), params=row.get("params", {}))
@@ -234,6 +238,12 @@ def load_game_set(root: str | Path) -> GameSet:
         seen[key] = len(games)
         games.append(rec)
     return GameSet(root=root, family=family, games=games, params=data.get("params", {}))
+
+
+WALKTHROUGH_MAX = 10_000
+"""Longest walkthrough a manifest may list (config.MAX_TURNS_MAX: no episode has more turns). A manifest whose
+walkthrough held 3,000,000 commands made the game check replay it for hours and SFT build one example of millions
+of tokens (issue 52); the generators write 2-60."""
 
 
 def reuse_game_set(out: Path, family: str, params: dict[str, Any], force: bool = False) -> GameSet | None:
@@ -267,7 +277,7 @@ def _signature(family: str, game: GameRecord, files: list[Path]) -> str:
     return hashlib.sha1(json.dumps([family, game.path, game.walkthrough, stats]).encode()).hexdigest()
 
 
-def check_game_set(games: GameSet, pool, cache: bool = True) -> dict[str, Any]:
+def check_game_set(games: GameSet, pool, cache: bool = True, turn_limit: int | None = None) -> dict[str, Any]:
     """Check every game of a set through the envs a run will use, before the run spends time on it.
 
     Each game must have its family's files (`EnvFamily.game_files`), reset without error, and, when it has a
@@ -278,6 +288,10 @@ def check_game_set(games: GameSet, pool, cache: bool = True) -> dict[str, Any]:
     mtimes: a second check of an unchanged set plays nothing. Leaves the pool's slots mid-episode (rollouts reset).
 
     Cost measured (2 shared CPU cores, 2026-11-23): see book/when_things_go_wrong.md "Environment faults".
+
+    turn_limit: the envs' own turn limit when they take one (swe's max_turns: the env submits at that turn), else
+    None. A game whose episode the env ends at that turn, before its walkthrough is played out, fails as the turn
+    limit's doing ("raise --max-turns"), not as a stale game file.
 
     Returns: {"games": n, "played": games played now, "cached": games skipped as already checked, "seconds": wall}.
     Raises: GameSetError naming the failing games (up to 3 with their reasons) and how to fix them (a longer step
@@ -296,6 +310,7 @@ def check_game_set(games: GameSet, pool, cache: bool = True) -> dict[str, Any]:
     passed: set[str] = set()
     n_cached = 0
     timeouts = 0  # failures that are the pool's step timeout (EnvFailure kind 'timeout'), not a broken game
+    cut_short: dict[str, int] = {}  # games whose episode the env ended before the walkthrough did → its length
     for g in games.games:
         try:
             files = _game_files(games.family, g.path)
@@ -322,7 +337,11 @@ def check_game_set(games: GameSet, pool, cache: bool = True) -> dict[str, Any]:
                 failures[chunk[i][0].name] = f"reset failed: {r.reason}"
                 timeouts += getattr(r, "kind", "") == "timeout"
         t = 0
+        ended_at: dict[int, int] = {}  # slot → the walkthrough commands played when the env ended the episode
         while True:
+            for i, r in live.items():
+                if r.done and i not in ended_at:
+                    ended_at[i] = t
             idx = [i for i, r in live.items() if not r.done and t < len(chunk[i][0].walkthrough)]
             if not idx:
                 break
@@ -336,7 +355,12 @@ def check_game_set(games: GameSet, pool, cache: bool = True) -> dict[str, Any]:
             t += 1
         for i, r in live.items():
             g, sig = chunk[i]
-            if g.walkthrough and not r.info.won:
+            if (g.walkthrough and not r.info.won and turn_limit is not None and turn_limit < len(g.walkthrough)
+                    and ended_at.get(i) == turn_limit):
+                cut_short[g.name] = len(g.walkthrough)  # the env's own turn limit ended it, not the game file
+                failures[g.name] = (f"the env ended the episode after {ended_at[i]} of its walkthrough's "
+                                    f"{len(g.walkthrough)} commands (its turn limit, env.max_turns / --max-turns?)")
+            elif g.walkthrough and not r.info.won:
                 failures[g.name] = (f"replaying its walkthrough ({len(g.walkthrough)} commands) does not win "
                                     f"(score {r.info.score:g}/{r.info.max_score:g}; a missing or stale game file?)")
             else:
@@ -351,6 +375,8 @@ def check_game_set(games: GameSet, pool, cache: bool = True) -> dict[str, Any]:
         more = f" (and {len(failures) - 3} more)" if len(failures) > 3 else ""
         fix = ("every failure is the env step timeout, not a broken game: raise --step-timeout (env.step_timeout_s; "
                "30 s is the default)" if timeouts == len(failures) else
+               f"every failure is the env's turn limit, not a broken game: raise --max-turns (env.max_turns) to at "
+               f"least {max(cut_short.values())}, the longest walkthrough" if len(cut_short) == len(failures) else
                "regenerate the games dir (`agentrl make-games ... --force`)")
         raise GameSetError(f"{len(failures)} of {len(games)} games in {games.root} failed the game check: {shown}"
                            f"{more}; {fix}")

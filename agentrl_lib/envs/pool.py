@@ -600,6 +600,22 @@ class ProcessPool:
             pass
 
 
+FAMILY_ONLY_OPTIONS = {"swe_reward": ("--swe-reward", "swe")}
+"""EnvConfig fields that only some families take (EnvFamily.options) → (their flag, the families that take them): set
+for a family that does not take them, they would be ignored in silence (issue 52: --swe-reward on TextWorld games)."""
+
+
+def check_family_options(env_cfg, family: EnvFamily) -> None:
+    """Refuse an EnvConfig option of FAMILY_ONLY_OPTIONS that is set while `family` does not take it. Raises
+    config.ConfigError naming the flag and the family."""
+    from ..config import ConfigError
+
+    for name, (flag, takers) in FAMILY_ONLY_OPTIONS.items():
+        if getattr(env_cfg, name, None) and name not in family.options:
+            raise ConfigError(f"{flag} (env.{name}) does not apply to {family.name} games (only to {takers} games); "
+                              "drop it")
+
+
 def open_pool(env_cfg, size: int, games) -> EnvPool:
     """The env pool a run uses (trainer, evaluation, CLI), built from an EnvConfig (`process_pool`,
     `step_timeout_s` (raised to what the family's steps need: EnvFamily.watchdog_s), `check_games`, and the options
@@ -612,6 +628,7 @@ def open_pool(env_cfg, size: int, games) -> EnvPool:
     from .base import check_game_set
 
     family = get_family(games.family)
+    check_family_options(env_cfg, family)
     check_pool_size(size, env_cfg.process_pool, "the env slots (train: --games-per-step x --group-size; eval: "
                                                 "--batch-size)")
     kind = ProcessPool if env_cfg.process_pool else SerialPool
@@ -619,7 +636,7 @@ def open_pool(env_cfg, size: int, games) -> EnvPool:
     pool = kind(size, family=family, timeout_s=timeout_s, **family.env_kwargs(env_cfg))
     if env_cfg.check_games:
         try:
-            check_game_set(games, pool)
+            check_game_set(games, pool, turn_limit=env_cfg.max_turns if "max_turns" in family.options else None)
         except BaseException:
             pool.close()
             raise

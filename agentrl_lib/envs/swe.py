@@ -276,7 +276,7 @@ def make_swe_games(out, n: int, seed: int = 0, force: bool = False, split: str =
     Raises: ValueError for a bad level / reward / split / package; sandbox.SandboxUnavailable (no sandbox here);
         swe_tasks.TaskGenerationError (a source package missing or at another version)."""
     from .base import load_game_set
-    from .swe_tasks import SOURCES, SPLITS, generate_tasks
+    from .swe_tasks import SOURCES, SPLITS, generate_tasks, max_tasks
 
     if level not in LEVELS:
         raise ValueError(f"swe --level must be one of {LEVELS} (got {level!r})")
@@ -292,6 +292,10 @@ def make_swe_games(out, n: int, seed: int = 0, force: bool = False, split: str =
     params = {"n": n, "seed": seed, "split": split, "level": level, "reward": swe_reward, "packages": ",".join(names)}
     if (old := reuse_game_set(out, "swe", params, force)) is not None:
         return old
+    if n > (most := max_tasks(split, names)):
+        raise ValueError(f"swe --n {n} is more than the {most} tasks the {split} split of {', '.join(names)} can give "
+                         "(one per function and mutation site; fewer pass validation): pass --n at most "
+                         f"{most}, or more --packages")
     if (out / "tasks").exists():
         shutil.rmtree(out / "tasks")
     for stale in ("episodes.jsonl", ".agentrl-game-check.json"):

@@ -444,6 +444,17 @@ def _candidates(split: str, packages: tuple[str, ...]) -> list[tuple[SourcePacka
     return out
 
 
+def max_tasks(split: str, packages: tuple[str, ...]) -> int:
+    """The most tasks `generate_tasks` can make for `split` from `packages`: tasks differ in (function, mutation), so
+    at most one per mutation site of a candidate function (fewer validate). Checked before generation starts (issue
+    52: `make-games swe --n 100000` drew and validated mutants for 20 minutes before failing)."""
+    total = 0
+    for pkg, module, _, fname in _candidates(split, packages):
+        source = (check_source(pkg) / module).read_text()
+        total += len(mutations(source, next(f for f in functions(source) if f.name == fname)))
+    return total
+
+
 def validate(repo: Path, module: str, mutated: str, original: str, test_files: list[str], baseline: dict[str, str],
              site: dict[str, Path], scratch: Path, wall_s: float = TEST_WALL_S) -> dict | None:
     """Run the tests with the bug planted and after the gold patch; the task's test lists, or None to drop it.
