@@ -268,23 +268,37 @@ def test_trainer_auto_dtype_on_cpu_is_fp32(tiny_model_dir, tmp_path):
 @pytest.mark.trains
 def test_sft_in_bf16_keeps_the_update_that_bf16_weights_lose(tiny_model_dir, cooking_games, tmp_path, monkeypatch):
     """SFT (TRL's SFTTrainer, its own AdamW) under the RL run's precision rules: dtype bfloat16 loads float32 weights
-    and runs TRL with bf16=True (autocast): 3 walkthroughs, 3 steps at lr 1e-5 move the weights as fp32 SFT does
-    (cosine >= 0.99), the saved weights are float32 and the summary names the precision. Control: the weights
-    loaded in bf16 (TRAINING_WEIGHTS planted as bfloat16, what dtype auto did on a GPU) lose the update."""
+    and runs TRL with bf16=True (autocast, seen on by a hook): 3 walkthroughs, 3 steps at lr 1e-5 move the weights
+    as fp32 SFT does (cosine >= 0.99; measured 1.0000), the saved weights are float32 and the summary names the
+    precision. Control: the weights loaded in bf16 (TRAINING_WEIGHTS planted as bfloat16, what dtype auto did on a
+    GPU) lose the update (cosine 0.15)."""
     from transformers import AutoModelForCausalLM
 
     import agentrl_lib.sft as sft_mod
 
     start = _flat(AutoModelForCausalLM.from_pretrained(tiny_model_dir))
+    amp: list[bool] = []  # autocast on during the training forward (a hook on one projection)
+    real_load = sft_mod.load_policy
+
+    def load(*a, **k):
+        model, tok = real_load(*a, **k)
+        model.model.layers[0].mlp.down_proj.register_forward_hook(
+            lambda mod, i, o: amp.append(torch.is_autocast_enabled("cpu") and o.dtype == torch.bfloat16))
+        return model, tok
+
+    monkeypatch.setattr(sft_mod, "load_policy", load)
 
     def moved(name: str, dtype: str):
+        amp.clear()
         s = sft_mod.sft(tiny_model_dir, cooking_games, tmp_path / name, lr=1e-5, batch_size=1, epochs=1.0,
                         device="cpu", dtype=dtype)
         model = AutoModelForCausalLM.from_pretrained(tmp_path / name / "policy", dtype="auto")
         return s, model, _flat(model) - start
 
     s32, _, ref = moved("fp32", "float32")
+    assert amp and not any(amp)
     s16, m16, kept = moved("bf16", "bfloat16")
+    assert amp and all(amp)
     assert s32["precision"] == "fp32" and s16["precision"] == "bf16-autocast"
     assert len(s16["train_loss"]) == 3 and next(m16.parameters()).dtype == torch.float32
     assert s16["adamw"] == update_mod.adamw_impl(update_mod.adamw([{"params": [torch.zeros(1)]}]))
