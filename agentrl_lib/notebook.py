@@ -51,6 +51,24 @@ class Source:
         return f"`{self.where}`\n\n```python\n{self.code}\n```"
 
 
+CUT = "# ... ({n} line{s} not shown)"
+"""The comment show_source puts where it drops lines, at the indentation of the first line dropped."""
+
+
+def _mark_cuts(lines: list[str], keep: list[int]) -> list[str]:
+    """`lines` at the indices `keep` (ascending), with a CUT comment in place of each run of dropped lines (between
+    two kept lines, or after the last one)."""
+    out: list[str] = []
+    for a, b in zip(keep, keep[1:] + [len(lines)]):
+        out.append(lines[a])
+        if b > a + 1:
+            dropped = lines[a + 1:b]
+            first = next((x for x in dropped if x.strip()), "")
+            indent = first[:len(first) - len(first.lstrip())]
+            out.append(indent + CUT.format(n=len(dropped), s="" if len(dropped) == 1 else "s"))
+    return out
+
+
 def show_source(obj, docstring: bool = True, start: str | None = None, stop: str | None = None) -> Source:
     """The source of a library function, class or method, for display in a notebook.
 
@@ -60,6 +78,8 @@ def show_source(obj, docstring: bool = True, start: str | None = None, stop: str
         start: keep only the lines from the first one containing this text (e.g. a `# ALGO:` mark), after the
             signature; the signature line(s) stay.
         stop: keep only the lines up to and including the first one containing this text (after `start`).
+    Every cut is marked: each run of dropped lines shows as one comment, `# ... (N lines not shown)` (CUT), at the
+    indentation of its first line, so the code shown never reads as if it were whole.
     Returns: Source (text/plain: `# path:first-last` then the code; text/markdown: a highlighted block).
     Raises:
         TypeError: `obj` has no Python source (a builtin, a C extension).
@@ -86,7 +106,7 @@ def show_source(obj, docstring: bool = True, start: str | None = None, stop: str
         if not hits:
             raise ValueError(f"{stop!r} does not occur in the body of {getattr(obj, '__qualname__', obj)}")
         keep = [i for i in keep if i <= hits[0]]
-    code = "\n".join(src.splitlines()[i] for i in keep)
+    code = "\n".join(_mark_cuts(src.splitlines(), keep))
     path = Path(inspect.getsourcefile(obj))
     pkg_parent = Path(__file__).resolve().parent.parent
     try:

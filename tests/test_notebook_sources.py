@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import inspect
+import re
+import textwrap
 from pathlib import Path
 
 import jupytext
@@ -69,7 +71,8 @@ def test_show_source_is_the_file_itself():
     file_lines = (NOTEBOOKS.parent / path).read_text().splitlines()[first - 1:last]
     assert path == "agentrl_lib/advantages.py"
     assert src.code.splitlines()[0].startswith("def gae(") and src.code.splitlines()[-1] == file_lines[-1]
-    assert all(line in file_lines for line in src.code.splitlines())  # every shown line is a line of the file
+    assert all(line in file_lines for line in src.code.splitlines()
+               if not CUT_LINE.fullmatch(line))  # every shown line is a line of the file, or marks a cut
     assert '"""' not in src.code and "Generalised Advantage Estimation" not in src.code  # docstring dropped
     full = show_source(advantages.gae)
     assert "Generalised Advantage Estimation" in full.code and len(full.code) > len(src.code)
@@ -79,7 +82,8 @@ def test_show_source_is_the_file_itself():
 def test_show_source_start_keeps_signature_and_the_lines_from_the_mark():
     src = show_source(advantages.top_std_groups, start="n_keep = max(1, ")
     lines = src.code.splitlines()
-    assert lines[0].startswith("def top_std_groups(") and lines[1].strip().startswith("n_keep = max(1, ")
+    assert lines[0].startswith("def top_std_groups(") and lines[2].strip().startswith("n_keep = max(1, ")
+    assert lines[1] == "    # ... (9 lines not shown)"  # the docstring and the lines before the mark
     with pytest.raises(ValueError, match="does not occur"):
         show_source(rewards.turn_rewards, start="no such line")
     with pytest.raises(TypeError):
@@ -87,10 +91,63 @@ def test_show_source_start_keeps_signature_and_the_lines_from_the_mark():
     assert inspect.getsource(advantages.top_std_groups).count("\n") > len(lines)
 
 
+CUT_LINE = re.compile(r"( *)# \.\.\. \((\d+) lines? not shown\)")
+
+
+def unmarked_cuts(obj, code: str) -> list[str]:
+    """Read `code` (a show_source display of `obj`) against obj's source: each line must be the next source line, or
+    a cut mark `# ... (N lines not shown)` standing for exactly the next N source lines, indented as the first of
+    them; every source line must be accounted for. Returns the problems (empty: every cut is marked, exactly)."""
+    source = textwrap.dedent(inspect.getsource(obj)).splitlines()
+    i, problems = 0, []
+    for line in code.splitlines():
+        cut = CUT_LINE.fullmatch(line)
+        if cut:
+            n, first = int(cut[2]), next((x for x in source[i:i + int(cut[2])] if x.strip()), "")
+            if len(cut[1]) != len(first) - len(first.lstrip()):
+                problems.append(f"mark {line.strip()!r} indented {len(cut[1])}, its first line {first!r}")
+            i += n
+        elif i < len(source) and line == source[i]:
+            i += 1
+        else:
+            problems.append(f"unmarked cut before {line.strip()!r} (source line {i + 1}: "
+                            f"{source[i].strip() if i < len(source) else 'none'!r})")
+            i = source.index(line, i) + 1 if line in source[i:] else i
+    if i != len(source):
+        problems.append(f"{len(source) - i} lines at the end dropped without a mark")
+    return problems
+
+
+@pytest.mark.parametrize("kwargs, n_marks", [
+    ({}, 0), ({"docstring": False}, 1), ({"start": "for t in reversed(range(T))"}, 1),  # docstring + lines before
+    ({"docstring": False, "stop": "delta = rewards"}, 2),
+    ({"start": "for t in reversed(range(T))", "stop": "adv[:, t] = a * m"}, 2)])
+def test_show_source_marks_every_cut(kwargs, n_marks):
+    """Each run of dropped lines is one mark with its exact count, indented as its first line (unmarked_cuts)."""
+    src = show_source(advantages.gae, **kwargs)
+    assert unmarked_cuts(advantages.gae, src.code) == []
+    assert sum(bool(CUT_LINE.fullmatch(x)) for x in src.code.splitlines()) == n_marks
+
+
+def test_control_an_unmarked_or_miscounted_cut_is_caught():
+    code = show_source(advantages.gae, docstring=False, start="for t in reversed(range(T))",
+                       stop="adv[:, t] = a * m").code.splitlines()
+    assert unmarked_cuts(advantages.gae, "\n".join(code)) == []
+    no_marks = [x for x in code if not CUT_LINE.fullmatch(x)]  # what show_source showed before marks
+    assert len(unmarked_cuts(advantages.gae, "\n".join(no_marks))) == 2  # the start cut and the stop cut
+    miscounted = [x.replace("(27 lines", "(26 lines") for x in code]
+    assert miscounted != code
+    assert unmarked_cuts(advantages.gae, "\n".join(miscounted))
+    shallow = [x.replace("    # ...", "# ...") for x in code]
+    assert any("indented 0" in p for p in unmarked_cuts(advantages.gae, "\n".join(shallow)))
+    assert not any(CUT_LINE.fullmatch(x) for x in show_source(advantages.gae).code.splitlines())  # whole: no mark
+
+
 def test_show_source_stop_keeps_the_lines_up_to_the_mark_and_steps_table_reads_rows():
     src = show_source(advantages.gae, docstring=False, start="for t in reversed(range(T))", stop="adv[:, t] = a * m")
     lines = src.code.splitlines()
-    assert lines[0].startswith("def gae(") and lines[-1].strip() == "adv[:, t] = a * m"
+    assert lines[0].startswith("def gae(") and lines[-2].strip() == "adv[:, t] = a * m"
+    assert lines[-1] == "        # ... (5 lines not shown)"  # the rest of the loop and the return, marked
     assert "returns = " not in src.code and "for t in reversed(range(T)):" in [x.strip() for x in lines]
     with pytest.raises(ValueError, match="does not occur"):
         show_source(advantages.gae, stop="no such line")
