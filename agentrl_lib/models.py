@@ -180,6 +180,18 @@ def precision_label(autocast_dtype: torch.dtype | None) -> str:
     return f"{str(autocast_dtype).removeprefix('torch.').replace('bfloat16', 'bf16')}-autocast"
 
 
+def run_precision(dtype: str, mixed_precision: str, device: str) -> str:
+    """precision_label of a training run from what its record keeps: model.dtype, train.mixed_precision and the
+    resolved device (records.machine_info's torch_device, e.g. 'cpu', 'cuda:0'). 'fp32' or 'bf16-autocast'; for a
+    configuration that cannot train (dtype float16) or a device this machine cannot resolve, 'unknown (<why>)'. Reads
+    this machine's bf16 support for a CUDA device: call it where the run ran (the trainer does: Trainer.precision).
+    Runs before commit c3a77b9 with model.dtype auto on a GPU trained bf16 weights in place, not autocast."""
+    try:
+        return precision_label(training_precision(dtype, mixed_precision, torch.device(device)))
+    except (ModelLoadError, RuntimeError, ValueError) as e:
+        return f"unknown ({e})"
+
+
 def embedded_model_dir() -> Path:
     """Directory of the embedded model as safetensors, converting the wheel's GGUF file on first use (16-27 s on a
     2-core AMD EPYC beside a sweep: results/first_run.jsonl, benchmarks/bench_first_run.py).

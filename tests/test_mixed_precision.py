@@ -306,3 +306,13 @@ def test_sft_in_bf16_keeps_the_update_that_bf16_weights_lose(tiny_model_dir, coo
     monkeypatch.setattr(sft_mod, "TRAINING_WEIGHTS", "bfloat16")  # the planted bug: bf16 weights in place
     _, _, lost = moved("lost", "bfloat16")
     assert _cosine(lost, ref) < 0.8
+
+
+def test_run_precision_names_what_a_record_ran(monkeypatch):
+    """models.run_precision, from a record's model.dtype, train.mixed_precision and torch_device: fp32 on a CPU by
+    default, bf16-autocast when asked or on a bf16 GPU; 'unknown (...)' for a configuration that cannot train."""
+    monkeypatch.setattr(models_mod, "bf16_problem", lambda d: None)
+    assert models_mod.run_precision("auto", "no", "cpu") == "fp32"
+    assert models_mod.run_precision("auto", "bf16", "cpu") == "bf16-autocast"
+    assert models_mod.run_precision("auto", "no", "cuda:0") == "bf16-autocast"
+    assert models_mod.run_precision("float16", "no", "cpu").startswith("unknown (model.dtype float16 cannot train")
