@@ -4,7 +4,8 @@ advantages → for epochs × minibatches: clipped loss → backward → gradient
 It calls the library's own pieces (rollout.rollout, rewards.turn_rewards and place_on_tokens, the estimator functions
 of advantages.py, policy.token_forward, losses.policy_loss and value_loss) in the order trainer.Trainer.step does; on
 the default config path, from the same weights and the same trajectories, it gives the Trainer's losses and updated
-weights up to float rounding (tests/test_one_file_loop.py). `# ALGO:` marks the algorithm, `# plumbing:` the rest.
+weights up to float rounding (tests/test_one_file_loop.py). `# ALGO:` marks the algorithm, numbered as the stages
+of trainer.py's module docstring, `# plumbing:` the rest.
 
 Left out (trainer.py and update.py have them; `check_default_path` refuses a config that asks for one):
 - estimators other than gae (PPO), grpo and rloo; the KL term to a frozen reference (algo.kl_coef > 0); truncated
@@ -85,7 +86,7 @@ def rl_step(policy, value_head: ValueHead | None, optimizer: torch.optim.Optimiz
         max_actions_per_turn=cfg.env.max_actions_per_turn)
     trajs = [t for t in trajs if t.usable]  # plumbing: an episode cut by an env fault is not the policy's doing
 
-    # ALGO: 2. turn rewards on each turn's last token; returns R_i = Σ_k r_ik
+    # ALGO: 2. turn rewards on each turn's last token; returns R_i = Σ_k r_ik (3., StarPO-S's filter: left out)
     rewards = [turn_rewards(cfg.reward.kind, t.env_rewards, t.max_score, t.won, t.valid, cfg.reward.format_penalty)
                for t in trajs]
     returns = torch.tensor([sum(r) for r in rewards], dtype=torch.float32)
@@ -96,13 +97,13 @@ def rl_step(policy, value_head: ValueHead | None, optimizer: torch.optim.Optimiz
     batch["token_rewards"] = torch.stack([place_on_tokens(r, t.turn_ends, T) for r, t in zip(rewards, trajs)]
                                          ).to(device)
 
-    # ALGO: 3. π_old (and the critic's V_old): the weights that sampled, one forward without gradients
+    # ALGO: 4. π_old (and the critic's V_old): the weights that sampled, one forward without gradients
     with torch.no_grad():
         old = token_forward(policy, batch["input_ids"], batch["attention_mask"], mask, train.temperature, value_head,
                             share_prefix=train.share_prefix)
         batch["old_logprobs"] = old["logprobs"]
 
-        # ALGO: 4. advantages: token-level GAE with V_old (PPO), or one number per episode from its group
+        # ALGO: 5. advantages: token-level GAE with V_old (PPO), or one number per episode from its group
         if algo.advantage == "gae":
             batch["old_values"] = old["values"]
             adv, batch["returns"] = gae(batch["token_rewards"], old["values"], mask, algo.gamma, algo.lam,
@@ -115,7 +116,7 @@ def rl_step(policy, value_head: ValueHead | None, optimizer: torch.optim.Optimiz
     if mask.sum() == 0 or (value_head is None and (batch["advantages"].abs() * mask).sum() == 0):
         return {"losses": []}  # plumbing: no learning signal (every group's returns equal): no update
 
-    # ALGO: 5. epochs × minibatches of the clipped surrogate, each one gradient step
+    # ALGO: 6. epochs × minibatches of the clipped surrogate, each one gradient step
     policy_params = [p for p in policy.parameters() if p.requires_grad]
     value_params = [] if value_head is None else list(value_head.parameters())
     B, logs = batch["input_ids"].shape[0], {"losses": []}
@@ -128,7 +129,7 @@ def rl_step(policy, value_head: ValueHead | None, optimizer: torch.optim.Optimiz
             mb = select(batch, idx)  # plumbing: the minibatch's rows, cut to their longest
             out = token_forward(policy, mb["input_ids"], mb["attention_mask"], mb["mask"], train.temperature,
                                 value_head, with_entropy=True, share_prefix=train.share_prefix)
-            # ALGO: L = −mean_t min(ρ_t A_t, clip(ρ_t, 1 − ε_low, 1 + ε_high) A_t) − c_H·H [+ c_v·value loss]
+            # ALGO: L = −mean_t min(ρ_t A_t, clip(ρ_t, 1 − ε_low, 1 + ε_high) A_t) − c_H·H [+ c_v·L_value]
             loss, m = policy_loss(out["logprobs"], mb["old_logprobs"], mb["advantages"], mb["mask"], algo.clip_low,
                                   algo.clip_high)
             entropy = masked_mean(out["entropy"], mb["mask"])
