@@ -164,3 +164,76 @@ def test_object_addresses_repeat_from_run_to_run(work, monkeypatch):
     assert len(set(runs)) == 1 and " at 0x" in runs[0], runs
     monkeypatch.setattr(sandbox, "NO_ASLR", [])
     assert len({run_sandboxed(command, work).output for _ in range(3)}) > 1
+
+
+# ------------------------------------------------------------------------------------------------ host resources
+def _no_leftovers():
+    from agentrl_lib.envs import hostlimits
+
+    parents = hostlimits.cgroup_parents()
+    if not isinstance(parents, str):
+        assert not [d for p in set(parents.values()) for d in p.glob(f"agentrl-sbx-{__import__('os').getpid()}-*")]
+    assert "agentrl-swe" not in Path("/proc/self/mounts").read_text()
+
+
+def test_the_whole_command_shares_one_memory_budget(work, monkeypatch):
+    """Two processes of one command that each take 300 MB, under a 400 MiB budget for the command (its cgroup):
+    not both finish (issue 52: RLIMIT_AS bounds a process, and 64 of them could take 128 GiB). Negative control:
+    without the cgroup, each stays under its own RLIMIT_AS and both finish."""
+    from agentrl_lib.envs import hostlimits, sandbox
+
+    if isinstance(why := hostlimits.cgroup_parents(), str):
+        pytest.skip(why)
+    cmd = ("for i in 1 2; do python -c 'import time; x = bytearray(300 << 20); x[::4096] = b\"1\" * len(x[::4096]); "
+           "time.sleep(2); print(\"done\")' & done; wait")
+    r = run_sandboxed(cmd, work, Limits(wall_s=30, total_memory_mb=400))
+    assert r.output.splitlines().count("done") < 2 and "Killed" in r.output, r.output
+    _no_leftovers()
+    monkeypatch.setattr(sandbox.CommandCgroup, "make", classmethod(lambda cls, *a: None))
+    r = run_sandboxed(cmd, work, Limits(wall_s=30, total_memory_mb=400))
+    assert r.output.splitlines().count("done") == 2, r.output  # control
+
+
+def test_tmp_and_the_working_copy_are_size_capped(monkeypatch):
+    """/tmp (bwrap --size) and a bounded_workdir's /repo (a tmpfs) refuse the 3rd 20 MB file under a 32 MiB cap
+    with ENOSPC, though each file is under RLIMIT_FSIZE; release_workdir unmounts and removes it. Negative control:
+    a plain directory and a /tmp without --size take all three."""
+    from agentrl_lib.envs import hostlimits, sandbox
+
+    if (why := hostlimits.tmpfs_problem()) is not None or "--size" not in sandbox.bwrap_features():
+        pytest.skip(why or "this bwrap has no --size")
+    fill = "for d in /tmp /repo; do for i in 1 2 3; do head -c 20M /dev/zero > $d/f$i || echo $d full; done; done"
+    d = hostlimits.bounded_workdir("agentrl-swe-test-", size_mb=32)
+    try:
+        (d / "repo").mkdir()
+        r = run_sandboxed(fill, d / "repo", Limits(wall_s=30, tmp_mb=32))
+        assert "/tmp full" in r.output and "/repo full" in r.output, r.output
+        assert "No space left on device" in r.output
+    finally:
+        assert hostlimits.release_workdir(d) and not d.exists()
+    _no_leftovers()
+    monkeypatch.setattr(sandbox, "bwrap_features", lambda: frozenset())  # control
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as plain:
+        r = run_sandboxed(fill, plain, Limits(wall_s=30, tmp_mb=32))
+        assert "full" not in r.output, r.output
+
+
+def test_user_namespaces_are_refused_inside(work, monkeypatch):
+    """`unshare -U -r` (a user namespace in which the command is "root") fails in the sandbox (the seccomp filter
+    of sandbox.no_userns_filter); threads, subprocesses and fork still work. Negative control: without the filter
+    the sandbox's uid makes one and is root in it."""
+    from agentrl_lib.envs import sandbox
+
+    if sandbox.no_userns_filter() is None:
+        pytest.skip("no seccomp filter for this machine")
+    script = ("import os, subprocess, threading\nt = threading.Thread(target=print, args=('thread',)); t.start(); "
+              "t.join()\nprint(subprocess.run(['echo', 'child'], capture_output=True, text=True).stdout.strip())\n"
+              "pid = os.fork()\nos._exit(0) if pid == 0 else print('fork', os.waitpid(pid, 0)[1])\n")
+    (work / "t.py").write_text(script)
+    r = run_sandboxed("unshare -U -r id -u; python t.py", work)
+    assert "unshare failed: Operation not permitted" in r.output and "thread\nchild\nfork 0" in r.output, r.output
+    monkeypatch.setattr(sandbox, "no_userns_filter", lambda: None)  # control
+    r = run_sandboxed("unshare -U -r id -u", work)
+    assert r.output.strip() == "0", r.output

@@ -7,16 +7,25 @@ Every command of the `swe` family (the agent's bash commands and every test run)
            --ro-bind <python prefix> /opt/python                     this interpreter, its site-packages hidden
            --ro-bind <each module of `site`> /opt/swe/site/...       e.g. pytest and its dependencies, read-only
            --bind <workdir> /repo                                    the ONLY writable path (plus a private /tmp)
-           --dev /dev --proc /proc --tmpfs /tmp --clearenv
+           --dev /dev --proc /proc --size 256M --tmpfs /tmp --clearenv   a /tmp of Limits.tmp_mb (bwrap has --size)
+           --seccomp FD                                              no user namespaces inside (no_userns_filter)
       setpriv --reuid U --regid U --clear-groups                     an unprivileged uid, no capabilities
         setarch -R                                                   address-space randomisation off (NO_ASLR)
-          bash -c COMMAND                                            under RLIMIT_CPU / AS / NPROC / FSIZE
+          bash -c COMMAND                                            under RLIMIT_CPU / AS / NPROC / FSIZE, in a
+                                                                     cgroup: memory and processes of all together
 
 Nothing else of the host is visible: not /work, /root, /home or /etc (so neither the task's gold patch nor the
 installed, unmutated package can be read). The uid U is drawn from the workdir's path (100000-199999), so that
 concurrent sandboxes rarely share a process count (RLIMIT_NPROC counts per uid; root is exempt from it, which is
 why the command does not run as root). The wall-clock limit kills the whole sandbox (bwrap's pid namespace dies with
 its init); output past `Limits.output_bytes` kills it too.
+
+Host resources (issue 52; envs/hostlimits.py): the command's processes together hold at most
+Limits.total_memory_mb and Limits.processes (a cgroup per command, where cgroups can be made: cgroup_parents), the
+swe family's working copies and grading copies live on a tmpfs of hostlimits.REPO_MB (bounded_workdir, where a tmpfs
+can be mounted: tmpfs_problem), /tmp is Limits.tmp_mb where bwrap has --size (bwrap_features), and no user namespace
+can be made inside (a seccomp filter on x86_64 and aarch64: bwrap's --disable-userns needs --unshare-user, which as
+root would map the sandbox's uid to the host's root). Each is detected; where one is missing the rlimits remain.
 
 Where bubblewrap cannot run (not installed, no permission to create namespaces), `sandbox_problem()` says why in one
 line and `require_sandbox()` raises SandboxUnavailable with that line: the `swe` family refuses to start rather
@@ -41,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .base import GameLoadError
+from .hostlimits import CommandCgroup, bounded_workdir, release_workdir  # noqa: F401 (swe's imports)
 
 SANDBOX_ROOT = "/repo"
 """Where the workdir appears inside the sandbox (the command's working directory)."""
@@ -69,6 +79,12 @@ class Limits:
     """Largest file a process may write, MiB (RLIMIT_FSIZE; SIGXFSZ past it)."""
     output_bytes: int = 1_000_000
     """Bytes of stdout+stderr read; past it the sandbox is killed and the output marked capped."""
+    total_memory_mb: int = 4096
+    """Memory of the whole command, every process together, MiB (a per-command cgroup's memory limit, where cgroups
+    can be made here: `cgroup_problem()`); RLIMIT_AS bounds each process only, 64 of them at 2 GiB each."""
+    tmp_mb: int = 256
+    """Size of the sandbox's private /tmp, MiB (bwrap --size, where the installed bwrap has it: `bwrap_features()`);
+    without it /tmp is a tmpfs as large as half the host's memory."""
 
 
 @dataclass
@@ -119,8 +135,50 @@ def _site_mounts(site: dict[str, Path]) -> list[str]:
     return args
 
 
-def bwrap_args(workdir: Path, uid: int, site: dict[str, Path] | None = None) -> list[str]:
-    """The bwrap command line (up to, not including, the command) for `workdir` and uid `uid` (module docstring)."""
+@functools.lru_cache(maxsize=1)
+def bwrap_features() -> frozenset[str]:
+    """The optional bwrap options the installed bwrap has, of --size (tmpfs size: 0.5.0+) and --disable-userns
+    (0.8.0+), read from `bwrap --help` once per process."""
+    try:
+        text = subprocess.run(["bwrap", "--help"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return frozenset()
+    return frozenset(opt for opt in ("--size", "--disable-userns") if opt in text)
+
+
+_SYSCALLS = {"x86_64": (0xC000003E, {"clone": 56, "unshare": 272, "clone3": 435}),
+             "aarch64": (0xC00000B7, {"clone": 220, "unshare": 97, "clone3": 435})}
+"""Machine → (its AUDIT_ARCH, the syscall numbers the no-user-namespace filter inspects)."""
+
+
+def no_userns_filter() -> bytes | None:
+    """A seccomp BPF program (bwrap --seccomp) that makes unshare and clone with CLONE_NEWUSER fail with EPERM,
+    clone3 with ENOSYS (its flags sit in memory a filter cannot read; glibc then falls back to clone), and any
+    syscall of another ABI (x32, i386) with EPERM; None on a machine not in _SYSCALLS (no filter there).
+
+    Why a filter: the sandboxed uid could create user namespaces (`unshare -U -r` made it "root" in one: a larger
+    kernel surface; issue 52). bwrap's own --disable-userns (0.8.0+, see bwrap_features) requires --unshare-user,
+    which, run as root, maps the sandbox's uid to the host's root: the processes would no longer count in their own
+    uid's RLIMIT_NPROC and their files would be root's. The filter keeps the unprivileged host uid."""
+    import platform
+    import struct
+
+    if (entry := _SYSCALLS.get(platform.machine())) is None:
+        return None
+    arch, nr = entry
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    prog = [(ld, 0, 0, 4), (jeq, 0, 9, arch), (ld, 0, 0, 0), (jge, 7, 0, 0x40000000), (jeq, 7, 0, nr["clone3"]),
+            (jeq, 2, 0, nr["unshare"]), (jeq, 1, 0, nr["clone"]), (ret, 0, 0, allow),
+            (ld, 0, 0, 16), (jset, 1, 0, 0x10000000), (ret, 0, 0, allow),  # args[0] & CLONE_NEWUSER
+            (ret, 0, 0, eperm), (ret, 0, 0, enosys)]
+    return b"".join(struct.pack("<HBBI", *ins) for ins in prog)
+
+
+def bwrap_args(workdir: Path, uid: int, site: dict[str, Path] | None = None, limits: Limits = Limits(),
+               seccomp_fd: int | None = None) -> list[str]:
+    """The bwrap command line (up to, not including, the command) for `workdir` and uid `uid` (module docstring).
+    /tmp is `limits.tmp_mb` in size where bwrap has --size (bwrap_features)."""
     args = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--hostname", "sandbox",
             "--ro-bind", "/usr", "/usr"]
@@ -131,19 +189,24 @@ def bwrap_args(workdir: Path, uid: int, site: dict[str, Path] | None = None) -> 
         elif os.path.isdir(f"/{link}"):
             args += ["--ro-bind", f"/{link}", f"/{link}"]
     args += _python_mounts() + _site_mounts(site or {})
-    args += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp",
+    tmp_size = ["--size", str(limits.tmp_mb << 20)] if "--size" in bwrap_features() else []
+    args += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", *tmp_size, "--tmpfs", "/tmp",
              "--bind", str(workdir), SANDBOX_ROOT, "--chdir", SANDBOX_ROOT, "--clearenv"]
     env = {"PATH": "/opt/python/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "TERM": "dumb",
            "PAGER": "cat", "GIT_PAGER": "cat", "LD_LIBRARY_PATH": "/opt/python/lib", "PYTHONPATH": SITE,
            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
     for k, v in env.items():
         args += ["--setenv", k, v]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
     args += ["--", "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
     return args
 
 
-def _set_limits(limits: Limits):
+def _set_limits(limits: Limits, cgroup: "CommandCgroup | None" = None):
     def apply() -> None:  # runs in the child between fork and exec
+        if cgroup is not None:
+            cgroup.enter()  # this process and every descendant (bwrap, the command) count in its limits
         mb = 1024 * 1024
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_mb * mb, limits.memory_mb * mb))
@@ -159,6 +222,17 @@ nothing where it is missing). CPython's object addresses, which pytest prints in
 0x7f58...>", or cut by its repr limit, "....x7f58...>"), then repeat from run to run on one machine, and so do an
 swe episode's observations. ASLR hardens privileged targets against memory exploits; the sandbox holds none (an
 unprivileged uid, no network, one writable directory)."""
+
+
+def _filter_fd() -> int | None:
+    """A file descriptor (at offset 0) holding no_userns_filter()'s program for bwrap --seccomp, or None."""
+    prog = no_userns_filter()
+    if prog is None:
+        return None
+    fd = os.memfd_create("agentrl-seccomp")
+    os.write(fd, prog)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def run_sandboxed(command: str, workdir: str | Path, limits: Limits = Limits(),
@@ -189,9 +263,16 @@ def _run(command: str, workdir: Path, limits: Limits, site: dict[str, Path] | No
     uid = _uid_for(workdir)
     _own(workdir, uid)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(bwrap_args(workdir, uid, site) + NO_ASLR + ["bash", "-c", command],
-                            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, preexec_fn=_set_limits(limits), start_new_session=True)
+    cgroup = CommandCgroup.make(limits.total_memory_mb, limits.processes)
+    seccomp = _filter_fd()
+    try:
+        proc = subprocess.Popen(bwrap_args(workdir, uid, site, limits, seccomp) + NO_ASLR + ["bash", "-c", command],
+                                stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, preexec_fn=_set_limits(limits, cgroup),
+                                start_new_session=True, pass_fds=() if seccomp is None else (seccomp,))
+    finally:
+        if seccomp is not None:
+            os.close(seccomp)
     if stdin is not None:  # small: fits the pipe's buffer, so the write never waits on the child
         try:
             proc.stdin.write(stdin[:65536])
@@ -232,6 +313,8 @@ def _run(command: str, workdir: Path, limits: Limits, site: dict[str, Path] | No
             proc.kill()
             proc.wait()
         proc.stdout.close()
+        if cgroup is not None:
+            cgroup.close()
     return RunResult(output=b"".join(chunks).decode("utf-8", "replace"),
                      returncode=None if killed else proc.returncode, timed_out=timed_out, output_capped=capped,
                      seconds=time.perf_counter() - t0)

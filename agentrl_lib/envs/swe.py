@@ -37,16 +37,14 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 from ..config import SWE_REWARDS
-from ..fsio import remove_tree
 from . import EnvFamily, register_family
 from .base import GameLoadError, reuse_game_set, write_manifest
 from .protocol import GameRecord, GameSet, StepInfo, StepResult
-from .sandbox import Limits, require_sandbox, run_sandboxed
+from .sandbox import Limits, bounded_workdir, release_workdir, require_sandbox, run_sandboxed
 from .swe_tasks import mask_run_details, pytest_site, score_submission
 
 log = logging.getLogger(__name__)
@@ -144,10 +142,11 @@ class SweEnv:
 
     # plumbing: the episode's working copy
     def _clean(self) -> None:
-        """Remove the episode's working copy, whatever the agent made in it (fsio.remove_tree: any depth, any
-        permissions; it never raises, so one agent's tree cannot break this slot's later resets)."""
+        """Remove the episode's working copy, whatever the agent made in it (sandbox.release_workdir: unmounted,
+        then fsio.remove_tree: any depth, any permissions; it never raises, so one agent's tree cannot break this
+        slot's later resets)."""
         if self.work is not None:
-            if not remove_tree(self.work.parent):
+            if not release_workdir(self.work.parent):
                 log.warning("swe: could not remove the episode's working copy %s; left behind", self.work.parent)
             self.work = None
 
@@ -159,7 +158,7 @@ class SweEnv:
         self.task, self.base, params = _load_task(game)
         self.kind = self.reward or params.get("reward", REWARD_KINDS[0])
         self.level = str(params.get("level", 1))
-        self.work = Path(tempfile.mkdtemp(prefix="agentrl-swe-ep-")) / "repo"
+        self.work = bounded_workdir("agentrl-swe-ep-") / "repo"  # a size-capped tmpfs where one can be mounted
         shutil.copytree(self.base, self.work, symlinks=True)
         self.turns, self.done, self.score = 0, False, 0.0
         statement = self.task["problem_statement"][self.level]

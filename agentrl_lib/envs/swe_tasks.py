@@ -66,9 +66,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..fsio import remove_tree, walk_tree
+from ..fsio import walk_tree
 from .base import GameSetError
-from .sandbox import SITE, Limits, run_sandboxed
+from .sandbox import SITE, Limits, bounded_workdir, release_workdir, run_sandboxed
 
 
 class TaskGenerationError(GameSetError):
@@ -735,14 +735,14 @@ def score_submission(task: dict, base: Path, work: Path, site: dict[str, Path] |
     elif cache and key in _scores:
         (n_pass, f2p), how = _scores[key], "memo"
     else:
-        tmp = tempfile.mkdtemp(prefix="agentrl-swe-eval-")
-        try:  # the submitted code runs in this copy and may leave any tree: remove_tree, not TemporaryDirectory
-            fresh, _ = apply_submission(task, base, work, Path(tmp) / "repo", changes)
+        tmp = bounded_workdir("agentrl-swe-eval-")  # a size-capped tmpfs where one can be mounted
+        try:  # the submitted code runs in this copy and may leave any tree: release_workdir, not TemporaryDirectory
+            fresh, _ = apply_submission(task, base, work, tmp / "repo", changes)
             t = time.perf_counter()
             outcomes, _ = run_tests(fresh, task["test_files"], site)
             seconds = time.perf_counter() - t
         finally:
-            remove_tree(tmp)
+            release_workdir(tmp)
         n_pass = sum(outcomes.get(tid) == "passed" for tid in listed)
         f2p = sum(outcomes.get(tid) == "passed" for tid in task["FAIL_TO_PASS"])
         if outcomes:  # a killed run (time, output) is not remembered
