@@ -40,12 +40,15 @@ they existed lack them, and diagnostics.read_alerts replays those)."""
 EVAL_KEYS = ("success_rate", "mean_turns", "invalid_rate", "mean_score_frac", "n_games", "env_errors")
 """The evaluate() keys kept in a record's "eval", beside per_game: [[game, won, turns], ...]."""
 RECORD_KEYS = ("cell", "seed", "base_hash", "config", "commit", "device", "machine", "started", "finished",
-               "wall_seconds", "train_seconds", "resumed", "run_dir", "steps", "eval", "evals")
+               "wall_seconds", "train_seconds", "resumed", "run_dir", "steps", "eval", "evals", "precision", "adamw",
+               "generator")
 """The keys of every record (one JSON line of a results file). wall_seconds: this call of the run function (training
 that resumed after a stop + evaluation); train_seconds: Σ step_seconds over every training step, also those before a
 stop (the compute a run cost); resumed: whether it continued a half-finished run (or was recorded from a finished
 run's dir, finished_run); evals: {name: eval} of the extra game sets (run_sweep's extra_evals, e.g. harder games), {}
-without them."""
+without them; precision: 'fp32' or 'bf16-autocast' (Trainer.precision), adamw: 'fused' / 'foreach' / 'plain'
+(update.adamw), generator: the rollout backend's class — what ran, None where run_rl did not say (records before
+2026-11-28 lack the three keys)."""
 SIGNIFICANT_DIGITS = 5
 """Floats in "steps" are rounded to this many significant digits (keeps a results file at kilobytes)."""
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
@@ -358,6 +361,7 @@ def make_record(run, summary: dict, base_hash: str, started: datetime, finished:
         "steps": [{k: _round(row.get(k)) for k in STEP_KEYS} for row in summary.get("rows") or []],
         "eval": compact_eval(ev),
         "evals": {name: compact_eval(res) for name, res in (evals or {}).items()},
+        "precision": summary.get("precision"), "adamw": summary.get("adamw"), "generator": summary.get("generator"),
     }
 
 

@@ -80,6 +80,7 @@ def run_rl(config: RunConfig, run_dir: str | Path, init: str | None = None,
         eval_path = run_dir / "eval.json"
         save_eval(res, eval_path)
     return {"rows": rows, "eval": res, "run_dir": str(run_dir), "config": str(run_dir / "config.yaml"),
+            "precision": trainer.precision, "adamw": trainer.adamw_impl, "generator": type(trainer.generator).__name__,
             "metrics": str(trainer.metrics_path), "learning_curve": str(run_dir / "learning_curve.png"),
             "eval_path": None if eval_path is None else str(eval_path),
             "last_checkpoint": None if trainer.last_checkpoint is None else

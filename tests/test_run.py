@@ -84,6 +84,7 @@ def test_run_rl_draws_the_learning_curves_after_training(monkeypatch, tmp_path, 
 
     class Stub:
         cfg, is_main, last_checkpoint, metrics_path = RunConfig(), True, None, "metrics.jsonl"
+        precision, adamw_impl, generator = "fp32", "fused", None  # what run_rl's summary names
 
         def __init__(self, config, run_dir, **k):
             self.run_dir, self.rows = tmp_path / "run", []

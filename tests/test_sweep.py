@@ -87,6 +87,12 @@ def test_cli_sweep_bad_value_is_one_error_line(tmp_path, monkeypatch, capsys):
 
 # ------------------------------------------------------------------------------------------------ the sweep
 @pytest.mark.slow
+def records_adamw() -> tuple[str, ...]:
+    from agentrl_lib.update import ADAMW_IMPLS
+
+    return tuple(ADAMW_IMPLS)
+
+
 @pytest.mark.trains
 def test_sweep_writes_one_record_per_run_and_skips_recorded_runs(tiny_model_dir, tmp_path, scripted):
     games = scripted_games(tmp_path / "games")
@@ -101,6 +107,7 @@ def test_sweep_writes_one_record_per_run_and_skips_recorded_runs(tiny_model_dir,
                                                                          ("rloo", 1)]
     for r in lines:
         assert tuple(r) == records.RECORD_KEYS
+        assert (r["precision"], r["generator"]) == ("fp32", "LiveRowsGenerator") and r["adamw"] in records_adamw()
         assert r["cell"] == {"algo.advantage": r["config"]["algo"]["advantage"], "reward.kind": "sparse"}
         assert r["config"]["train"]["seed"] == r["seed"] and r["config"]["model"]["name"] == tiny_model_dir
         assert [tuple(s) for s in r["steps"]] == [records.STEP_KEYS] and r["steps"][0]["step"] == 1
