@@ -45,13 +45,17 @@ PARTS = ("first_prefill", "turn_prefill", "decode", "sampling", "env", "python")
 
 
 class ForwardClock:
-    """Times every forward of `model` through pre/post hooks. `calls`: one (rows, new positions, cache length,
-    seconds) tuple per forward, in order."""
+    """Times every forward of `model` from its backbone's pre-hook to its output layer's post-hook: `generate` calls
+    the causal LM, which calls both; LiveRowsGenerator calls the two itself (it keeps the hidden state that samples).
+    `calls`: one (rows, new positions, cache length, seconds) tuple per forward, in order."""
 
     def __init__(self, model):
+        from agentrl_lib.models import base_model
+
+        base = base_model(model)
         self.calls: list[tuple[int, int, int, float]] = []
-        self._handles = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
-                         model.register_forward_hook(self._post, with_kwargs=True)]
+        self._handles = [base.get_decoder().register_forward_pre_hook(self._pre, with_kwargs=True),
+                         base.get_output_embeddings().register_forward_hook(self._post, with_kwargs=True)]
 
     def _pre(self, module, args, kwargs):
         ids = kwargs.get("input_ids", args[0] if args else None)

@@ -74,6 +74,28 @@ def test_bench_rollout_tiny(tmp_path, tiny_model_dir, cooking_games):
 
 
 @pytest.mark.subprocess
+def test_bench_rollout_profile_sees_the_live_decode_loop(tmp_path, tiny_model_dir, cooking_games):
+    """--generator hf-live: the live loop calls the backbone and the output layer itself, and the clock (hooked on
+    both) still sees every prefill and one decode forward per sampled token step after the first. Control: a clock
+    hooked on the causal LM alone, as before, sees none of the live loop's forwards."""
+    res = run_script("bench_rollout_profile.py", ["--games", str(cooking_games.root), "--model", tiny_model_dir,
+                                                  *TINY_WORKLOAD, "--generator", "hf-live"], tmp_path / "p.jsonl")
+    run = res["runs"][0]
+    assert res["generator"] == "hf-live" and run["parts"]["decode"] > 0 and run["parts"]["turn_prefill"] > 0
+    assert len(run["decode_forwards"]) == sum(t["steps"] - 1 for t in run["turns"]) > 0
+    from agentrl_lib.generation import LiveRowsGenerator
+    from agentrl_lib.models import load_policy
+
+    model, tok = load_policy(tiny_model_dir, device="cpu")
+    seen = []
+    handle = model.register_forward_hook(lambda *a: seen.append(1))
+    gen = LiveRowsGenerator(model, tok)
+    gen.start([[1, 2, 3], [4, 5]])
+    gen.generate(3, 1.0)
+    handle.remove()
+    assert seen == []
+
+
 def test_bench_rollout_profile_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_games):
     """The profile's parts add up to the rollout's wall time, every turn has a prefill and one decode forward per
     further sampled token step, and the idle share counts the row-steps past each row's reply."""
