@@ -12,6 +12,8 @@ cache kept across turns) against slower ways to play the same episodes, measured
               place;
 - unshared:   the same with `HFGenerator(..., share_prefix=False)`: every episode encodes its own first context;
 - sequential: the same rollout called once per episode (one episode at a time, still with its KV cache);
+- live:       the same with `LiveRowsGenerator` (model.generator hf-live, the default): a decode loop over the rows
+              still writing their reply, with `generate`'s own draws (the same sampled_hash as batched);
 - reencode:   the same batched rollout through `ReencodeGenerator`, which re-encodes every live episode's whole
               conversation at each turn (one batched `generate` over the history, no cache across turns), the way a
               rollout built on a stateless `generate(prompt)` call works (e.g. a TRL `rollout_func`).
@@ -37,9 +39,9 @@ import time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch
 
-from agentrl_lib.generation import HFGenerator, TurnSample, _left_pad
+from agentrl_lib.generation import HFGenerator, LiveRowsGenerator, TurnSample, _left_pad
 
-METHODS = ("batched", "concat", "unshared", "sequential", "reencode")
+METHODS = ("batched", "concat", "unshared", "sequential", "reencode", "live")
 
 
 class ReencodeGenerator(HFGenerator):
@@ -112,7 +114,7 @@ def run_method(method: str, model, tok, pool, games: list[str], groups: list[int
     else:
         gen = {"batched": HFGenerator, "concat": functools.partial(HFGenerator, grow_cache=False),
                "unshared": functools.partial(HFGenerator, share_prefix=False),
-               "reencode": ReencodeGenerator}[method](model, tok)
+               "reencode": ReencodeGenerator, "live": LiveRowsGenerator}[method](model, tok)
         trajs, stats = rollout(gen, tok, pool, games, groups=groups, **kw)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {"tokens": stats.generated_tokens, "seconds": round(wall, 3), "cpu_seconds": round(cpu, 3),
