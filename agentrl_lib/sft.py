@@ -24,6 +24,7 @@ from .envs import get_family
 from .envs.protocol import GameSet
 from .models import TRAINING_WEIGHTS, load_policy, pick_device, precision_label, save_policy, training_precision
 from .prompts import ChatFormat, feedback_message, first_user_message, format_reply, system_prompt_for
+from .rundir import check_not_run_dir
 from .update import adamw, adamw_impl
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,8 @@ def sft(model_name: str, games: GameSet | Sequence[GameSet], out: str | Path, ep
     Returns a summary dict (examples, tokens, epochs, train_loss per logging step, seconds, precision: 'fp32' or
     'bf16-autocast', adamw: the AdamW implementation), also written to out/sft_summary.json.
     Raises: ValueError if no walkthrough could be replayed, or if micro_batch_size is < 1 or does not divide
-    batch_size; models.ModelLoadError for dtype 'float16' (training_precision).
+    batch_size; models.ModelLoadError for dtype 'float16' (training_precision); config.ConfigError if `out` is an RL
+    run directory (rundir.check_not_run_dir), before anything loads.
     """
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
@@ -125,6 +127,7 @@ def sft(model_name: str, games: GameSet | Sequence[GameSet], out: str | Path, ep
     if micro < 1 or batch_size % micro:
         raise ValueError(f"micro_batch_size must be >= 1 and divide batch_size {batch_size} (got {micro})")
     t0 = time.perf_counter()
+    check_not_run_dir(out)  # an SFT model written into an RL run directory would mix with its checkpoints
     out = Path(out)
     amp = training_precision(dtype, mixed_precision, pick_device(device))
     model, tok = load_policy(model_name, device, TRAINING_WEIGHTS, lora_rank=lora_rank)

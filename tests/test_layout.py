@@ -24,6 +24,8 @@ LONG_MODULES = {
     "agentrl_lib.envs.swe_tasks": "not split in this issue: making tasks (mutations, validation) vs scoring a "
                                   "submission",
     "agentrl_lib.envs.alfworld_gen": "not split in this issue: one generator, scenes → PDDL problems → solved games",
+    "agentrl_lib.trainer": "one job: the RL loop, Trainer.step's seven stages top to bottom, and what one run holds "
+                           "around them (resume, checkpoints, precision, the collapse and divergence guards)",
     "agentrl_lib.findings": "one job: the papers' findings as a table (each row's paper number, why ours may differ "
                             "and the few lines that compute it) and what the table says (verdict tables, lessons); "
                             "the statistics live in stats.py, the verdict words in judge.py",

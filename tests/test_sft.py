@@ -39,3 +39,23 @@ def test_micro_batches_make_the_same_sft_step(tiny_model_dir, cooking_games, tmp
     for bad in (2, 0, -1):
         with pytest.raises(ValueError, match="must be >= 1 and divide"):
             sft(tiny_model_dir, cooking_games, tmp_path / "bad", batch_size=3, micro_batch_size=bad)
+
+
+def test_sft_refuses_an_rl_run_directory_before_anything_loads(tmp_path, monkeypatch):
+    """sft() itself, not only `agentrl sft`, refuses to write into an RL run directory (config.yaml there), before any
+    model loads. Control: a new directory passes the check and reaches the model load (planted to fail)."""
+    from agentrl_lib import sft as sft_mod
+    from agentrl_lib.config import ConfigError
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("train: {}\n")
+
+    def no_load(*a, **k):
+        raise RuntimeError("the model loaded")
+
+    monkeypatch.setattr(sft_mod, "load_policy", no_load)
+    with pytest.raises(ConfigError, match="is an RL run directory"):
+        sft_mod.sft("embedded", [], run)
+    with pytest.raises(RuntimeError, match="the model loaded"):
+        sft_mod.sft("embedded", [], tmp_path / "new")
