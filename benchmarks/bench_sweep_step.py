@@ -18,7 +18,8 @@ Settings (each over the config; `baseline` always runs first):
 - exact+behaviour: exact, and π_old the rollout's log-probs (no no-grad pass); critic-free estimators only (PPO's
                    critic still needs the pass for V_old, so it saves nothing there and is skipped);
 - grouped:         exact + train.group_minibatches (other rows share a minibatch: other losses, not exact);
-- bf16:            the best exact setting (live+behaviour) + train.mixed_precision bf16 (skipped on a CPU without avx512_bf16/amx_bf16);
+- bf16:            the best exact setting (live+behaviour) + train.mixed_precision bf16 (skipped on a CPU without
+                   avx512_bf16/amx_bf16);
 - all:             the best exact setting + grouped + bf16 where the CPU has it (skipped when it repeats another);
 - lora:            the best exact setting + model.lora_rank 16 (only a LoRA adapter trains: another update; at step 0
                    the adapter adds nothing, so the rollout samples baseline's tokens);
@@ -58,8 +59,8 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # no spinning threads on a shared CPU; read when torch loads
 
 ROOT = Path(__file__).resolve().parent.parent
-BASELINE = {"model.generator": "hf", "generator.grow_cache": False, "train.share_prefix": False, "algo.old_logprobs": "recompute",
-            "train.group_minibatches": False,
+BASELINE = {"model.generator": "hf", "generator.grow_cache": False, "train.share_prefix": False,
+            "algo.old_logprobs": "recompute", "train.group_minibatches": False,
             "train.mixed_precision": "no", "train.bf16_max_logprob_gap": 0.0}  # bf16: timed, never refused here
 LEVERS = {  # setting → the levers it turns on over BASELINE ("bf16" and "all" are built by plan())
     "baseline": {},
