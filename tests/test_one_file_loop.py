@@ -103,23 +103,27 @@ def test_one_file_step_matches_trainer_step(algo, run, capsys):
 
 
 @pytest.mark.trains
-def test_control_planted_bugs_are_caught(run, monkeypatch):
+def test_control_planted_bugs_are_caught(run, monkeypatch, capsys):
     """Each planted bug in the one-file step moves the losses or the weights far beyond the tolerances."""
+    caught = {}
     ppo, ppo_step = run("ppo")
     monkeypatch.setattr(one_file, "value_loss", lambda v, *a, **k: (v.sum() * 0, {"value_loss": 0.0}))
-    assert differences(ppo, ppo_step())["weights"] > 100 * WEIGHT_TOL  # the value loss dropped
+    caught["value loss dropped (ppo)"] = differences(ppo, ppo_step())
     monkeypatch.undo()
 
     grpo, grpo_step = run("grpo")
     monkeypatch.setattr(one_file, "policy_loss", lambda lp, old, adv, mask, lo, hi: policy_loss(
         lp, old, adv, mask, lo / 10, hi / 10))
-    caught = differences(grpo, grpo_step())  # the clip range ten times narrower
-    assert caught["loss"] > 100 * LOSS_TOL or caught["weights"] > 100 * WEIGHT_TOL, caught
+    caught["clip range 10x narrower (grpo)"] = differences(grpo, grpo_step())
     monkeypatch.undo()
 
     rloo, rloo_step = run("rloo")
     monkeypatch.setattr(one_file, "rloo_advantages", lambda r, g: grpo_advantages(r, g))
-    assert differences(rloo, rloo_step())["weights"] > 100 * WEIGHT_TOL  # GRPO's baseline in RLOO's place
+    caught["GRPO's baseline in RLOO's place"] = differences(rloo, rloo_step())
+    with capsys.disabled():
+        print("".join(f"\n{k}: |Δ loss| {d['loss']:.2e}, |Δ weight| {d['weights']:.2e}" for k, d in caught.items()))
+    for bug, d in caught.items():
+        assert d["loss"] > 100 * LOSS_TOL or d["weights"] > 100 * WEIGHT_TOL, (bug, d)
 
 
 def test_a_config_the_file_leaves_out_is_refused():
