@@ -109,7 +109,8 @@ def rollout_table(r: dict) -> str:
     for m, label in (("concat", "batched, the KV cache appended by concatenation (transformers' `DynamicCache`)"),
                      ("unshared", "batched, each episode encoding its own first context (`share_prefix=False`)"),
                      ("sequential", "one episode at a time (batch of 1, KV cache kept)"),
-                     ("reencode", "batched, whole history re-encoded every turn (`ReencodeGenerator`)")):
+                     ("reencode", "batched, whole history re-encoded every turn (`ReencodeGenerator`)"),
+                     ("live", "batched, decoding only the live rows with `generate`'s draws (`LiveRowsGenerator`)")):
         if m in r:  # lines written before a method existed (unshared: 2026-11-26, concat: 11-27) lack it
             cpu = f" ({r[f'cpu_ratio_vs_{m}']:.2f}×)" if f"cpu_ratio_vs_{m}" in r else ""
             out.append(f"| {label} | {r[m]['median_tokens_per_s']:.2f} | **{r[f'speedup_vs_{m}']:.2f}×**{cpu} |")
@@ -123,6 +124,11 @@ def rollout_table(r: dict) -> str:
                            + (" (the same hash of the sampled token ids)" if hashed else
                               " (tests/test_generation_live.py checks that the tokens and log-probs are the same)")
                            + "."))
+    if "live" in r:  # exact by construction: generate's draws over the live rows (tests/test_generation_live.py)
+        differ = sum(x["sampled_hash"] != y["sampled_hash"] for x, y in zip(r["batched"]["runs"], r["live"]["runs"]))
+        out.append("\n" + (f"**The live-row loop sampled other tokens than `generate` in {differ} repeat(s).**"
+                           if differ else "The live-row loop sampled `generate`'s tokens in every repeat (the same "
+                           "hash of the sampled token ids; each repeat another seed)."))
     return "\n".join(out) + "\n"
 
 

@@ -315,6 +315,22 @@ def test_env_step_table_splits_the_swe_steps_by_kind(monkeypatch):
     assert "steps by kind" not in report.env_step_table({**line, "families": {"textworld": plain}})
 
 
+def test_rollout_table_shows_the_live_loop_and_whether_it_drew_generates_tokens(monkeypatch):
+    """A batched,live line: the live row with its ratio, and the note that it sampled generate's tokens; a planted
+    other hash in one repeat is named instead (negative control)."""
+    report = load_bench(monkeypatch, "report")
+    run = {"tokens": 100, "tokens_per_s": 5.0, "sampled_hash": "aaaa"}
+    line = {"episodes": 4, "max_turns": 2, "new_tokens": 4, "temperature": 0.7, "repeats": 1, "device": "cpu",
+            "batched": {"runs": [run], "median_tokens_per_s": 5.0},
+            "live": {"runs": [dict(run)], "median_tokens_per_s": 8.0}, "speedup_vs_live": 0.62,
+            "cpu_ratio_vs_live": 0.8}
+    table = report.rollout_table(line)
+    assert "(`LiveRowsGenerator`) | 8.00 | **0.62×** (0.80×) |" in table
+    assert "The live-row loop sampled `generate`'s tokens in every repeat" in table
+    line["live"]["runs"][0]["sampled_hash"] = "bbbb"
+    assert "**The live-row loop sampled other tokens than `generate` in 1 repeat(s).**" in report.rollout_table(line)
+
+
 def test_rollout_table_exactness_note_compares_sampled_tokens(monkeypatch):
     """The rollout table's note under the growing cache: the same hashes say "the same tokens"; a planted other hash
     with the same token count is caught (negative control); lines without hashes fall back to the counts."""
