@@ -60,8 +60,8 @@ def test_bench_rollout_tiny(tmp_path, tiny_model_dir, cooking_games):
     assert positive(res["speedup_vs_sequential"], res["speedup_vs_reencode"], res["gen_speedup_vs_sequential"],
                     res["gen_speedup_vs_reencode"], res["peak_rss_gib"])
     assert res["config"]["max_turns"] == 2 and res["seed"] == "per repeat"
-    assert res["methods"] == ["batched", "concat", "unshared", "sequential", "reencode"]
-    assert positive(res["speedup_vs_unshared"], res["speedup_vs_concat"])
+    assert res["methods"] == ["batched", "concat", "unshared", "sequential", "reencode", "live"]
+    assert positive(res["speedup_vs_unshared"], res["speedup_vs_concat"], res["speedup_vs_live"])
     for m in res["methods"]:
         assert len(res[m]["runs"]) == 1 and positive(res[m]["median_tokens_per_s"], res[m]["runs"][0]["tokens"])
     # the methods played the same episodes: as many episodes, each for at least one turn
@@ -71,6 +71,7 @@ def test_bench_rollout_tiny(tmp_path, tiny_model_dir, cooking_games):
     assert res["batched"]["runs"][0]["tokens"] == res["concat"]["runs"][0]["tokens"]  # the growing cache is exact
     assert res["batched"]["runs"][0]["sampled_hash"] == res["concat"]["runs"][0]["sampled_hash"]
     assert res["batched"]["runs"][0]["sampled_hash"] == res["unshared"]["runs"][0]["sampled_hash"]
+    assert res["batched"]["runs"][0]["sampled_hash"] == res["live"]["runs"][0]["sampled_hash"]  # generate's draws
 
 
 @pytest.mark.subprocess
