@@ -277,7 +277,8 @@ class LiveRowsGenerator(HFGenerator):
        are at least `compact_at` of it (default half), so a turn makes a few copies instead of one per ending row;
     4. at the end of the turn, the batch's cache is the working cache cut to the turn's last token (not included,
        as with `generate`: the next turn's prefill encodes it), or, if rows left it, rebuilt from their saved keys and
-       values, zero after each row's reply. Columns after a row's eos are masked (attention 0) either way.
+       values. Columns after a row's eos are masked (attention 0) either way: zero where the row left the cache, the
+       masked pad tokens' keys where it stayed in it (as `generate` leaves them).
 
     Identical draws. For one sample per row, torch.multinomial(p, 1) is argmax(p / E) with E ~ Exp(1) drawn by
     `torch.empty_like(p).exponential_(1)` (ATen's multinomial fast path, the exponential form of the Gumbel-max trick:
@@ -298,7 +299,6 @@ class LiveRowsGenerator(HFGenerator):
         if not 0.0 <= compact_at <= 1.0:
             raise ValueError(f"compact_at must be in [0, 1] (got {compact_at})")
         self.compact_at = compact_at
-        self.compactions = 0  # copies of the working cache made by compaction, summed over generate calls
 
     @staticmethod
     def draw(probs: torch.Tensor, rows: torch.Tensor, batch: int) -> torch.Tensor:
@@ -372,7 +372,6 @@ class LiveRowsGenerator(HFGenerator):
                 keep = alive.nonzero().squeeze(1)
                 cache.batch_select_indices(keep)
                 work, alive, attn, logits, h = work[keep], alive[keep], attn[keep], logits[keep], h[keep]
-                self.compactions += 1
         steps = max(len(x) for x in ids)
         length = width + steps - 1  # cache columns after the turn: everything but the turn's last column
         if not saved:  # every row is still in the working cache, in batch order

@@ -47,8 +47,9 @@ that resumed after a stop + evaluation); train_seconds: Σ step_seconds over eve
 stop (the compute a run cost); resumed: whether it continued a half-finished run (or was recorded from a finished
 run's dir, finished_run); evals: {name: eval} of the extra game sets (run_sweep's extra_evals, e.g. harder games), {}
 without them; precision: 'fp32' or 'bf16-autocast' (Trainer.precision), adamw: 'fused' / 'foreach' / 'plain'
-(update.adamw), generator: the rollout backend's class — what ran, None where run_rl did not say (records before
-2026-11-28 lack the three keys)."""
+(update.adamw), generator: the rollout backend's class — what ran; a record rebuilt from a finished run's dir derives
+its precision from the config (models.run_precision) and has None for the other two (records before 2026-11-28 lack
+the three keys)."""
 SIGNIFICANT_DIGITS = 5
 """Floats in "steps" are rounded to this many significant digits (keeps a results file at kilobytes)."""
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
@@ -361,8 +362,17 @@ def make_record(run, summary: dict, base_hash: str, started: datetime, finished:
         "steps": [{k: _round(row.get(k)) for k in STEP_KEYS} for row in summary.get("rows") or []],
         "eval": compact_eval(ev),
         "evals": {name: compact_eval(res) for name, res in (evals or {}).items()},
-        "precision": summary.get("precision"), "adamw": summary.get("adamw"), "generator": summary.get("generator"),
+        "precision": summary.get("precision") or _precision_of(run.config, machine),
+        "adamw": summary.get("adamw"), "generator": summary.get("generator"),
     }
+
+
+def _precision_of(config: RunConfig, machine: dict) -> str:
+    """The precision a run trained in, from its config and device (models.run_precision): for a record rebuilt from a
+    finished run's dir (finished_run), whose summary does not say."""
+    from .models import run_precision  # torch: only for this rebuild, not for reading results
+
+    return run_precision(config.model.dtype, config.train.mixed_precision, machine.get("torch_device") or "cpu")
 
 
 def compact_eval(ev: dict) -> dict:

@@ -604,6 +604,8 @@ def test_a_record_cut_short_is_rebuilt_from_the_run_dir_not_stranded(sweep_setup
     assert any("will be recorded again" in w for w in warnings)
     assert any("recording it from its eval.json and metrics.jsonl" in w for w in warnings)
     assert again["eval"] == rec["eval"] and again["steps"] == rec["steps"] and again["resumed"] is True
+    # rebuilt from the run dir: the precision derived from its config (as the trained record said), nothing invented
+    assert again["precision"] == rec["precision"] == "fp32" and again["adamw"] is None and again["generator"] is None
     assert [json.loads(x) for x in out.read_text().splitlines()] == [again]
 
     # negative control: without the rebuild, the resume of the pruned run fails (the stuck sweep)
