@@ -237,3 +237,33 @@ def test_user_namespaces_are_refused_inside(work, monkeypatch):
     monkeypatch.setattr(sandbox, "no_userns_filter", lambda: None)  # control
     r = run_sandboxed("unshare -U -r id -u", work)
     assert r.output.strip() == "0", r.output
+
+
+def test_a_missing_host_bound_is_said_once_not_silent(monkeypatch, caplog):
+    """Where no cgroup can be made or no tmpfs mounted, the command still runs under the rlimits, and the log says
+    so, once per process per reason. Control: where both are available, nothing is said."""
+    import logging
+
+    from agentrl_lib.envs import hostlimits
+
+    hostlimits._warn_once.cache_clear()
+    monkeypatch.setattr(hostlimits, "cgroup_parents", lambda: "no cgroup here (test)")
+    monkeypatch.setattr(hostlimits, "tmpfs_problem", lambda: "no tmpfs here (test)")
+    with caplog.at_level(logging.WARNING, logger=hostlimits.__name__):
+        for _ in range(2):
+            assert hostlimits.CommandCgroup.make(64, 8) is None
+            d = hostlimits.bounded_workdir("agentrl-swe-test-")
+            assert hostlimits.release_workdir(d)
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2 and "no cgroup here (test)" in said[0] and "no tmpfs here (test)" in said[1], said
+    hostlimits._warn_once.cache_clear()
+    caplog.clear()
+    monkeypatch.undo()  # control: this machine's real bounds; where both are present nothing is said
+    if not isinstance(hostlimits.cgroup_parents(), str) and hostlimits.tmpfs_problem() is None:
+        with caplog.at_level(logging.WARNING, logger=hostlimits.__name__):
+            g = hostlimits.CommandCgroup.make(64, 8)
+            d = hostlimits.bounded_workdir("agentrl-swe-test-")
+            hostlimits.release_workdir(d)
+            if g is not None:
+                g.close()
+        assert caplog.records == []

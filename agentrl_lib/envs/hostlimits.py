@@ -9,6 +9,7 @@ Where this was written (a 2-core container, root, cgroup v1, bubblewrap 0.8.0) b
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import signal
 import subprocess
@@ -16,6 +17,13 @@ import time
 from pathlib import Path
 
 _CGROUP_FS = Path("/sys/fs/cgroup")
+log = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_once(what: str) -> None:
+    """Say once per process that a host bound is missing here (the sandbox runs under the rlimits alone for it)."""
+    log.warning("sandbox: %s; agent commands run without that bound here (book/when_things_go_wrong.md)", what)
 
 
 @functools.lru_cache(maxsize=1)
@@ -73,6 +81,7 @@ class CommandCgroup:
         None where none can be made (cgroup_parents)."""
         parents = cgroup_parents()
         if isinstance(parents, str):
+            _warn_once(f"no per-command cgroup: {parents}")
             return None
         cls._count += 1
         name = f"agentrl-sbx-{os.getpid()}-{cls._count}"
@@ -89,8 +98,9 @@ class CommandCgroup:
                 for key, value in settings[c]:
                     if (d / key).exists():
                         (d / key).write_text(str(value))
-        except OSError:
+        except OSError as e:
             group.close()
+            _warn_once(f"no per-command cgroup: cannot write its limits ({e})")
             return None
         return group
 
@@ -157,9 +167,13 @@ def bounded_workdir(prefix: str, size_mb: int = REPO_MB, inodes: int = REPO_INOD
     import tempfile
 
     d = Path(tempfile.mkdtemp(prefix=prefix))
-    if tmpfs_problem() is None:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,nr_inodes={inodes},mode=0755", "tmpfs",
-                        str(d)], capture_output=True, timeout=20)
+    if (why := tmpfs_problem()) is None:
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,nr_inodes={inodes},mode=0755", "tmpfs",
+                            str(d)], capture_output=True, text=True, timeout=20)
+        if r.returncode != 0:
+            _warn_once(f"no size-capped working copy: mount failed ({' '.join(r.stderr.split())[:120]})")
+    else:
+        _warn_once(f"no size-capped working copy: {why}")
     return d
 
 

@@ -81,7 +81,8 @@ class Limits:
     """Bytes of stdout+stderr read; past it the sandbox is killed and the output marked capped."""
     total_memory_mb: int = 4096
     """Memory of the whole command, every process together, MiB (a per-command cgroup's memory limit, where cgroups
-    can be made here: `cgroup_problem()`); RLIMIT_AS bounds each process only, 64 of them at 2 GiB each."""
+    can be made here: `hostlimits.cgroup_parents()` says why not); RLIMIT_AS bounds each process only, 64 of them
+    at 2 GiB each."""
     tmp_mb: int = 256
     """Size of the sandbox's private /tmp, MiB (bwrap --size, where the installed bwrap has it: `bwrap_features()`);
     without it /tmp is a tmpfs as large as half the host's memory."""
