@@ -1,5 +1,8 @@
 """Shared fixtures: the embedded tokenizer, a tiny random-weight model built from a config (no download), a few real
-TextWorld games generated once per session, and a trained run directory (test_checkpoint.py, test_rundir.py)."""
+TextWorld games generated once per session, and a trained run directory (test_checkpoint.py, test_rundir.py).
+
+Plugins: cost_guard (a test that trains or starts a process without its cost mark fails; its docstring says where it
+looks) and pytester (tests/test_conftest_guard.py runs small test files with it)."""
 from __future__ import annotations
 
 import os
@@ -7,6 +10,8 @@ import shutil
 
 import pytest
 import torch
+
+pytest_plugins = ["cost_guard", "pytester"]
 
 
 @pytest.fixture(scope="session")

@@ -142,6 +142,7 @@ def test_bench_update_speed_tiny(tmp_path, tiny_model_dir):
     assert res["config"]["minibatch"] == 2 and res["seed"] == 0
 
 
+@pytest.mark.subprocess
 def test_bench_peak_tiny(tmp_path, tiny_model_dir):
     res = run_script("bench_peak.py", ["--model", tiny_model_dir, "--rows", "2", "--tokens", "40", "--repeats", "1",
                                        "--threads", "1"], tmp_path / "peak.jsonl")
