@@ -71,10 +71,12 @@ $(VLLM_STAMP): pyproject.toml requirements-vllm.txt requirements-nodeps.txt
 vllm-or-skip:
 	@$(MAKE) --no-print-directory vllm || echo "make: could not build $(VLLM_VENV); tests/test_vllm.py will skip"
 
-## the tests that neither train, start processes nor take over ~10 s (markers in pyproject.toml); no notebooks, no
-## lint: the quick subset for an edit-test loop (make test's counts and times: book/install.md)
+## the tests that neither train, start processes nor take over ~10 s (markers in pyproject.toml; tests/cost_guard.py
+## fails a test that trains or starts a process unmarked); no notebooks, no lint: the quick subset for an edit-test
+## loop, under 3 min on 2 cores. It ends with its 10 slowest tests and its wall time beside the CPU model and load
+## (tests/conftest.py). make test's counts and times: book/install.md
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -m "not trains and not subprocess and not slow" tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=10 -m "not trains and not subprocess and not slow" tests
 
 ## notebooks are written as MyST Markdown (notebooks/*.md); this writes the paired .ipynb (outputs kept)
 sync-notebooks: $(STAMP)

@@ -88,10 +88,15 @@ def bf16_problem(device: torch.device) -> str | None:
             "and slower")
 
 
+CPUINFO = "/proc/cpuinfo"
+"""Where cpu_flags and cpu_model read the CPU's description (Linux); tests point it at a sample of another CPU."""
+
+
 def _cpuinfo_field(name: str) -> str | None:
-    """The first `name : value` line's value in /proc/cpuinfo ('' where absent), or None where it cannot be read."""
+    """The first `name : value` line's value in CPUINFO ('' where absent), or None where it cannot be read."""
     try:
-        text = open("/proc/cpuinfo").read()
+        with open(CPUINFO) as f:
+            text = f.read()
     except OSError:
         return None
     return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.split(":", 1)[0].strip() == name),
@@ -302,11 +307,11 @@ def _local_path_hint(name: str) -> str:
 
 def _hub_offline() -> bool:
     """Offline mode as huggingface_hub and transformers read it: HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE set to a true
-    value (1, ON, YES, TRUE), read now, not when huggingface_hub was imported."""
+    value (its ENV_VARS_TRUE_VALUES: 1, ON, YES, TRUE, any case), read now, not when huggingface_hub was imported."""
     from huggingface_hub import constants
 
     env = (os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or "").upper()
-    return env in ("1", "ON", "YES", "TRUE") or bool(constants.HF_HUB_OFFLINE)
+    return env in constants.ENV_VARS_TRUE_VALUES or bool(constants.HF_HUB_OFFLINE)
 
 
 def check_hub_model(repo_id: str, timeout: float = 10.0) -> str:

@@ -1,17 +1,49 @@
 """Shared fixtures: the embedded tokenizer, a tiny random-weight model built from a config (no download), a few real
 TextWorld games generated once per session, and a trained run directory (test_checkpoint.py, test_rundir.py).
 
+The session summary ends with its wall time, the CPU model and the load average at its start.
+
 Plugins: cost_guard (a test that trains or starts a process without its cost mark fails; its docstring says where it
 looks) and pytester (tests/test_conftest_guard.py runs small test files with it)."""
 from __future__ import annotations
 
 import os
+import platform
 import shutil
+import time
 
 import pytest
 import torch
 
 pytest_plugins = ["cost_guard", "pytester"]
+
+QUICK_RUN_BUDGET_S = 180
+"""`make test-fast` (the tests not marked trains, subprocess or slow) should end within this many seconds on the
+project's machine kind (2 cores); the session summary says when it did not."""
+_SESSION: dict = {}
+
+
+def pytest_sessionstart(session):
+    _SESSION.update(start=time.perf_counter(), load=os.getloadavg()[0] if hasattr(os, "getloadavg") else None)
+
+
+@pytest.hookimpl(trylast=True)  # after --durations' table, so the line ends the output
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """One line with the session's wall time and the machine it ran on (CPU model, cores, load average at the start:
+    a timing means little without them), and a second when a quick run (`-m` leaving out slow) overran its budget."""
+    if "start" not in _SESSION:
+        return
+    from agentrl_lib.models import cpu_model
+
+    wall = time.perf_counter() - _SESSION["start"]
+    load = "" if _SESSION["load"] is None else f", load average {_SESSION['load']:.1f} at the start"
+    cpu = cpu_model() or platform.processor() or "unknown CPU"
+    terminalreporter.write_line(f"session wall time {wall:.0f} s ({wall / 60:.1f} min) on {cpu}, {os.cpu_count()} "
+                                f"cores{load}")
+    if "not slow" in (config.getoption("markexpr") or "") and wall > QUICK_RUN_BUDGET_S:
+        terminalreporter.write_line(f"the quick run took over its {QUICK_RUN_BUDGET_S} s budget (tests/conftest.py; "
+                                    "more with other work on the CPU): --durations lists the slowest; mark those "
+                                    "over ~10 s alone `slow`")
 
 
 @pytest.fixture(scope="session")

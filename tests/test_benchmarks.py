@@ -97,6 +97,7 @@ def test_bench_rollout_profile_sees_the_live_decode_loop(tmp_path, tiny_model_di
     assert seen == []
 
 
+@pytest.mark.subprocess
 def test_bench_rollout_profile_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_games):
     """The profile's parts add up to the rollout's wall time, every turn has a prefill and one decode forward per
     further sampled token step, and the idle share counts the row-steps past each row's reply."""
@@ -654,6 +655,7 @@ def test_bench_sft_memory_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_ga
     assert table.count("\n| ") == 3 and "| 1 |" in table
 
 
+@pytest.mark.trains
 def test_bench_bf16_guard_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_games):
     """The guard's reading for two starting models on one batch: a line per model with its gap in nats (a random
     tiny model's bf16 and fp32 log-probs differ, so > 0); the table marks the models above the limit. On a CPU

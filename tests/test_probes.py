@@ -858,6 +858,7 @@ def test_control_torch_replays_seed_0_at_2_32_and_overflows_at_2_64():
             torch.manual_seed(2**64)
 
 
+@pytest.mark.trains
 def test_control_an_ambiguous_model_dir_resolves_to_the_rl_checkpoint_in_silence(ws, monkeypatch):
     """Without the check, `--model mixed` (an RL run with an SFT model beside it) resolves to the RL checkpoint's
     policy with no word of the SFT model (models.resolve_model_path takes checkpoints/latest first)."""
@@ -867,6 +868,7 @@ def test_control_an_ambiguous_model_dir_resolves_to_the_rl_checkpoint_in_silence
     assert resolve_model_path("mixed") == "mixed/checkpoints/step_000002/policy"
 
 
+@pytest.mark.trains
 def test_control_without_the_walkthrough_bound_the_manifest_loads(ws, monkeypatch):
     """Without WALKTHROUGH_MAX the 3,000,000-command walkthrough loads, for the game check to replay (the hang)."""
     from agentrl_lib.envs import base
@@ -876,6 +878,7 @@ def test_control_without_the_walkthrough_bound_the_manifest_loads(ws, monkeypatc
     assert len(base.load_game_set(ws.tmp / "long").games[0].walkthrough) == 3_000_000
 
 
+@pytest.mark.trains
 def test_control_without_the_family_check_swe_reward_is_ignored_on_bandit(ws):
     """Without check_family_options, a bandit env is built with --swe-reward dropped in silence (env_kwargs keeps
     only the options the family declares)."""

@@ -17,6 +17,7 @@ def test_sft_examples_show_the_inventory_and_admissible_commands_when_asked(toke
     assert sum(shown[0]["assistant_masks"]) == sum(plain[0]["assistant_masks"])
 
 
+@pytest.mark.trains
 def test_micro_batches_make_the_same_sft_step(tiny_model_dir, cooking_games, tmp_path):
     """--micro-batch-size 1 accumulates one step of 3 walkthroughs over 3 passes: the weights equal one pass of 3
     up to float rounding. Control: 3 steps of 1 walkthrough (another optimisation) end elsewhere."""
