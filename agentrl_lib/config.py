@@ -255,6 +255,12 @@ BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, 
 """Text a bool field reads as true / false (any case): a sweep grid's `env.process_pool=off`, a quoted YAML 'yes'."""
 
 
+def parse_bool(text: str) -> bool | None:
+    """True / False for a word of BOOL_WORDS (any case, surrounding spaces ignored), None for any other text: the one
+    reader of boolean text, for config fields (parse_field) and sweep grid values (sweep.parse_value)."""
+    return BOOL_WORDS.get(text.strip().lower())
+
+
 def parse_field(key: str, default: Any, value: Any) -> Any:
     """`value` for the config field `key` (e.g. 'train.lr') whose default is `default`, converted to the default's type:
     the one parser of field values, for config files (RunConfig.from_dict), command-line flags (flags.py) and sweep
@@ -266,8 +272,8 @@ def parse_field(key: str, default: Any, value: Any) -> Any:
         ConfigError: naming `key`, when the value has the wrong type.
     """
     if isinstance(default, bool):
-        if isinstance(value, str) and value.strip().lower() in BOOL_WORDS:
-            return BOOL_WORDS[value.strip().lower()]
+        if isinstance(value, str) and parse_bool(value) is not None:
+            return parse_bool(value)
         if not isinstance(value, bool):
             raise ConfigError(f"{key} must be true/false, got {value!r}")
         return value

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .checkpoint import prune_training_state
-from .config import ALGO_PRESETS, SECTIONS, SEED_MAX, ConfigError, RunConfig, choices_for, parse_field
+from .config import ALGO_PRESETS, SECTIONS, SEED_MAX, ConfigError, RunConfig, choices_for, parse_bool, parse_field
 from .paths import git_commit
 from .records import (
     EXECUTION_FIELDS,
@@ -80,12 +80,9 @@ def parse_value(key: str, text: str) -> Any:
         return text
     default = _field_default(key)
     if isinstance(default, bool):
-        low = text.strip().lower()
-        if low in ("true", "yes", "on", "1"):
-            return True
-        if low in ("false", "no", "off", "0"):
-            return False
-        raise ConfigError(f"grid axis {key}: {text!r} is not true/false")
+        if parse_bool(text) is None:
+            raise ConfigError(f"grid axis {key}: {text!r} is not true/false")
+        return parse_bool(text)
     try:
         value = parse_field(key, default, text)
     except ConfigError as e:

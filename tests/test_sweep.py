@@ -346,3 +346,25 @@ def test_recorded_runs_keep_only_their_newest_policy(tiny_model_dir, tmp_path, s
         else:
             with pytest.raises(checkpoint.CheckpointError, match="start a new run from its policy with --init"):
                 checkpoint.read_training_state(ckpts[0])
+
+
+@pytest.mark.parametrize("text, value", [("true", True), (" Yes ", True), ("ON", True), ("1", True),
+                                         ("false", False), ("no", False), ("Off", False), ("0", False)])
+def test_a_boolean_word_reads_the_same_in_a_config_and_a_grid(text, value):
+    """config.parse_bool is the one reader of boolean text: a config field and a sweep grid's value agree."""
+    from agentrl_lib.config import parse_bool, parse_field
+
+    assert parse_bool(text) is value
+    assert parse_field("env.process_pool", True, text) is value
+    assert sweep.parse_value("env.process_pool", text) is value
+
+
+@pytest.mark.parametrize("text", ["maybe", "", "2", "t", "yess", "true false"])
+def test_other_text_is_refused_as_a_boolean_in_both(text):
+    from agentrl_lib.config import parse_bool, parse_field
+
+    assert parse_bool(text) is None
+    with pytest.raises(ConfigError):
+        parse_field("env.process_pool", True, text)
+    with pytest.raises(ConfigError):
+        sweep.parse_value("env.process_pool", text)
