@@ -113,7 +113,11 @@ sandbox:
 	      >/dev/null 2>&1 || echo "make: apt-get could not install bubblewrap; the swe tests will skip"; \
 	  else echo "make: no bwrap found (not root, or no apt-get); the swe tests will skip"; fi
 
+## JupyterLab on the chapters. `jupyter trust` first: JupyterLab renders the widgets saved in a notebook (the sweep
+## explorers, chapter 00's episode browser) only in a notebook it trusts, and shows `VBox(...)` text otherwise
+## (tests/test_jupyterlab.py opens every chapter this way)
 lab: $(STAMP)
+	$(VENV)/bin/jupyter trust notebooks/*.ipynb
 	$(VENV)/bin/jupyter lab notebooks/
 
 clean:

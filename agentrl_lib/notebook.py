@@ -6,15 +6,119 @@ metrics of a run's rows, step by step, for the chapters' diagnosis exercises. `T
 `glue` inserts into the prose without quotes (the chapters' measured numbers: `glue("x", Text("57%"))`); `span`
 writes a range of measured numbers as such a string ("0.35–0.41").
 
+`glue` records a measured number under a name and `prose` writes a paragraph with those numbers filled in, as a
+Markdown output: the chapters' prose numbers render the same in the book and in JupyterLab (whose Markdown cells
+know no glue role), and cannot drift from the cells that measured them. `ChapterCost` is each chapter's cost line:
+shown near the top, filled in by the last cell with the run's wall time and peak memory.
+
 Introduced in notebooks/00_quickstart.md §3 (show_source).
 """
 from __future__ import annotations
 
 import ast
 import inspect
+import os
+import platform
+import re
+import resource
 import textwrap
+import time
 from dataclasses import dataclass
 from pathlib import Path
+
+GLUED: dict[str, object] = {}
+"""The values recorded by `glue` in this kernel, by name; `prose` reads them."""
+
+
+def glue(name: str, value, display: bool = True):
+    """Record `value` under `name` for `prose` (the numbers a chapter's prose quotes), and show it unless
+    `display=False`. Returns nothing (a cell ending in `glue(...)` shows the value once, through `display`).
+
+    Raises: ValueError when `name` is not a lower-case identifier (prose writes it as `{name}`)."""
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", name):
+        raise ValueError(f"glue name {name!r}: use a lower-case identifier (prose writes it as {{{name}}})")
+    GLUED[name] = value
+    if display:
+        from IPython.display import display as show
+
+        show(value)
+
+
+@dataclass
+class Prose:
+    """A paragraph of a chapter, with its glued numbers filled in. Displays as Markdown in the book and in
+    JupyterLab (`_repr_markdown_`), as the plain text under nbval and in a terminal (`repr`)."""
+
+    markdown: str
+
+    def __repr__(self) -> str:
+        return self.markdown
+
+    def _repr_markdown_(self) -> str:
+        return self.markdown
+
+
+def prose(template: str) -> Prose:
+    """`template` (Markdown) with each `{name}` replaced by the value `glue` recorded under that name (its `str`).
+
+    Only `{lower_case_identifier}` is a placeholder; any other brace (`{PPO, GRPO}`, a dict literal) stays as it is.
+    The chapters write each paragraph that quotes measured numbers as a cell `prose(\"\"\"...\"\"\")` whose input is
+    hidden (`remove-input` in the book, `source_hidden` in JupyterLab), after the cells that glued them.
+
+    Raises: KeyError naming the placeholder that no cell has glued yet, with the names that are glued."""
+    def fill(m: re.Match) -> str:
+        key = m.group(1)
+        if key not in GLUED:
+            raise KeyError(f"prose quotes {{{key}}} but no cell above glued it (glued: {', '.join(sorted(GLUED))})")
+        return str(GLUED[key])
+
+    return Prose(re.sub(r"\{([a-z_][a-z0-9_]*)\}", fill, textwrap.dedent(template).strip("\n")))
+
+
+def peak_memory_gib() -> float:
+    """The peak resident memory of this process and of its largest finished child process, the larger of the two,
+    in GiB (`getrusage` ru_maxrss, KiB on Linux, bytes on macOS)."""
+    scale = 1024 ** 3 if platform.system() == "Darwin" else 1024 ** 2
+    return max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / scale
+
+
+def cpu_name() -> str:
+    """The CPU's model name (`models.cpu_model`) and the number of cores this process may use, e.g.
+    "AMD EPYC, 2 cores"."""
+    from agentrl_lib.models import cpu_model
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{cpu_model() or platform.machine()}, {cores} cores"
+
+
+class ChapterCost:
+    """A chapter's cost line. Created near the top, it shows "measured at the end of this run"; `finish()` in the
+    chapter's last cell replaces that output in place (IPython's display_id, which nbconvert also applies to the
+    stored notebook) with the run's wall time (s → min), its peak memory (GiB, `peak_memory_gib`), the mode, the CPU,
+    its 1-minute load average (above the core count: other work shared the CPU and the wall time is longer than on
+    an idle machine) and the date, so a stored chapter opens with what its run cost."""
+
+    def __init__(self, fast: bool, start: float | None = None):
+        from IPython.display import display
+
+        self.fast, self.start = fast, time.time() if start is None else start
+        self.handle = display(Prose(self._line(None)), display_id=True)
+
+    def _line(self, measured: tuple[float, float] | None) -> str:
+        mode = "fast mode (`AGENTRL_FAST=1`)" if self.fast else "full mode"
+        if measured is None:
+            return f"**Cost of this run** ({mode}): measured by the chapter's last cell, which fills in this line."
+        wall, peak = measured
+        load = f", load average {os.getloadavg()[0]:.1f} at the end" if hasattr(os, "getloadavg") else ""
+        return (f"**Cost of this run** ({mode}): {wall / 60:.1f} min of wall time, peak memory {peak:.1f} GiB "
+                f"(the kernel or its largest child process), on {cpu_name()}{load}, {time.strftime('%Y-%m-%d')}.")
+
+    def finish(self) -> tuple[float, float]:
+        """Measure and show the cost; returns (wall time in s, peak memory in GiB)."""
+        measured = (time.time() - self.start, peak_memory_gib())
+        if self.handle is not None:
+            self.handle.update(Prose(self._line(measured)))
+        return measured
 
 
 class Text(str):

@@ -279,32 +279,54 @@ def run_name(record: dict) -> str:
     return " ".join(str(v) for v in record.get("cell", {}).values()) + f" s{record.get('seed', '?')}"
 
 
-def plot_runs(records: list[dict], metrics: list[str], status=None, title: str = "", legend_title: str = "run"):
-    """Each run of a sweep as its own line, one panel per metric (y labelled by axis_label) against the training
-    step: colour = the run (one legend under the panels: run_name and, when `status(record)` returns a text, that text),
-    line style = solid, or dashed when `status` returns a text (e.g. 'collapsed at step 7').
-    Returns the Figure. Raises ValueError on no records."""
+def plot_runs(records: list[dict], metric: str, rows: str = "algo", cols: str = "reward.kind", status=None,
+              title: str = "", width: float = 6.8):
+    """Each run of a sweep as its own line of `metric` against the training step, in small multiples: one panel per
+    cell (a row per value of the cell key `rows`, a column per value of `cols`, e.g. algorithm × reward), colour =
+    the seed, line style = solid, or dashed when `status(record)` returns a text (e.g. 'collapsed at step 7'). One
+    short legend under the panels: the seeds, and what dashed means. `width` in inches: 6.8 fills a book page (about
+    680 px at dpi 100); the height grows with the rows.
+
+    Returns the Figure. Raises ValueError on no records, or when a record's cell lacks `rows` or `cols`."""
     if not records:
         raise ValueError("plot_runs: no records")
-    fig, axes = plt.subplots(1, len(metrics), figsize=(3.4 * len(metrics), 3.1), squeeze=False)
-    colors = plt.get_cmap("tab10" if len(records) <= 10 else "tab20").colors
-    for i, r in enumerate(records):
+    if any(rows not in r.get("cell", {}) or cols not in r.get("cell", {}) for r in records):
+        raise ValueError(f"plot_runs: every record's cell needs {rows!r} and {cols!r}")
+    row_vals = list(dict.fromkeys(r["cell"][rows] for r in records))
+    col_vals = list(dict.fromkeys(r["cell"][cols] for r in records))
+    seeds = sorted({r.get("seed", 0) for r in records})
+    colors = dict(zip(seeds, plt.get_cmap("tab10").colors * (len(seeds) // 10 + 1)))
+    fig, axes = plt.subplots(len(row_vals), len(col_vals), figsize=(width, 1.9 * len(row_vals) + 0.9),
+                             sharex=True, sharey=True, squeeze=False)
+    dashed = False
+    for r in records:
+        ax = axes[row_vals.index(r["cell"][rows])][col_vals.index(r["cell"][cols])]
         note = status(r) if status else None
-        style = dict(color=colors[i % len(colors)], ls="--" if note else "-", lw=1.4, alpha=0.9)
+        dashed |= bool(note)
         steps = [s["step"] for s in r.get("steps", [])]
-        for ax, key in zip(axes[0], metrics):
-            ys = [float("nan") if s.get(key) is None else s[key] for s in r.get("steps", [])]
-            ax.plot(steps, ys, label=run_name(r) + (f" ({note})" if note else ""), **style)
-    for ax, key in zip(axes[0], metrics):
-        label_axis(ax, key)
-        ax.set_xlabel(STEP_LABEL)
-        ax.grid(alpha=0.3)
+        ys = [float("nan") if s.get(metric) is None else s[metric] for s in r.get("steps", [])]
+        ax.plot(steps, ys, color=colors[r.get("seed", 0)], ls="--" if note else "-", lw=1.3, alpha=0.9)
+    for i, rv in enumerate(row_vals):
+        for j, cv in enumerate(col_vals):
+            ax = axes[i][j]
+            ax.set_title(f"{rv}, {cv}", fontsize=9)
+            ax.grid(alpha=0.3)
+            label_axis(ax, metric)
+            if j:
+                ax.set_ylabel("")
+            ax.set_xlabel(STEP_LABEL if i == len(row_vals) - 1 else "")
     if title:
-        fig.suptitle(title)
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    handles, labels = axes[0][0].get_legend_handles_labels()  # one legend for the figure, under the panels
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(handles), 3),
-               fontsize=8, title=legend_title, title_fontsize=8)
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=colors[s], lw=1.6) for s in seeds]
+    labels = [f"seed {s}" for s in seeds]
+    if dashed:
+        handles.append(Line2D([], [], color="gray", ls="--", lw=1.3))
+        labels.append("dashed: " + ("collapsed" if status else "flagged"))
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(handles), 4),
+               fontsize=8)
     return fig
 
 

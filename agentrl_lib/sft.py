@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+from transformers import PrinterCallback, TrainerCallback
 
 from .envs import get_family
 from .envs.protocol import GameSet
@@ -89,6 +90,16 @@ def expert_examples(games: GameSet, chat: ChatFormat, system_prompt: str | None 
     return examples
 
 
+class LossLine(TrainerCallback):
+    """Prints one line per logging step of the SFT run ("sft step 2/4: loss 1.492, grad norm 15.1") in place of
+    transformers' PrinterCallback, which prints each log as a raw dict of strings."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:
+            grad = f", grad norm {float(logs['grad_norm']):.3g}" if "grad_norm" in logs else ""
+            print(f"sft step {state.global_step}/{state.max_steps}: loss {float(logs['loss']):.3f}{grad}")
+
+
 def sft(model_name: str, games: GameSet | Sequence[GameSet], out: str | Path, epochs: float = 1.0, lr: float = 5e-5,
         batch_size: int = 4, micro_batch_size: int | None = None,
         max_turns: int | None = None, seed: int = 0, device: str = "auto", dtype: str = "auto",
@@ -156,6 +167,8 @@ def sft(model_name: str, games: GameSet | Sequence[GameSet], out: str | Path, ep
                      disable_tqdm=True, dataloader_num_workers=0)
     model.train()
     trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok)
+    trainer.remove_callback(PrinterCallback)   # its raw log dicts ({'loss': '3.301', ...}), replaced by one line a step
+    trainer.add_callback(LossLine())
     trainer.train()
     model.eval()
     tok.padding_side = "left"

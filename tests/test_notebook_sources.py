@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from agentrl_lib import advantages, rewards
-from agentrl_lib.notebook import show_source, span, steps_table
+from agentrl_lib.notebook import Text, show_source, span, steps_table
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 FIX = "edit the .md and run `make sync-notebooks` (then re-execute the notebook and commit both)"
@@ -171,3 +171,39 @@ def test_every_stored_output_has_an_execution_count():
         nb = nbformat.read(ipynb, as_version=4)
         unrun = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.outputs and c.execution_count is None]
         assert not unrun, f"{ipynb.name}: cells {unrun} have outputs and no execution count; {FIX}"
+
+
+def test_prose_fills_in_glued_numbers_and_refuses_an_unglued_one():
+    from agentrl_lib import notebook
+
+    notebook.GLUED.clear()
+    notebook.glue("n_won", Text("12 of 16"), display=False)
+    out = notebook.prose("""
+        Won {n_won} games of {PPO, GRPO}; a dict {"A": 1} stays.
+    """)
+    assert out._repr_markdown_() == 'Won 12 of 16 games of {PPO, GRPO}; a dict {"A": 1} stays.'
+    assert repr(out) == out._repr_markdown_()
+    with pytest.raises(KeyError, match=r"\{n_lost\}.*glued: n_won"):   # control: a name no cell glued
+        notebook.prose("Lost {n_lost}.")
+    with pytest.raises(ValueError, match="lower-case identifier"):
+        notebook.glue("Won-Games", 1, display=False)
+
+
+def test_chapter_cost_fills_in_the_line_it_showed(monkeypatch):
+    from agentrl_lib import notebook
+
+    shown = []
+
+    class Handle:
+        def update(self, obj):
+            shown.append(obj._repr_markdown_())
+
+    monkeypatch.setattr("IPython.display.display", lambda obj, display_id=None: shown.append(obj._repr_markdown_())
+                        or Handle())
+    cost = notebook.ChapterCost(fast=False, start=0.0)
+    assert "measured by the chapter's last cell" in shown[0]
+    monkeypatch.setattr(notebook.time, "time", lambda: 150.0)
+    wall, peak = cost.finish()
+    assert wall == 150.0 and 0 < peak < 1024   # GiB: this process, not KiB read as GiB
+    assert shown[1].startswith("**Cost of this run** (full mode): 2.5 min of wall time, peak memory ")
+    assert f"{peak:.1f} GiB" in shown[1] and notebook.cpu_name() in shown[1]

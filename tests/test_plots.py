@@ -132,14 +132,20 @@ def test_cell_means_and_runs_label_axes_and_keep_legends_off_the_data():
     fig.tight_layout()
     assert ax.get_ylabel() == "held-out success rate (%)" and ax.get_xlabel() == "demonstrations d"
     assert not _overlaps(fig, ax.get_legend())
-    fig = plots.plot_runs(recs, ["success_rate", "entropy"], status=lambda r: "collapsed" if r["seed"] else None)
-    assert [ax.get_ylabel() for ax in fig.axes] == ["success rate (%)", "entropy (nats/token)"]
-    (legend,) = fig.legends  # one legend for the figure, under the panels
-    labels = [t.get_text() for t in legend.get_texts()]
-    assert labels == [plots.run_name(r) + (" (collapsed)" if r["seed"] else "") for r in recs]  # each run named
+    recs[1]["cell"]["reward.kind"] = "sparse"
+    fig = plots.plot_runs(recs, "success_rate", status=lambda r: "collapsed at step 3" if r["seed"] else None)
+    axes = [ax for ax in fig.axes]
+    assert [ax.get_title() for ax in axes] == ["ppo, dense", "ppo, sparse", "grpo, dense", "grpo, sparse"]
+    assert axes[0].get_ylabel() == "success rate (%)" and axes[1].get_ylabel() == ""   # left column only
+    assert axes[2].get_xlabel() == plots.STEP_LABEL and axes[0].get_xlabel() == ""      # bottom row only
+    assert [len(ax.get_lines()) for ax in axes] == [1, 1, 2, 0]                          # one line a run, in its cell
+    assert [line.get_linestyle() for line in axes[2].get_lines()] == ["-", "--"]          # seed 1 collapsed
+    (legend,) = fig.legends  # one short legend: the seeds and what dashed means, not one entry a run
+    assert [t.get_text() for t in legend.get_texts()] == ["seed 0", "seed 1", "dashed: collapsed"]
     assert not _overlaps(fig, legend)
-    styles = [line.get_linestyle() for line in fig.axes[0].get_lines()]
-    assert styles == ["-", "--", "-", "--"]
+    assert fig.get_size_inches()[0] <= 6.8   # page width, not shrunk
+    with pytest.raises(ValueError, match="needs 'algo'"):
+        plots.plot_runs([{"cell": {"reward.kind": "dense"}, "seed": 0, "steps": []}], "success_rate")
 
 
 # ------------------------------------------------------------------------------------------------ diagnostics
