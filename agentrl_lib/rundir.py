@@ -3,7 +3,7 @@ decision to resume it or start it fresh. Checkpoints: checkpoint.py; durable wri
 
 Layout of a run directory:
 
-    RUN/.lock            fcntl.flock-ed by the trainer writing the run; holds its pid
+    RUN/.lock            locked (filelock: fcntl.flock) by the trainer writing the run; holds its pid
     RUN/config.yaml      the run's config; model.name is the model it started from (the KL reference)
     RUN/metrics.jsonl    one JSON object per step (metrics.METRICS); NaN / ±inf are written as null
     RUN/checkpoints/     step_NNNNNN/ and latest (checkpoint.py)
@@ -25,8 +25,6 @@ Introduced in notebooks/00_quickstart.md §5.
 from __future__ import annotations
 
 import dataclasses
-import errno
-import fcntl
 import json
 import logging
 import math
@@ -35,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from filelock import FileLock, Timeout
 
 from .checkpoint import CheckpointError, complete_checkpoints, list_checkpoints
 from .config import ConfigError, RunConfig, load_yaml, upgrade_legacy_keys
@@ -51,64 +50,55 @@ class RunLockedError(CheckpointError):
     """Another live process holds the run directory's lock."""
 
 
-_HELD: dict[str, list] = {}  # realpath of a lock file -> [open file, holders in this process]
+_HELD: list = []  # one FileLock per acquisition not yet released: a dropped RunLock keeps the lock, as before filelock
+
+
+def _write_pid(fd: int) -> None:
+    """Put this process's pid in the lock file once it is locked (filelock's on_acquired), for RunLockedError."""
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
 
 
 class RunLock:
-    """An exclusive `fcntl.flock` on RUN/.lock, so that two trainers never write one run directory.
+    """An exclusive lock on RUN/.lock (`filelock.FileLock`: fcntl.flock), so that two trainers never write one run
+    directory.
 
     The kernel drops the lock when its holder exits, however it dies (kill -9 included): a stale .lock file is
-    harmless. Inside one process the lock is shared (a notebook that builds a second Trainer for the same directory,
-    a test that resumes a run it just trained); `release()` undoes one acquisition. POSIX only (Linux, macOS);
-    network file systems may ignore flock.
+    harmless, and it stays in place (preserve_lock_file). Inside one process the lock is shared (a notebook that
+    builds a second Trainer for the same directory, a test that resumes a run it just trained): filelock's singleton
+    per path counts the acquisitions across threads; `release()` undoes one. A RunLock dropped without release()
+    keeps its acquisition until the process ends (the Trainer releases its own in close() or a finalizer). POSIX only
+    (Linux, macOS); network file systems may ignore flock (no soft-lock fallback: preserve_lock_file turns it off).
 
     Raises:
-        RunLockedError: another process holds it; the message names its pid.
+        RunLockedError: another process holds it; the message names its pid (written into RUN/.lock by the holder).
     """
 
     def __init__(self, run_dir: str | Path):
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         self.path = run_dir / ".lock"
-        self._key = os.path.realpath(self.path)
         self._released = False
-        held = _HELD.get(self._key)
-        if held is not None:
-            held[1] += 1
-            return
-        f = open(self.path, "a+")
+        self._lock = FileLock(self.path, blocking=False, is_singleton=True, thread_local=False,
+                              preserve_lock_file=True, on_acquired=_write_pid)
         try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                f.close()
-                raise
-            f.seek(0)
-            pid = f.read().strip() or "unknown"
-            f.close()
+            self._lock.acquire()
+        except Timeout:
+            try:
+                pid = self.path.read_text().strip() or "unknown"
+            except OSError:
+                pid = "unknown"
             raise RunLockedError(f"{run_dir} is in use by another trainer (pid {pid}); wait for it to finish or stop "
                                  "it, or pass another --out") from None
-        f.seek(0)
-        f.truncate()
-        f.write(f"{os.getpid()}\n")
-        f.flush()
-        _HELD[self._key] = [f, 1]
+        _HELD.append(self._lock)  # filelock releases a lock whose instances are all garbage; this one is held
 
     def release(self) -> None:
         """Give up this acquisition (idempotent); the flock goes when the last holder in this process releases."""
         if self._released:
             return
         self._released = True
-        held = _HELD.get(self._key)
-        if held is None:
-            return
-        held[1] -= 1
-        if held[1] == 0:
-            del _HELD[self._key]
-            try:
-                fcntl.flock(held[0].fileno(), fcntl.LOCK_UN)
-            finally:
-                held[0].close()
+        _HELD.remove(self._lock)
+        self._lock.release()
 
 
 # --------------------------------------------------------------------------------------------- metrics.jsonl

@@ -90,6 +90,67 @@ def test_metrics_are_strict_json():
 
 
 # -------------------------------------------------------------------------------------------------------- lock
+def _outside_holder_can_lock(path) -> bool:
+    """Whether another open file of `path` (what another process would hold) can flock it now; releases at once."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # closing drops a flock it took
+
+
+def test_run_lock_excludes_a_second_holder_and_is_shared_inside_the_process(tmp_path):
+    """RunLock (filelock) holds RUN/.lock against any other open file of it, as another process would open it; two
+    RunLocks of one process share it until both release. Control: released, the outside holder gets it."""
+    first = rundir.RunLock(tmp_path)
+    lock_file = tmp_path / ".lock"
+    assert lock_file.read_text() == f"{os.getpid()}\n"
+    assert _outside_holder_can_lock(lock_file) is False
+    second = rundir.RunLock(tmp_path)  # a notebook's second Trainer of the same run dir
+    first.release()
+    first.release()  # idempotent: does not undo the second's acquisition
+    assert _outside_holder_can_lock(lock_file) is False
+    second.release()
+    assert _outside_holder_can_lock(lock_file) is True
+    assert lock_file.exists()  # kept: a waiter and a later trainer lock the same file
+
+
+def test_a_dropped_run_lock_still_holds_until_the_process_ends(tmp_path):
+    """`RunLock(run)` kept in no variable (as tests' holder processes write it) holds like a flock on an open file.
+    Control: released, it does not."""
+    import gc
+
+    rundir.RunLock(tmp_path)
+    gc.collect()
+    assert _outside_holder_can_lock(tmp_path / ".lock") is False
+    rundir._HELD.pop().release()  # what release() would have done
+    assert _outside_holder_can_lock(tmp_path / ".lock") is True
+
+
+def test_run_lock_refuses_while_another_holds_it_naming_its_pid(tmp_path):
+    import fcntl
+
+    lock_file = tmp_path / ".lock"
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, b"4242\n")
+        with pytest.raises(rundir.RunLockedError) as e:
+            rundir.RunLock(tmp_path)
+        assert e.value.args[0].split("(pid ")[1].split(")")[0] == "4242"
+        assert lock_file.read_text() == "4242\n"  # the refused contender leaves the holder's pid
+    finally:
+        os.close(fd)
+    lock = rundir.RunLock(tmp_path)  # control: the holder gone, the lock is taken
+    assert lock_file.read_text() == f"{os.getpid()}\n"
+    lock.release()
+
+
 @pytest.mark.trains
 @pytest.mark.subprocess
 def test_a_second_trainer_is_refused_while_the_first_holds_the_lock(run, scripted, capsys):
