@@ -1,7 +1,7 @@
 """Shared fixtures: the embedded tokenizer, a tiny random-weight model built from a config (no download), a few real
 TextWorld games generated once per session, and a trained run directory (test_checkpoint.py, test_rundir.py).
 
-The session summary ends with its wall time, the CPU model and the load average at its start.
+The session summary ends with its wall time, CPU time, the CPU model and the load average at its start.
 
 Plugins: cost_guard (a test that trains or starts a process without its cost mark fails; its docstring says where it
 looks) and pytester (tests/test_conftest_guard.py runs small test files with it)."""
@@ -23,8 +23,17 @@ project's machine kind (2 cores); the session summary says when it did not."""
 _SESSION: dict = {}
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its finished children (e.g. TextWorld's compiler)."""
+    import resource
+
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
 def pytest_sessionstart(session):
-    _SESSION.update(start=time.perf_counter(), load=os.getloadavg()[0] if hasattr(os, "getloadavg") else None)
+    _SESSION.update(start=time.perf_counter(), cpu=_cpu_seconds(),
+                    load=os.getloadavg()[0] if hasattr(os, "getloadavg") else None)
 
 
 @pytest.hookimpl(trylast=True)  # after --durations' table, so the line ends the output
@@ -38,8 +47,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     wall = time.perf_counter() - _SESSION["start"]
     load = "" if _SESSION["load"] is None else f", load average {_SESSION['load']:.1f} at the start"
     cpu = cpu_model() or platform.processor() or "unknown CPU"
-    terminalreporter.write_line(f"session wall time {wall:.0f} s ({wall / 60:.1f} min) on {cpu}, {os.cpu_count()} "
-                                f"cores{load}")
+    used = _cpu_seconds() - _SESSION["cpu"]  # less sensitive than the wall time to other work on the machine
+    terminalreporter.write_line(f"session wall time {wall:.0f} s ({wall / 60:.1f} min), CPU time {used:.0f} s, on "
+                                f"{cpu}, {os.cpu_count()} cores{load}")
     if "not slow" in (config.getoption("markexpr") or "") and wall > QUICK_RUN_BUDGET_S:
         terminalreporter.write_line(f"the quick run took over its {QUICK_RUN_BUDGET_S} s budget (tests/conftest.py; "
                                     "more with other work on the CPU): --durations lists the slowest; mark those "
