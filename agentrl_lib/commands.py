@@ -156,7 +156,7 @@ def cmd_sft(a) -> None:
     from .sft import sft
 
     cfg = SFTConfig(**section_args(a, "sft"))
-    cfg.validate()  # --epochs, --lr, --batch-size, --micro-batch-size, --max-turns, --seed
+    cfg.validate()  # --epochs, --lr, --batch-size, --micro-batch-size, --max-turns, --seed, --mixed-precision
     lora_rank = getattr(a, "model.lora_rank")
     _require(lora_rank >= 0, f"--lora-rank must be >= 0 (got {lora_rank}); 0 is full fine-tuning")
     check_out_path("--out", a.out, is_dir=True)
@@ -179,7 +179,8 @@ def cmd_sft(a) -> None:
             batch_size=cfg.batch_size, micro_batch_size=cfg.micro_batch_size, max_turns=cfg.max_turns,
             seed=cfg.seed, device=a.device, dtype=a.dtype,
             lora_rank=lora_rank, show_admissible=env["show_admissible"], show_inventory=env["show_inventory"],
-            action_format=env["action_format"], max_actions_per_turn=env["max_actions_per_turn"])
+            action_format=env["action_format"], max_actions_per_turn=env["max_actions_per_turn"],
+            mixed_precision=cfg.mixed_precision)
     print(f"SFT on {s['examples']} walkthroughs ({s['assistant_tokens']} action tokens): loss "
           f"{s['train_loss'][0]:.3f} → {s['train_loss'][-1]:.3f} in {s['seconds']:.0f}s; model in {a.out}/policy")
 

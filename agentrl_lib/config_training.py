@@ -242,6 +242,10 @@ class SFTConfig:
     """Seed of the SFT trainer (0 to 2**32 - 1)."""
     demos: int | None = None
     """Use the walkthroughs of the first N games only (N >= 1, e.g. 12; default: every game of --games)."""
+    mixed_precision: str = "no"
+    """'no' or 'bf16', as the RL run's train.mixed_precision: 'bf16' trains under bfloat16 autocast over fp32
+    weights and AdamW (TRL's bf16=True; models.training_precision), never bf16 weights updated in place. Refused on
+    a CPU without avx512_bf16 / amx_bf16 (emulated there: slower, not faster)."""
 
     def validate(self) -> None:
         """Raises: ConfigError naming the field and its flag. `demos` is checked against the game set when it loads
@@ -261,3 +265,6 @@ class SFTConfig:
             raise ConfigError(f"sft.max_turns (--max-turns) must be >= 1 (got {self.max_turns})")
         if not 0 <= self.seed <= SEED_MAX:
             raise ConfigError(f"sft.seed (--seed) must be in [0, {SEED_MAX}] (got {self.seed})")
+        if self.mixed_precision not in MIXED_PRECISIONS:
+            raise ConfigError(f"sft.mixed_precision (--mixed-precision) must be one of {', '.join(MIXED_PRECISIONS)} "
+                              f"(got {self.mixed_precision!r})")

@@ -21,9 +21,18 @@ from typing import Sequence
 import torch
 from transformers import PrinterCallback, TrainerCallback
 
+from .config_values import ConfigError
 from .envs import get_family
 from .envs.protocol import GameSet
-from .models import TRAINING_WEIGHTS, load_policy, pick_device, precision_label, save_policy, training_precision
+from .models import (
+    TRAINING_WEIGHTS,
+    bf16_problem,
+    load_policy,
+    pick_device,
+    precision_label,
+    save_policy,
+    training_precision,
+)
 from .prompts import ChatFormat, feedback_message, first_user_message, format_reply, system_prompt_for
 from .rundir import check_not_run_dir
 from .update import adamw, adamw_impl
@@ -129,7 +138,8 @@ def sft(model_name: str, games: GameSet | Sequence[GameSet], out: str | Path, ep
     'bf16-autocast', adamw: the AdamW implementation), also written to out/sft_summary.json.
     Raises: ValueError if no walkthrough could be replayed, or if micro_batch_size is < 1 or does not divide
     batch_size; models.ModelLoadError for dtype 'float16' (training_precision); config.ConfigError if `out` is an RL
-    run directory (rundir.check_not_run_dir), before anything loads.
+    run directory (rundir.check_not_run_dir), or for mixed_precision 'bf16' on a device without bf16 hardware
+    (models.bf16_problem, as the RL Trainer), before anything loads.
     """
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
@@ -141,6 +151,8 @@ def sft(model_name: str, games: GameSet | Sequence[GameSet], out: str | Path, ep
     check_not_run_dir(out)  # an SFT model written into an RL run directory would mix with its checkpoints
     out = Path(out)
     amp = training_precision(dtype, mixed_precision, pick_device(device))
+    if mixed_precision == "bf16" and (why := bf16_problem(pick_device(device))):   # as the RL Trainer refuses it
+        raise ConfigError(f"sft mixed_precision bf16: {why}; use --mixed-precision no")
     model, tok = load_policy(model_name, device, TRAINING_WEIGHTS, lora_rank=lora_rank)
     tok.padding_side = "right"
     sets = [games] if isinstance(games, GameSet) else list(games)

@@ -60,3 +60,27 @@ def test_sft_refuses_an_rl_run_directory_before_anything_loads(tmp_path, monkeyp
         sft_mod.sft("embedded", [], run)
     with pytest.raises(RuntimeError, match="the model loaded"):
         sft_mod.sft("embedded", [], tmp_path / "new")
+
+
+def test_sft_refuses_bf16_where_the_hardware_has_none_before_loading(monkeypatch, tmp_path):
+    """As the RL Trainer does (models.bf16_problem): one ConfigError, nothing loaded. Control: where the hardware has
+    bf16 the check lets the run through (to the model load, stopped here by a sentinel)."""
+    from agentrl_lib import sft as sft_mod
+    from agentrl_lib.config_values import ConfigError
+
+    class Loaded(Exception):
+        pass
+
+    def load(*a, **k):
+        raise Loaded
+
+    monkeypatch.setattr(sft_mod, "load_policy", load)
+    monkeypatch.setattr(sft_mod, "bf16_problem", lambda device: "this CPU has no avx512_bf16 / amx_bf16")
+    with pytest.raises(ConfigError, match="no avx512_bf16.*use --mixed-precision no"):
+        sft_mod.sft("embedded", [], tmp_path / "out", mixed_precision="bf16")
+    monkeypatch.setattr(sft_mod, "bf16_problem", lambda device: None)
+    with pytest.raises(Loaded):
+        sft_mod.sft("embedded", [], tmp_path / "out", mixed_precision="bf16")
+    with pytest.raises(Loaded):   # 'no' never asks
+        monkeypatch.setattr(sft_mod, "bf16_problem", lambda device: pytest.fail("asked without bf16"))
+        sft_mod.sft("embedded", [], tmp_path / "out", mixed_precision="no")
