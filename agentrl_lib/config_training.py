@@ -96,8 +96,9 @@ class TrainConfig:
     positions for a group of 4 cooking episodes (benchmarks/bench_update_speed.py, bench_rollout.py). The update
     shares only within a minibatch: see group_minibatches. Off under gradient checkpointing (the update only)."""
     mixed_precision: str = "no"
-    """'no' (every forward in the weights' dtype, model.dtype) or 'bf16': rollouts, the no-grad passes and the update's
-    forward run under torch.autocast in bfloat16 while the weights and AdamW stay in model.dtype (fp32 on a CPU).
+    """'no' (every forward in float32, the dtype training weights load in whatever model.dtype says, unless
+    model.dtype asks bf16: models.training_precision) or 'bf16': rollouts, the no-grad passes and the update's
+    forward run under torch.autocast in bfloat16 while the weights and AdamW stay float32 (models.TRAINING_WEIGHTS).
     The update ran 2.35x faster on a Xeon with AMX-BF16 (benchmarks/bench_peak.py). Needs bf16 hardware: a GPU, or
     a CPU with avx512_bf16 / amx_bf16 (checked at start; refused elsewhere, where bf16 is emulated and slower).
     With 'bf16', algo.tis 'auto' turns truncated importance sampling on (the rollout's and the update's bf16

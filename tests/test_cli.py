@@ -198,6 +198,7 @@ ROWS = [
     # --- train flags and late checks (defects 6 and 7)
     ("train-seed-20-digits", TRAIN + ["--seed", "99999999999999999999"], None, ["train.seed", "--seed"], True, ()),
     ("train-lr-neg", TRAIN + ["--lr=-1e-5"], None, ["train.lr", "> 0"], True, ()),
+    ("train-dtype-float16", TRAIN + ["--dtype", "float16"], None, ["float16 cannot train", "loss scaling"], True, ()),
     ("train-lr-nan", TRAIN + ["--lr", "nan"], None, ["train.lr", "finite"], True, ()),
     ("train-kl-coef-neg", TRAIN + ["--kl-coef", "-0.1"], None, ["algo.kl_coef"], True, ()),
     ("train-max-actions-per-turn-0", TRAIN + ["--max-actions-per-turn", "0"], None,
