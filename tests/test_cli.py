@@ -86,7 +86,14 @@ def bad_models(tmp_path_factory, tiny_model_dir):
 
 @pytest.fixture
 def probe(tmp_path, monkeypatch, cooking_games, bad_models, tiny_model_dir):
-    """Run one row: fills in the paths, sets up its situation, runs main(), returns (rc, stdout, stderr)."""
+    """Run one row: fills in the paths, sets up its situation, runs main(), returns (rc, stdout, stderr).
+
+    The games' check (envs.base.check_game_set, cached in the game set) is passed here, in this process: a row whose
+    command stops before it plays an episode then starts no env worker, whatever ran before it (a cold cache made
+    `eval`'s default ProcessPool start one for the check; tests/cost_guard.py caught it)."""
+    from agentrl_lib.envs.pool import open_pool
+
+    open_pool(EnvConfig(games=str(cooking_games.root), process_pool=False), 1, cooking_games).close()
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs" / "ppo").mkdir(parents=True)  # so that runs/ppo2 is a typo of a local path
     (tmp_path / "a_file").write_text("not a directory\n")
