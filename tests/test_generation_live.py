@@ -97,18 +97,14 @@ def test_greedy_picks_generates_tokens(peaky):
             assert torch.allclose(torch.tensor(la), torch.tensor(lb), atol=1e-4)
 
 
-@pytest.mark.parametrize("compact_at", [0.0, 0.5, 1.0])
-def test_sampling_draws_generates_tokens(peaky, compact_at):
-    """Token for token equal to HFGenerator (transformers `generate`) over 4 seeds × 2 temperatures × 2 reply lengths,
-    rows ending early in some turns; log-probs within 1e-4; the working cache compacted at once (0), lazily (0.5,
-    the default) or never (1)."""
-    model, tok = peaky
-    live_cls = functools.partial(LiveRowsGenerator, compact_at=compact_at)
+def _same_draws(model, tok, live_cls, seeds, temperatures, lengths) -> tuple[int, int]:
+    """Play HFGenerator and `live_cls` on the same seeds; assert equal tokens and log-probs within 1e-4. Returns (rows
+    that ended before the longest of their turn, tokens compared)."""
     ended_early = compared = 0
-    for seed in range(4):
-        for temperature in (0.7, T):
+    for seed in seeds:
+        for temperature in temperatures:
             eos = _eos_that_ends_some_rows(model, tok, temperature, seed)
-            for max_new in (3, 9):
+            for max_new in lengths:
                 ref, _, _ = _play(HFGenerator, model, tok, eos, temperature, seed=seed, max_new=max_new)
                 live, _, _ = _play(live_cls, model, tok, eos, temperature, seed=seed, max_new=max_new)
                 for a, b in zip(ref, live, strict=True):
@@ -118,6 +114,25 @@ def test_sampling_draws_generates_tokens(peaky, compact_at):
                         assert torch.allclose(torch.tensor(la), torch.tensor(lb), atol=1e-4)
                     ended_early += sum(len(ids) < max(map(len, a.ids)) for ids in a.ids)
                     compared += sum(map(len, a.ids))
+    return ended_early, compared
+
+
+def test_sampling_draws_generates_tokens_on_one_seed(peaky):
+    """The quick run's share of the next test: one seed, the sampled temperature, the default compaction."""
+    model, tok = peaky
+    ended_early, compared = _same_draws(model, tok, LiveRowsGenerator, [0], [T], [9])
+    assert ended_early > 0 and compared > 50
+
+
+@pytest.mark.slow  # ~60 s of CPU per compaction setting on the 2-core AMD EPYC (tests/conftest.py's session line)
+@pytest.mark.parametrize("compact_at", [0.0, 0.5, 1.0])
+def test_sampling_draws_generates_tokens(peaky, compact_at):
+    """Token for token equal to HFGenerator (transformers `generate`) over 4 seeds × 2 temperatures × 2 reply lengths,
+    rows ending early in some turns; log-probs within 1e-4; the working cache compacted at once (0), lazily (0.5,
+    the default) or never (1)."""
+    model, tok = peaky
+    live_cls = functools.partial(LiveRowsGenerator, compact_at=compact_at)
+    ended_early, compared = _same_draws(model, tok, live_cls, range(4), (0.7, T), (3, 9))
     assert ended_early > 15 and compared > 1000  # rows ended early often: the draws over other rows were exercised
 
 
