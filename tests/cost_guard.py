@@ -20,7 +20,8 @@ trained nor built anything, so the probes of those refusals stay in the quick ru
 test_swe_sweep.py's reward check; their tripwires keep them from training). A process is refused before it starts.
 Unmarked is decided per cost: `slow` does not excuse training. A test that catches the guard's failure (a bare
 `except BaseException`) still fails: the guard keeps what it saw and fails the phase after it. Processes a test's
-own child starts are not seen (no plugin runs there): a test that trains in a child is marked by hand.
+own child starts are not seen (no plugin runs there): a test that trains in a child is marked by hand. Only Python
+test functions are guarded: nbval's notebook cells (`make test`'s notebooks/) run in a kernel process by design.
 
 tests/test_conftest_guard.py is its control (an unmarked test fails, a marked one passes).
 """
@@ -130,6 +131,8 @@ class CostGuard:
 
 
 def _guarded(item):
+    if not isinstance(item, pytest.Function):  # nbval's notebook cells: their kernel is a process by design
+        return (yield)
     guard = CostGuard(item.nodeid, {m.name for m in item.iter_markers()})
     with guard:
         result = yield

@@ -37,6 +37,21 @@ def pytest_configure(config):
 
 def pytest_unconfigure(config):
     _mp.undo()
+
+
+class Cell(pytest.Item):  # a notebook cell as nbval collects it: not a Python test function
+    def runtest(self):
+        subprocess.Popen(["python", "-m", "ipykernel_launcher"])
+
+
+class Notebook(pytest.File):
+    def collect(self):
+        yield Cell.from_parent(self, name="cell_starting_a_kernel")
+
+
+def pytest_collect_file(parent, file_path):
+    if file_path.suffix == ".cells":
+        return Notebook.from_parent(parent, path=file_path)
 """
 
 TESTS = """
@@ -110,13 +125,14 @@ FAILS = {"test_trainer_unmarked": "trains", "test_sft_unmarked": "trains", "test
          "test_process_unmarked": "subprocess", "test_slow_does_not_excuse_training": "trains",
          "test_caught_still_fails": "trains"}
 PASSES = {"test_trainer_marked", "test_trainer_refused_unmarked", "test_sft_marked", "test_popen_marked",
-          "test_git_is_cheap", "test_process_marked"}
+          "test_git_is_cheap", "test_process_marked", "cell_starting_a_kernel"}
 
 
 @pytest.fixture
 def inner(pytester):
     pytester.makeconftest(STAND_INS)
     pytester.makepyfile(test_inner=TESTS)
+    pytester.makefile(".cells", notebook="")
     return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-rA")
 
 
