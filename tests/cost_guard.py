@@ -33,9 +33,10 @@ import sys
 
 import pytest
 
-CHEAP_COMMANDS = frozenset({"git", "uname", "chmod", "rm", "ni", "inform6"})
+CHEAP_COMMANDS = frozenset({"git", "uname", "lscpu", "chmod", "rm", "ni", "inform6"})
 """Programs a test may start without the `subprocess` mark, run in-line by the code under test: git (paths.git_commit,
-milliseconds), uname (platform.processor in records.machine_info), chmod and rm (fsio.remove_tree's fallback), and
+milliseconds), uname (platform.processor in records.machine_info), lscpu (vLLM's CPU platform reads the cores with it;
+tests/test_vllm.py runs in .venv-vllm, not checked here), chmod and rm (fsio.remove_tree's fallback), and
 TextWorld's Inform 7 compilers ni and inform6, which its in-process game generator runs for each game it makes
 (1-3 s a game: conftest's session fixtures compile 5 once; a test that makes many games is `slow`)."""
 
