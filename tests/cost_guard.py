@@ -134,6 +134,8 @@ class CostGuard:
 def _guarded(item):
     if not isinstance(item, pytest.Function):  # nbval's notebook cells: their kernel is a process by design
         return (yield)
+    if item.get_closest_marker("vllm"):  # run only in .venv-vllm (make test's last line; they skip in test-fast's
+        return (yield)                   # .venv), where vLLM's engine starts its own processes by design
     guard = CostGuard(item.nodeid, {m.name for m in item.iter_markers()})
     with guard:
         result = yield
