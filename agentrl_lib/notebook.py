@@ -91,34 +91,47 @@ def cpu_name() -> str:
     return f"{cpu_model() or platform.machine()}, {cores} cores"
 
 
+def cpu_seconds() -> float:
+    """CPU time (user + system, s) of this process and of its finished child processes (`getrusage`)."""
+    import resource
+
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
 class ChapterCost:
-    """A chapter's cost line. Created near the top, it shows "measured at the end of this run"; `finish()` in the
+    """A chapter's cost line. Created near the top, it shows "measured by the chapter's last cell"; `finish()` in the
     chapter's last cell replaces that output in place (IPython's display_id, which nbconvert also applies to the
-    stored notebook) with the run's wall time (s → min), its peak memory (GiB, `peak_memory_gib`), the mode, the CPU,
-    its 1-minute load average (above the core count: other work shared the CPU and the wall time is longer than on
-    an idle machine) and the date, so a stored chapter opens with what its run cost."""
+    stored notebook) with the run's wall time (s → min), its CPU time (`cpu_seconds`: on an idle machine up to the
+    wall time × the cores torch uses; far below it when other work shared the CPU), its peak memory (GiB,
+    `peak_memory_gib`), the mode, the CPU, the 1-minute load average at the start and at the end, and the date, so a
+    stored chapter opens with what its run cost and how busy the machine was."""
 
     def __init__(self, fast: bool, start: float | None = None):
         from IPython.display import display
 
         self.fast, self.start = fast, time.time() if start is None else start
+        self.cpu0 = cpu_seconds()
+        self.load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         self.handle = display(Prose(self._line(None)), display_id=True)
 
-    def _line(self, measured: tuple[float, float] | None) -> str:
+    def _line(self, measured: tuple[float, float, float] | None) -> str:
         mode = "fast mode (`AGENTRL_FAST=1`)" if self.fast else "full mode"
         if measured is None:
             return f"**Cost of this run** ({mode}): measured by the chapter's last cell, which fills in this line."
-        wall, peak = measured
-        load = f", load average {os.getloadavg()[0]:.1f} at the end" if hasattr(os, "getloadavg") else ""
-        return (f"**Cost of this run** ({mode}): {wall / 60:.1f} min of wall time, peak memory {peak:.1f} GiB "
-                f"(the kernel or its largest child process), on {cpu_name()}{load}, {time.strftime('%Y-%m-%d')}.")
+        wall, peak, cpu = measured
+        load = (f", 1-minute load average {self.load0:.1f} at the start and {os.getloadavg()[0]:.1f} at the end"
+                if self.load0 is not None else "")
+        return (f"**Cost of this run** ({mode}): {wall / 60:.1f} min of wall time and {cpu / 60:.1f} min of CPU time, "
+                f"peak memory {peak:.1f} GiB (the kernel or its largest child process), on {cpu_name()}{load}, "
+                f"{time.strftime('%Y-%m-%d')}.")
 
     def finish(self) -> tuple[float, float]:
         """Measure and show the cost; returns (wall time in s, peak memory in GiB)."""
-        measured = (time.time() - self.start, peak_memory_gib())
+        wall, peak, cpu = time.time() - self.start, peak_memory_gib(), cpu_seconds() - self.cpu0
         if self.handle is not None:
-            self.handle.update(Prose(self._line(measured)))
-        return measured
+            self.handle.update(Prose(self._line((wall, peak, cpu))))
+        return wall, peak
 
 
 class Text(str):

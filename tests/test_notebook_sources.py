@@ -205,5 +205,5 @@ def test_chapter_cost_fills_in_the_line_it_showed(monkeypatch):
     monkeypatch.setattr(notebook.time, "time", lambda: 150.0)
     wall, peak = cost.finish()
     assert wall == 150.0 and 0 < peak < 1024   # GiB: this process, not KiB read as GiB
-    assert shown[1].startswith("**Cost of this run** (full mode): 2.5 min of wall time, peak memory ")
-    assert f"{peak:.1f} GiB" in shown[1] and notebook.cpu_name() in shown[1]
+    assert shown[1].startswith("**Cost of this run** (full mode): 2.5 min of wall time and ")
+    assert f"{peak:.1f} GiB" in shown[1] and notebook.cpu_name() in shown[1] and "min of CPU time" in shown[1]
