@@ -172,6 +172,7 @@ def run_test(nodeid: str, plant: str | None = None, timeout: float = 600, tail_l
         # pytest prints whole assertion diffs instead of a one-line summary when CI / BUILD_NUMBER is set: drop them
         # so the tail reads the same on a CI machine as on a laptop
         env = {k: v for k, v in os.environ.items() if k not in ("CI", "BUILD_NUMBER")}
+        env["AGENTRL_NESTED_TEST"] = "1"   # tests/conftest.py prints no session timing line after the failure
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [tmp, str(root), os.environ.get("PYTHONPATH")]))
         proc = subprocess.run([*args, nodeid], cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
     lines = (proc.stdout + proc.stderr).rstrip().splitlines()
