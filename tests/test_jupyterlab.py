@@ -10,7 +10,8 @@ widget output. Two planted controls show the check fails where it should: an unt
 widgets fall back to `VBox(...)` text) and a copy whose first prose cell is turned back into a Markdown cell with
 glue roles (what every chapter did before).
 
-Skips with one line where no Chromium or Playwright is found (as tests/test_book.py does).
+Skips with one line where no Chromium or Playwright is found (as tests/test_book.py does). Screenshots of what it saw:
+book/_build/screenshots/jupyterlab_<chapter>.png (at the first widget, else the top).
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+SHOTS = ROOT / "book" / "_build" / "screenshots"   # beside tests/test_book.py's (ignored by git)
 PROBLEMS = {
     "{glue": "a raw glue role (JupyterLab renders no MyST glue: write the paragraph as a prose() cell)",
     "VBox(": "a widget shown as its text repr (the notebook is not trusted, or has no saved widget state)",
@@ -141,8 +143,13 @@ def rendered(page, lab, name: str) -> tuple[str, int]:
         }}""", timeout=120_000)
     page.wait_for_timeout(2000)   # the widget manager restores the saved state once the kernel is ready
     text = page.evaluate(f"() => document.querySelector('{panel} .jp-Notebook').innerText")
-    widgets = page.locator(f"{panel} .jp-OutputArea-output .jupyter-widgets.widget-container, "
-                           f"{panel} .jp-OutputArea-output .widget-toggle-buttons").count()
+    found = page.locator(f"{panel} .jp-OutputArea-output .jupyter-widgets.widget-container, "
+                         f"{panel} .jp-OutputArea-output .widget-toggle-buttons")
+    widgets = found.count()
+    SHOTS.mkdir(parents=True, exist_ok=True)   # what the test saw: the first widget, else the top of the chapter
+    if widgets:
+        found.first.scroll_into_view_if_needed()
+    page.screenshot(path=str(SHOTS / f"jupyterlab_{Path(name).stem}.png"))
     shut_down_kernels(base, token)
     return text, widgets
 
