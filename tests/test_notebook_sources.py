@@ -48,8 +48,22 @@ def test_every_notebook_has_a_myst_source_and_they_agree():
         assert md_nb.metadata["jupytext"]["formats"] == "ipynb,md:myst", f"{md.name} is not paired; {FIX}"
         problems = drift(md_nb, ipynb_nb)
         assert not problems, f"{md.name} and {ipynb.name} differ: {problems[:3]}; {FIX}"
-        assert all(c.outputs for c in ipynb_nb.cells if c.cell_type == "code" and c.source.strip()), \
-            f"{ipynb.name} has code cells without outputs: execute it in full mode and commit it"
+        assert not unexecuted(ipynb_nb), \
+            f"{ipynb.name}: code cells {unexecuted(ipynb_nb)} were not run: execute it in full mode and commit it"
+
+
+def unexecuted(nb) -> list[int]:
+    """Indices of the code cells (with source) that the stored run did not execute: no execution count. A cell that
+    ran may have no output (a hidden cell that only glues numbers for the prose)."""
+    return [i for i, c in enumerate(nb.cells)
+            if c.cell_type == "code" and c.source.strip() and c.execution_count is None]
+
+
+def test_unexecuted_finds_a_cell_added_since_the_run():  # negative control: a cell jupytext --sync adds, not run
+    nb = nbformat.read(NOTEBOOKS / "02_reward.ipynb", as_version=4)
+    assert unexecuted(nb) == []
+    nb.cells.insert(3, nbformat.v4.new_code_cell("x = 1"))
+    assert unexecuted(nb) == [3]
 
 
 def test_drift_check_catches_an_edited_cell():  # negative control: plant a drift, the check must see it
