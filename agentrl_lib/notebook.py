@@ -93,8 +93,6 @@ def cpu_name() -> str:
 
 def cpu_seconds() -> float:
     """CPU time (user + system, s) of this process and of its finished child processes (`getrusage`)."""
-    import resource
-
     return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
 

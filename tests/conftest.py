@@ -8,7 +8,6 @@ looks) and pytester (tests/test_conftest_guard.py runs small test files with it)
 from __future__ import annotations
 
 import os
-import platform
 import shutil
 import time
 
@@ -23,16 +22,10 @@ project's machine kind (2 cores); the session summary says when it did not."""
 _SESSION: dict = {}
 
 
-def _cpu_seconds() -> float:
-    """User + system CPU seconds of this process and its finished children (e.g. TextWorld's compiler)."""
-    import resource
-
-    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
-                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
-
-
 def pytest_sessionstart(session):
-    _SESSION.update(start=time.perf_counter(), cpu=_cpu_seconds(),
+    from agentrl_lib.notebook import cpu_seconds  # self + finished children (e.g. TextWorld's compiler)
+
+    _SESSION.update(start=time.perf_counter(), cpu=cpu_seconds(),
                     load=os.getloadavg()[0] if hasattr(os, "getloadavg") else None)
 
 
@@ -42,14 +35,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     a timing means little without them), and a second when a quick run (`-m` leaving out slow) overran its budget."""
     if "start" not in _SESSION or os.environ.get("AGENTRL_NESTED_TEST") == "1":
         return   # a test run by envstats.run_test (a chapter's plant-a-bug check reads the last lines of its output)
-    from agentrl_lib.models import cpu_model
+    from agentrl_lib.notebook import cpu_name, cpu_seconds
 
     wall = time.perf_counter() - _SESSION["start"]
     load = "" if _SESSION["load"] is None else f", load average {_SESSION['load']:.1f} at the start"
-    cpu = cpu_model() or platform.processor() or "unknown CPU"
-    used = _cpu_seconds() - _SESSION["cpu"]  # less sensitive than the wall time to other work on the machine
+    used = cpu_seconds() - _SESSION["cpu"]  # less sensitive than the wall time to other work on the machine
     terminalreporter.write_line(f"session wall time {wall:.0f} s ({wall / 60:.1f} min), CPU time {used:.0f} s, on "
-                                f"{cpu}, {os.cpu_count()} cores{load}")
+                                f"{cpu_name()}{load}")
     if "not slow" in (config.getoption("markexpr") or "") and wall > QUICK_RUN_BUDGET_S:
         terminalreporter.write_line(f"the quick run took over its {QUICK_RUN_BUDGET_S} s budget (tests/conftest.py; "
                                     "more with other work on the CPU): --durations lists the slowest; mark those "
