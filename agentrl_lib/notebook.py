@@ -9,7 +9,7 @@ writes a range of measured numbers as such a string ("0.35–0.41").
 `glue` records a measured number under a name and `prose` writes a paragraph with those numbers filled in, as a
 Markdown output: the chapters' prose numbers render the same in the book and in JupyterLab (whose Markdown cells
 know no glue role), and cannot drift from the cells that measured them. `ChapterCost` is each chapter's cost line:
-shown near the top, filled in by the last cell with the run's wall time and peak memory.
+shown near the top, filled in by the last cell with the run's wall and CPU time, peak memory and load.
 
 Introduced in notebooks/00_quickstart.md §3 (show_source).
 """
