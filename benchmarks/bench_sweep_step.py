@@ -174,9 +174,11 @@ def measure(a, levers: dict, pool, warmup: bool = False) -> dict:
             seen["trajs"], stats = rollout(step)
             return seen["trajs"], stats
 
-        def probe_old_forward(batch):  # the collated batch
+        def probe_old_forward(batch):  # the collated batch, and whether π_old's no-grad forward ran
             seen["batch"] = batch
-            return old_forward(batch)
+            metrics = old_forward(batch)
+            seen["old_forward_ran"] = "logprob_mismatch" in metrics  # logged only when the forward recomputed π_old
+            return metrics
 
         def probe_loss(batch, idx):  # the first minibatch's loss, before any weight changed
             loss, pm = loss_and_backward(batch, idx)
@@ -202,6 +204,7 @@ def measure(a, levers: dict, pool, warmup: bool = False) -> dict:
     rollout_s, update_s = row.get("rollout_seconds", wall), row.get("update_seconds", 0.0)
     return {"seconds": round(wall, 3), "cpu_seconds": round(cpu, 3), "rollout_seconds": round(rollout_s, 3),
             "old_seconds": round(row["step_seconds"] - rollout_s - update_s, 3), "update_seconds": round(update_s, 3),
+            "old_forward_ran": seen.get("old_forward_ran"),
             "sampled_tokens": sum(sum(1 for m in t.mask if m) for t in seen["trajs"]),
             "sampled_hash": sampled_hash(seen["trajs"]),
             "batch_tokens": int(batch["attention_mask"].sum()) if batch is not None else 0,

@@ -410,7 +410,8 @@ def test_bench_sweep_step_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_ga
 @pytest.mark.subprocess
 def test_bench_sweep_step_live_levers_are_exact(monkeypatch, tiny_model_dir, cooking_games):
     """PPO's step with the live decode loop, and with π_old / V_old from it: baseline's tokens and first loss (the
-    exactness check), and with live+behaviour no no-grad pass (its π_old stage far shorter than live's)."""
+    exactness check), and with live+behaviour no no-grad pass. The control is live itself, whose π_old forward ran
+    (a structural check, not a timing: on a tiny model both stages take ~0.02 s and a CI run once found them equal)."""
     bench = load_bench(monkeypatch, "bench_sweep_step")
     res = bench.main(["--init", tiny_model_dir, "--games", str(cooking_games.root), "--settings",
                       "live,live+behaviour", *SWEEP_STEP_TINY, "--set", "env.process_pool=false",
@@ -419,7 +420,7 @@ def test_bench_sweep_step_live_levers_are_exact(monkeypatch, tiny_model_dir, coo
     assert res["exact_check"]["ok"], res["exact_check"]["problems"]
     assert res["exact_check"]["settings"] == ["live", "live+behaviour"]
     live, behaviour = res["runs"]["live"][0], res["runs"]["live+behaviour"][0]
-    assert behaviour["old_seconds"] < live["old_seconds"]
+    assert live["old_forward_ran"] is True and behaviour["old_forward_ran"] is False
 
 
 @pytest.mark.trains

@@ -203,7 +203,7 @@ def test_game_check_plays_every_game_once_then_is_cached(games_copy):
         first = check_game_set(gs, pool)
         assert first["played"] == 3 and first["cached"] == 0
         again = check_game_set(gs, pool)
-        assert again["played"] == 0 and again["cached"] == 3 and again["seconds"] < 0.1
+        assert again["played"] == 0 and again["cached"] == 3
         json_file = Path(gs.games[1].path).with_suffix(".json")
         os.utime(json_file, ns=(time.time_ns(), time.time_ns() + 10**9))  # a changed file is checked again
         assert check_game_set(gs, pool)["played"] == 1
