@@ -15,7 +15,7 @@ VLLM_PY    := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_TORCH_INDEX ?= --index-url=https://download.pytorch.org/whl/cpu
 
-.PHONY: venv demo demo-fast test test-fast lab sync-notebooks execute-notebooks clean book browser sandbox vllm vllm-or-skip
+.PHONY: venv demo demo-fast test test-fast lab sync-notebooks execute-notebooks chapter-costs clean book browser sandbox vllm vllm-or-skip
 
 venv: $(STAMP)
 
@@ -82,10 +82,17 @@ test-fast: $(STAMP)
 sync-notebooks: $(STAMP)
 	$(VENV)/bin/jupytext --sync notebooks/*.md
 
-## re-execute every notebook in full mode and keep the outputs (nbval compares them; see each notebook's wall time)
+## re-execute every notebook in full mode and keep the outputs (nbval compares them); each records its full-mode
+## cost in results/chapter_costs.json, which the other mode's cost line quotes
 execute-notebooks: sync-notebooks
-	for nb in notebooks/*.ipynb; do AGENTRL_FAST=0 $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
-	  --ExecutePreprocessor.timeout=3000 $$nb || exit 1; done
+	for nb in notebooks/*.ipynb; do AGENTRL_FAST=0 AGENTRL_RECORD_COST=1 $(VENV)/bin/jupyter nbconvert --to notebook \
+	  --execute --inplace --ExecutePreprocessor.timeout=5000 $$nb || exit 1; done
+
+## measure every chapter in fast mode (what CI's nbval runs) into results/chapter_costs.json, which each chapter's
+## stored full-mode cost line quotes; the executed copies go to a temporary folder (the stored outputs stay full-mode)
+chapter-costs: sync-notebooks
+	tmp=$$(mktemp -d) && for nb in notebooks/*.ipynb; do AGENTRL_FAST=1 AGENTRL_RECORD_COST=1 $(VENV)/bin/jupyter \
+	  nbconvert --to notebook --execute --output-dir $$tmp --ExecutePreprocessor.timeout=3000 $$nb || exit 1; done
 
 ## the book: HTML from the notebooks' stored outputs → book/_build/html/index.html (works opened from disk, offline);
 ## BOOK_EXECUTE=1 re-executes every notebook first (with AGENTRL_FAST=1: in fast mode)

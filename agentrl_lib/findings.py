@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -491,6 +492,68 @@ def lessons(results: dict[str, list[dict]] | None = None) -> str:
         out.append(f"Dense turn rewards did not help PPO here: on the learning-curve area dense minus sparse is "
                    f"{dense.area.split('; Δ ')[1].split(' (')[0]}, against the paper's +17 points of held-out "
                    "success.")
+    return " ".join(out)
+
+
+_DELTA = re.compile(r"Δ ([+-]?\d+ pts(?: \[[^\]]*\])?)")
+_NEEDS = re.compile(r"±(\d+) pts needs ~(\d+) seeds")
+_SEEDS = re.compile(r"\(n=(\d+)\)")
+
+
+def chapter_lessons(chapter: str, results: dict[str, list[dict]] | None = None) -> str:
+    """What one chapter's runs teach, a sentence or two per finding, every number taken from its verdict row
+    (verdicts(chapter, results)), for the chapter's closing section above its verdict table: which findings resolve
+    and how (held-out success first, the papers' metric; else the learning-curve area), which cannot be told and how
+    many seeds a cell would tell them (judge.seeds_needed's estimate, quoted from the verdict), which sit on a floor
+    (neither side won anything) and which are not run yet; and, when the chapter's comparisons have few seeds, what
+    Student's t does to an interval over them (stats.t_quantile). Chapters 02 and 03 lead with lessons() instead,
+    the sweep-wide account. Raises ValueError for a chapter with no finding (as verdicts())."""
+    rows = verdicts(chapter, results)
+    sentences, few = [], []
+    for v in rows:
+        held, area = v.verdict, v.area_verdict
+        d_held, d_area = _DELTA.search(v.ours), _DELTA.search(v.area)
+        name = f"*{v.finding}*"
+        if held.startswith((AGREES, DISAGREES)):
+            word = "agrees" if held.startswith(AGREES) else "disagrees"
+            how = f"held-out success, Δ {d_held.group(1)}" if d_held else "; ".join(v.ours.split("; ")[:2])
+            sentences.append(f"{name} {word} with the paper ({how}).")
+        elif area.startswith((AGREES, DISAGREES)) and d_area:
+            word = "agrees" if area.startswith(AGREES) else "disagrees"
+            sentences.append(f"{name} {word} on the learning-curve area (Δ {d_area.group(1)}) while held-out "
+                             f"success cannot tell" + (f" (Δ {d_held.group(1)})." if d_held else "."))
+        elif held.startswith((FLOOR, NEAR_FLOOR)):
+            won = "anything" if held.startswith(FLOOR) else "more than a game or two"
+            sentences.append(f"{name} sits on a floor: neither side won {won}, so the comparison says nothing "
+                             "either way.")
+        elif held.startswith(NOT_RUN):
+            sentences.append(f"{name} is not run yet: {held.removeprefix(NOT_RUN).strip(' :()')}.")
+        else:  # cannot tell at this scale
+            need, need_area = _NEEDS.search(held), _NEEDS.search(area)
+            said = ([f"Δ {d_held.group(1)}"] if d_held else []) + \
+                ([] if need else [held.removeprefix(CANNOT_TELL).strip(" ()")])
+            tail = f" ({'; '.join(p for p in said if p)})" if any(said) else ""
+            if need:
+                tail += f"; about {need.group(2)} seeds a cell would resolve ±{need.group(1)} points"
+                if need_area and int(need_area.group(2)) < int(need.group(2)):
+                    tail += f" (on the learning-curve area, about {need_area.group(2)})"
+            sentences.append(f"{name} cannot be told at this scale{tail}.")
+            few += [int(n) for n in _SEEDS.findall(v.ours)]
+    words = {w: sum(v.verdict.startswith(w) for v in rows) for w in VERDICTS}
+    floor = words[FLOOR] + words[NEAR_FLOOR]
+    head = (f"This chapter tests {len(rows)} of the papers' findings: {words[AGREES]} "
+            f"agree{'s' * (words[AGREES] == 1)}, {words[DISAGREES]} disagree{'s' * (words[DISAGREES] == 1)}, "
+            f"{words[CANNOT_TELL]} cannot be told at this scale, {floor} sit{'s' * (floor == 1)} on a floor"
+            + (f" and {words[NOT_RUN]} {'is' if words[NOT_RUN] == 1 else 'are'} not run yet" if words[NOT_RUN] else "")
+            + ".")
+    out = [head, *sentences]
+    if few and min(few) <= 3:
+        n = min(few)
+        out.append(f"Why so many cannot tell: over {n} seeds a cell an interval multiplies the seeds' spread by "
+                   f"Student's t with {n - 1} degree{'s' if n > 2 else ''} of freedom, {t_quantile(n - 1):.1f} "
+                   f"(with 10 seeds it would be {t_quantile(9):.1f}), so even a difference that points the same "
+                   "way in every seed gets an interval far wider than the effect: these runs show a direction, "
+                   "not a verdict.")
     return " ".join(out)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import os
 import platform
 import re
@@ -97,21 +98,52 @@ def cpu_seconds() -> float:
                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
+COSTS_FILE = Path(__file__).resolve().parent.parent / "results" / "chapter_costs.json"
+"""Each chapter's measured cost in each mode ({chapter: {"fast" | "full": {wall_seconds, cpu_seconds, peak_gib, cpu,
+load_start, load_end, date, commit}}}), written by ChapterCost.finish when AGENTRL_RECORD_COST=1 (`make
+chapter-costs` runs every chapter in fast mode so; `make execute-notebooks` records full mode the same way)."""
+
+
 class ChapterCost:
     """A chapter's cost line. Created near the top, it shows "measured by the chapter's last cell"; `finish()` in the
     chapter's last cell replaces that output in place (IPython's display_id, which nbconvert also applies to the
     stored notebook) with the run's wall time (s → min), its CPU time (`cpu_seconds`: on an idle machine up to the
     wall time × the cores torch uses; far below it when other work shared the CPU), its peak memory (GiB,
     `peak_memory_gib`), the mode, the CPU, the 1-minute load average at the start and at the end, and the date, so a
-    stored chapter opens with what its run cost and how busy the machine was."""
+    stored chapter opens with what its run cost and how busy the machine was; and, from `costs` (COSTS_FILE), what
+    the chapter's other mode cost when it was last measured (a learner reading the full-mode page learns what fast
+    mode would take).
 
-    def __init__(self, fast: bool, start: float | None = None):
+    chapter: the notebook's name without suffix ("02_reward"), the key in `costs`. With AGENTRL_RECORD_COST=1 in the
+    environment, finish() also writes this run's measurement into `costs` (under a file lock: `make chapter-costs`
+    may run chapters side by side)."""
+
+    def __init__(self, fast: bool, chapter: str | None = None, start: float | None = None,
+                 costs: Path = COSTS_FILE):
         from IPython.display import display
 
-        self.fast, self.start = fast, time.time() if start is None else start
+        self.fast, self.chapter, self.costs = fast, chapter, Path(costs)
+        self.start = time.time() if start is None else start
         self.cpu0 = cpu_seconds()
         self.load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         self.handle = display(Prose(self._line(None)), display_id=True)
+
+    @property
+    def mode(self) -> str:
+        return "fast" if self.fast else "full"
+
+    def _other(self) -> str:
+        """The other mode's last measured cost, as a sentence ('' without a chapter name)."""
+        if self.chapter is None:
+            return ""
+        other = "full" if self.fast else "fast"
+        name = "fast mode (`AGENTRL_FAST=1`, what CI runs under nbval)" if other == "fast" else "full mode"
+        try:
+            got = json.loads(self.costs.read_text())[self.chapter][other]
+        except (OSError, ValueError, KeyError):
+            return f" This chapter's cost in {name} is not measured yet (`make chapter-costs`)."
+        return (f" In {name} it took {got['wall_seconds'] / 60:.1f} min, peak memory {got['peak_gib']:.1f} GiB "
+                f"(on {got['cpu']}, load {got['load_start']:.1f}, {got['date']}; `results/{self.costs.name}`).")
 
     def _line(self, measured: tuple[float, float, float] | None) -> str:
         mode = "fast mode (`AGENTRL_FAST=1`)" if self.fast else "full mode"
@@ -122,13 +154,34 @@ class ChapterCost:
                 if self.load0 is not None else "")
         return (f"**Cost of this run** ({mode}): {wall / 60:.1f} min of wall time and {cpu / 60:.1f} min of CPU time, "
                 f"peak memory {peak:.1f} GiB (the kernel or its largest child process), on {cpu_name()}{load}, "
-                f"{time.strftime('%Y-%m-%d')}.")
+                f"{time.strftime('%Y-%m-%d')}.{self._other()}")
+
+    def record(self, wall: float, peak: float, cpu: float) -> None:
+        """Write this run's cost into `costs` under chapter and mode (keeping every other entry)."""
+        from filelock import FileLock
+
+        from agentrl_lib.paths import git_commit
+
+        if self.chapter is None:
+            raise ValueError("ChapterCost(chapter=...) is needed to record a cost: the chapter's name, e.g. "
+                             "'02_reward'")
+        with FileLock(str(self.costs) + ".lock"):
+            data = json.loads(self.costs.read_text()) if self.costs.exists() else {}
+            data.setdefault(self.chapter, {})[self.mode] = {
+                "wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1), "peak_gib": round(peak, 2),
+                "cpu": cpu_name(), "load_start": round(self.load0 or 0.0, 2),
+                "load_end": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else 0.0,
+                "date": time.strftime("%Y-%m-%d"), "commit": git_commit()}
+            self.costs.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n")
 
     def finish(self) -> tuple[float, float]:
-        """Measure and show the cost; returns (wall time in s, peak memory in GiB)."""
+        """Measure and show the cost (and record it with AGENTRL_RECORD_COST=1); returns (wall time in s, peak memory
+        in GiB)."""
         wall, peak, cpu = time.time() - self.start, peak_memory_gib(), cpu_seconds() - self.cpu0
         if self.handle is not None:
             self.handle.update(Prose(self._line((wall, peak, cpu))))
+        if os.environ.get("AGENTRL_RECORD_COST") == "1":
+            self.record(wall, peak, cpu)
         return wall, peak
 
 

@@ -375,6 +375,31 @@ def test_each_chapter_gets_its_own_rows_and_an_unknown_chapter_is_refused():
                              "[02_reward](x/02_reward.ipynb) |")
 
 
+@pytest.mark.parametrize("chapter", ["01_environment", "04_sft_then_rl", "05_stability", "06_swe"])
+def test_chapter_lessons_say_each_verdict_with_its_own_numbers(chapter):
+    """A chapter's closing lessons name every finding once, count the verdicts as the rows give them, and quote each
+    row's own difference; control: with no results every finding is 'not run yet' and nothing agrees."""
+    import re
+    rows, text = lib.verdicts(chapter), lib.chapter_lessons(chapter)
+    for v in rows:
+        assert text.count(f"*{v.finding}*") == 1, v.finding
+        said = text.split(f"*{v.finding}*")[1].split(". *")[0]
+        if v.verdict.startswith(judge.CANNOT_TELL) and "Δ " in v.ours:
+            assert "Δ " + re.search(r"Δ ([^(]*?pts(?: \[[^\]]*\])?)", v.ours).group(1) in said, v.finding
+        word = next(w for w in judge.VERDICTS if v.verdict.startswith(w))
+        expect = {judge.AGREES: "agrees", judge.DISAGREES: "disagrees", judge.CANNOT_TELL: "cannot",
+                  judge.FLOOR: "floor", judge.NEAR_FLOOR: "floor", judge.NOT_RUN: "not run"}[word]
+        assert expect in said or (word == judge.CANNOT_TELL and v.area_verdict.startswith(("agrees", "disagrees"))
+                                  and "learning-curve area" in said), (v.finding, said)
+    agree = sum(v.verdict.startswith(judge.AGREES) for v in rows)
+    assert text.startswith(f"This chapter tests {len(rows)} of the papers' findings: {agree} agree")
+    empty = lib.chapter_lessons(chapter, results={})
+    assert empty.count("is not run yet: `python results/regenerate.py") == len(rows)
+    assert f": 0 agree, 0 disagree, 0 cannot be told at this scale, 0 sit on a floor and {len(rows)}" in empty
+    with pytest.raises(ValueError, match="no finding belongs"):
+        lib.chapter_lessons("07_x", results={})
+
+
 def test_split_rows_read_the_harder_games_and_the_in_domain_games_apart():
     """The generalisation row compares `evals.hard`, the in-domain row `eval`: planted so that the two disagree,
     each row must follow its own metric (a row reading the other metric would flip its verdict)."""

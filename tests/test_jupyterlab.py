@@ -10,11 +10,17 @@ widget output. Two planted controls show the check fails where it should: an unt
 widgets fall back to `VBox(...)` text) and a copy whose first prose cell is turned back into a Markdown cell with
 glue roles (what every chapter did before).
 
+MyST beyond glue (chapter 03's key-equation boxes, `:::{admonition}`) renders through the jupyterlab-myst extension
+(a dependency): no raw directive text, a box per admonition and a `<details>` per solution fold; the control serves
+chapter 03 with the extension disabled.
+
 Skips with one line where no Chromium or Playwright is found (as tests/test_book.py does). Screenshots of what it saw:
-book/_build/screenshots/jupyterlab_<chapter>.png (at the first widget, else the top).
+book/_build/screenshots/jupyterlab_<chapter>.png (at the first widget, else the top) and
+jupyterlab_03_policy_admonition.png.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -40,6 +46,7 @@ PROBLEMS = {
     "VBox(": "a widget shown as its text repr (the notebook is not trusted, or has no saved widget state)",
     "HBox(": "a widget shown as its text repr (the notebook is not trusted, or has no saved widget state)",
     "Error displaying widget": "a widget whose saved state is missing",
+    ":::{admonition": "a raw MyST directive (JupyterLab renders MyST Markdown with the jupyterlab-myst extension)",
 }
 
 
@@ -56,10 +63,24 @@ def widget_views(nb) -> int:
 def lab(tmp_path_factory):
     """A JupyterLab server on copies of the chapters (and the two controls), with its own config, data, settings and
     runtime dirs; yields (base URL with token, the dir it serves)."""
-    tmp = tmp_path_factory.mktemp("lab")
+    with serve(tmp_path_factory.mktemp("lab"), CHAPTERS, controls=True) as got:
+        yield got
+
+
+@pytest.fixture(scope="module")
+def lab_without_myst(tmp_path_factory):
+    """The control for the MyST check: chapter 03 served with the jupyterlab-myst extension disabled (JupyterLab's
+    page_config, what `jupyter labextension disable jupyterlab-myst` writes)."""
+    with serve(tmp_path_factory.mktemp("plain"), [ROOT / "notebooks" / "03_policy.ipynb"], controls=False,
+               disabled=("jupyterlab-myst",)) as got:
+        yield got
+
+
+@contextlib.contextmanager
+def serve(tmp: Path, chapters: list[Path], controls: bool, disabled: tuple[str, ...] = ()):
     served = tmp / "notebooks"
     served.mkdir()
-    for nb in CHAPTERS:
+    for nb in chapters:
         shutil.copy(nb, served / nb.name)
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_DATA_DIR=str(tmp / "data"),
                JUPYTERLAB_SETTINGS_DIR=str(tmp / "settings"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
@@ -71,19 +92,15 @@ def lab(tmp_path_factory):
     news = tmp / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     news.parent.mkdir(parents=True)
     news.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    if disabled:
+        labconfig = tmp / "config" / "labconfig"
+        labconfig.mkdir(parents=True)
+        (labconfig / "page_config.json").write_text(json.dumps({"disabledExtensions": dict.fromkeys(disabled, True)}))
     jupyter = str(Path(sys.executable).parent / "jupyter")
     subprocess.run([jupyter, "trust", *map(str, served.glob("*.ipynb"))], env=env, check=True,
                    capture_output=True)   # what `make lab` does before it starts JupyterLab
-    # the controls, after the trust: an untrusted copy of chapter 02, and a trusted copy with a raw glue role
-    ch02 = nbformat.read(served / "02_reward.ipynb", as_version=4)
-    ch02.metadata["agentrl_control"] = "not trusted"           # another content, so not covered by the trust
-    nbformat.write(ch02, served / "control_untrusted.ipynb")
-    planted = nbformat.read(served / "02_reward.ipynb", as_version=4)
-    i = next(i for i, c in enumerate(planted.cells) if c.cell_type == "code" and c.source.startswith("prose("))
-    planted.cells[i] = nbformat.v4.new_markdown_cell("{glue:text}`first_choice` (a paragraph as it was written "
-                                                     "before the prose cells)")
-    nbformat.write(planted, served / "control_glue.ipynb")
-    subprocess.run([jupyter, "trust", str(served / "control_glue.ipynb")], env=env, check=True, capture_output=True)
+    if controls:   # after the trust: an untrusted copy of chapter 02, and a trusted copy with a raw glue role
+        add_controls(served, env, jupyter)
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -112,6 +129,20 @@ def lab(tmp_path_factory):
         except subprocess.TimeoutExpired:
             server.kill()
         log.close()
+
+
+def add_controls(served: Path, env: dict, jupyter: str) -> None:
+    """Write the two planted controls beside the chapters: an untrusted copy of chapter 02 and a trusted copy whose
+    first prose cell is a Markdown cell with a raw glue role."""
+    ch02 = nbformat.read(served / "02_reward.ipynb", as_version=4)
+    ch02.metadata["agentrl_control"] = "not trusted"           # another content, so not covered by the trust
+    nbformat.write(ch02, served / "control_untrusted.ipynb")
+    planted = nbformat.read(served / "02_reward.ipynb", as_version=4)
+    i = next(i for i, c in enumerate(planted.cells) if c.cell_type == "code" and c.source.startswith("prose("))
+    planted.cells[i] = nbformat.v4.new_markdown_cell("{glue:text}`first_choice` (a paragraph as it was written "
+                                                     "before the prose cells)")
+    nbformat.write(planted, served / "control_glue.ipynb")
+    subprocess.run([jupyter, "trust", str(served / "control_glue.ipynb")], env=env, check=True, capture_output=True)
 
 
 @pytest.fixture(scope="module")
@@ -146,12 +177,18 @@ def rendered(page, lab, name: str) -> tuple[str, int]:
     found = page.locator(f"{panel} .jp-OutputArea-output .jupyter-widgets.widget-container, "
                          f"{panel} .jp-OutputArea-output .widget-toggle-buttons")
     widgets = found.count()
+    folds = page.locator(f"{panel} .jp-MarkdownOutput details").count()   # the exercises' solution folds, <details>
+    boxes = page.locator(f"{panel} .jp-MarkdownOutput aside")   # MyST admonitions, as jupyterlab-myst draws them
     SHOTS.mkdir(parents=True, exist_ok=True)   # what the test saw: the first widget, else the top of the chapter
     if widgets:
         found.first.scroll_into_view_if_needed()
     page.screenshot(path=str(SHOTS / f"jupyterlab_{Path(name).stem}.png"))
+    if boxes.count():   # chapter 03's key-equation boxes
+        boxes.first.scroll_into_view_if_needed()
+        boxes.first.screenshot(path=str(SHOTS / f"jupyterlab_{Path(name).stem}_admonition.png"))
+    n_boxes = boxes.count()
     shut_down_kernels(base, token)
-    return text, widgets
+    return text, widgets, folds, n_boxes
 
 
 def shut_down_kernels(base: str, token: str) -> None:
@@ -163,17 +200,34 @@ def shut_down_kernels(base: str, token: str) -> None:
         urllib.request.urlopen(req, timeout=30).close()
 
 
+def expected_markup(nb) -> tuple[int, int]:
+    """(<details> folds, MyST admonitions) written in a notebook's Markdown cells."""
+    md = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    return sum(m.count("<details") for m in md), sum(m.count(":::{admonition}") for m in md)
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
 def test_a_chapter_renders_its_numbers_and_widgets_in_jupyterlab(page, lab, chapter):
-    text, widgets = rendered(page, lab, chapter.name)
+    text, widgets, folds, boxes = rendered(page, lab, chapter.name)
     assert not problems(text), f"{chapter.name} in JupyterLab shows {problems(text)}"
     assert "Cost of this run" in text, f"{chapter.name}: no cost line at the top (agentrl_lib.notebook.ChapterCost)"
-    views = widget_views(nbformat.read(chapter, as_version=4))
+    nb = nbformat.read(chapter, as_version=4)
+    views = widget_views(nb)
     assert widgets >= min(views, 1), f"{chapter.name}: {views} widget outputs stored, {widgets} rendered"
+    want_folds, want_boxes = expected_markup(nb)
+    assert folds >= want_folds, f"{chapter.name}: {want_folds} <details> folds written, {folds} rendered"
+    assert boxes >= want_boxes, f"{chapter.name}: {want_boxes} MyST admonitions written, {boxes} rendered as boxes"
 
 
 def test_the_check_fails_on_an_untrusted_chapter_and_on_a_raw_glue_role(page, lab):
-    text, widgets = rendered(page, lab, "control_untrusted.ipynb")
+    text, widgets, _, _ = rendered(page, lab, "control_untrusted.ipynb")
     assert "VBox(" in text and problems(text) and widgets == 0   # an untrusted notebook's widgets stay text
-    text, _ = rendered(page, lab, "control_glue.ipynb")
+    text, _, _, _ = rendered(page, lab, "control_glue.ipynb")
     assert any("glue role" in p for p in problems(text))
+
+
+def test_the_check_fails_on_chapter_03_without_jupyterlab_myst(page, lab_without_myst):
+    """Control: JupyterLab's own Markdown renderer shows chapter 03's key-equation boxes as raw `:::{admonition}`
+    text, and draws no box."""
+    text, _, _, boxes = rendered(page, lab_without_myst, "03_policy.ipynb")
+    assert any("raw MyST directive" in p for p in problems(text)) and boxes == 0

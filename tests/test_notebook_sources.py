@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import copy
 import inspect
+import json
 import re
 import textwrap
+import time
 from pathlib import Path
 
 import jupytext
@@ -221,3 +223,49 @@ def test_chapter_cost_fills_in_the_line_it_showed(monkeypatch):
     assert wall == 150.0 and 0 < peak < 1024   # GiB: this process, not KiB read as GiB
     assert shown[1].startswith("**Cost of this run** (full mode): 2.5 min of wall time and ")
     assert f"{peak:.1f} GiB" in shown[1] and notebook.cpu_name() in shown[1] and "min of CPU time" in shown[1]
+    assert "is not measured yet" not in shown[1]   # no chapter named: no other-mode sentence
+
+
+def test_chapter_cost_records_its_mode_and_quotes_the_other(monkeypatch, tmp_path):
+    """With AGENTRL_RECORD_COST=1 finish() writes chapter × mode into the costs file, keeping other entries; the
+    other mode's line then quotes it. Control: before any fast-mode record the full-mode line says it is not measured;
+    without the variable nothing is written."""
+    from agentrl_lib import notebook
+
+    shown = []
+
+    class Handle:
+        def update(self, obj):
+            shown.append(obj._repr_markdown_())
+
+    monkeypatch.setattr("IPython.display.display", lambda obj, display_id=None: Handle())
+    costs = tmp_path / "chapter_costs.json"
+    costs.write_text('{"00_quickstart": {"fast": {"wall_seconds": 1}}}')
+    monkeypatch.delenv("AGENTRL_RECORD_COST", raising=False)
+    notebook.ChapterCost(fast=False, chapter="02_reward", costs=costs).finish()
+    assert "cost in fast mode (`AGENTRL_FAST=1`, what CI runs under nbval) is not measured yet" in shown[-1]
+    assert "02_reward" not in costs.read_text()   # not asked to record
+    monkeypatch.setenv("AGENTRL_RECORD_COST", "1")
+    notebook.ChapterCost(fast=True, chapter="02_reward", start=time.time() - 90, costs=costs).finish()
+    data = json.loads(costs.read_text())
+    assert data["00_quickstart"] == {"fast": {"wall_seconds": 1}}
+    assert 89 < data["02_reward"]["fast"]["wall_seconds"] < 120
+    assert set(data["02_reward"]["fast"]) == {"wall_seconds", "cpu_seconds", "peak_gib", "cpu", "load_start",
+                                              "load_end", "date", "commit"}
+    notebook.ChapterCost(fast=False, chapter="02_reward", costs=costs).finish()
+    assert "In fast mode (`AGENTRL_FAST=1`, what CI runs under nbval) it took 1.5 min" in shown[-1]
+    assert set(json.loads(costs.read_text())["02_reward"]) == {"fast", "full"}
+    with pytest.raises(ValueError, match="chapter=..."):
+        notebook.ChapterCost(fast=True).record(1.0, 1.0, 1.0)
+
+
+def test_every_chapter_names_itself_in_its_cost_line_and_has_a_fast_mode_cost():
+    """Each chapter passes its own name to ChapterCost (the costs file's key), and results/chapter_costs.json holds
+    each chapter's fast-mode cost (`make chapter-costs`), which the stored full-mode cost lines quote."""
+    from agentrl_lib.notebook import COSTS_FILE
+
+    costs = json.loads(COSTS_FILE.read_text())
+    for md in sorted(NOTEBOOKS.glob("0*.md")):
+        assert f'chapter="{md.stem}")' in md.read_text(), f"{md.name}: ChapterCost(..., chapter=\"{md.stem}\")"
+        assert "fast" in costs.get(md.stem, {}), f"results/chapter_costs.json has no fast-mode cost of {md.stem}: " \
+            "run `make chapter-costs`"
