@@ -88,11 +88,13 @@ execute-notebooks: sync-notebooks
 	for nb in notebooks/*.ipynb; do AGENTRL_FAST=0 AGENTRL_RECORD_COST=1 $(VENV)/bin/jupyter nbconvert --to notebook \
 	  --execute --inplace --ExecutePreprocessor.timeout=5000 $$nb || exit 1; done
 
-## measure every chapter in fast mode (what CI's nbval runs) into results/chapter_costs.json, which each chapter's
-## stored full-mode cost line quotes; the executed copies go to a temporary folder (the stored outputs stay full-mode)
+## measure every chapter in fast mode as CI's nbval runs it (with the folded solutions) into results/chapter_costs.json,
+## which each chapter's stored full-mode cost line quotes; the executed copies go to a temporary folder (the stored
+## outputs stay full-mode)
 chapter-costs: sync-notebooks
-	tmp=$$(mktemp -d) && for nb in notebooks/*.ipynb; do AGENTRL_FAST=1 AGENTRL_RECORD_COST=1 $(VENV)/bin/jupyter \
-	  nbconvert --to notebook --execute --output-dir $$tmp --ExecutePreprocessor.timeout=3000 $$nb || exit 1; done
+	tmp=$$(mktemp -d) && for nb in notebooks/*.ipynb; do AGENTRL_FAST=1 AGENTRL_SOLUTIONS=1 AGENTRL_RECORD_COST=1 \
+	  $(VENV)/bin/jupyter nbconvert --to notebook --execute --output-dir $$tmp --ExecutePreprocessor.timeout=3000 \
+	  $$nb || exit 1; done
 
 ## the book: HTML from the notebooks' stored outputs → book/_build/html/index.html (works opened from disk, offline);
 ## BOOK_EXECUTE=1 re-executes every notebook first (with AGENTRL_FAST=1: in fast mode)
