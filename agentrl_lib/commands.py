@@ -76,8 +76,10 @@ def _require(ok: bool, message: str) -> None:
 
 
 def _check_model_flags(a) -> None:
-    """--device and --dtype, checked against this machine before games or models load (models.pick_device)."""
-    from .models import ModelLoadError, pick_device, pick_dtype
+    """--device and --dtype, checked against this machine before games or models load (hardware.pick_device)."""
+    from .config_values import ModelLoadError
+    from .hardware import pick_device
+    from .models import pick_dtype
 
     try:
         device = pick_device(a.device)
@@ -221,7 +223,9 @@ def _check_train_inputs(a, cfg: RunConfig):
     from .envs.base import load_game_set
     from .envs.pool import check_family_options, check_pool_size
     from .generation import check_generator
-    from .models import check_init_lora, pick_device, pick_dtype, resolve_model_path
+    from .hardware import pick_device
+    from .model_paths import resolve_model_path
+    from .models import check_init_lora, pick_dtype
     from .rundir import check_not_sft_output, check_unambiguous_model
     from .tracking import check_tracker_output
 

@@ -74,7 +74,7 @@ class RunConfig:
                 if isinstance(v, float) and not math.isfinite(v):
                     raise ConfigError(f"{f.name}.{g.name} must be a finite number (got {v})")
             section.validate()
-        if self.model.dtype == "float16":   # before the model loads (models.training_precision would refuse it later)
+        if self.model.dtype == "float16":   # before the model loads (precision.training_precision would refuse it)
             raise ConfigError("model.dtype (--dtype) float16 cannot train: fp16 needs loss scaling, which this library "
                               "does not do; use float32, or bf16 (--mixed-precision bf16); float16 stays usable "
                               "for `agentrl eval`")

@@ -97,8 +97,8 @@ class TrainConfig:
     shares only within a minibatch: see group_minibatches. Off under gradient checkpointing (the update only)."""
     mixed_precision: str = "no"
     """'no' (every forward in float32, the dtype training weights load in whatever model.dtype says, unless
-    model.dtype asks bf16: models.training_precision) or 'bf16': rollouts, the no-grad passes and the update's
-    forward run under torch.autocast in bfloat16 while the weights and AdamW stay float32 (models.TRAINING_WEIGHTS).
+    model.dtype asks bf16: precision.training_precision) or 'bf16': rollouts, the no-grad passes and the update's
+    forward run under torch.autocast in bfloat16 while the weights and AdamW stay float32 (precision.TRAINING_WEIGHTS).
     The update ran 2.35x faster on a Xeon with AMX-BF16 (benchmarks/bench_peak.py). Needs bf16 hardware: a GPU, or
     a CPU with avx512_bf16 / amx_bf16 (checked at start; refused elsewhere, where bf16 is emulated and slower).
     With 'bf16', algo.tis 'auto' turns truncated importance sampling on (the rollout's and the update's bf16
@@ -112,7 +112,7 @@ class TrainConfig:
     success fell from 0.38 to 0 by step 4, cause not diagnosed). Keep RL on a CPU in fp32."""
     bf16_max_logprob_gap: float = 0.03
     """With mixed_precision 'bf16': the largest mean |log π_bf16 − log π_fp32| (nats per action token) allowed on the
-    first batch (update.bf16_logprob_gap: one more no-grad pass in fp32, once per run; a second, in bf16, where π_old
+    first batch (precision.bf16_logprob_gap: one more no-grad pass in fp32, once per run; a second, in bf16, where π_old
     is the rollout's); above it the run stops before its first update with one line. Always logged as
     bf16_logprob_gap; 0 = log only (>= 0). Measured on the first batch of
     configs/cooking.yaml (16 episodes, 2-core AMD EPYC; results/bf16_guard.jsonl, benchmarks/bench_bf16_guard.py):
@@ -245,7 +245,7 @@ class SFTConfig:
     """Use the walkthroughs of the first N games only (N >= 1, e.g. 12; default: every game of --games)."""
     mixed_precision: str = "no"
     """'no' or 'bf16', as the RL run's train.mixed_precision: 'bf16' trains under bfloat16 autocast over fp32
-    weights and AdamW (TRL's bf16=True; models.training_precision), never bf16 weights updated in place. Refused on
+    weights and AdamW (TRL's bf16=True; precision.training_precision), never bf16 weights updated in place. Refused on
     a CPU without avx512_bf16 / amx_bf16 (emulated there: slower, not faster)."""
 
     def validate(self) -> None:

@@ -1,6 +1,8 @@
 """The values config fields may take, below every config dataclass: ConfigError, the closed sets (CHOICES), the
-numeric bounds (SEED_MAX, ...) and the context check. It imports nothing of agentrl_lib, so the modules the config's
-validation reaches (models, through generation) can import it without an import cycle; config.py re-exports all of it.
+numeric bounds (SEED_MAX, ...) and the context check; and ModelLoadError, the error of a model, device or dtype that
+cannot be used (raised by hardware, model_paths, precision and models alike). It imports nothing of agentrl_lib, so the
+modules the config's validation reaches (models, through generation) can import it without an import cycle;
+config.py re-exports all of it but ModelLoadError.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ CHOICES = {"reward.kind": REWARDS, "env.action_format": ACTION_FORMATS, "algo.ti
 """Fields that take one of a closed set of values (`section.field` → values): the CLI offers them as choices.
 algo.advantage's and model.generator's sets are registries: see `choices_for`."""
 DEVICE_PATTERN = r"auto|(cpu|cuda|mps)(:\d+)?"
-"""Device names accepted by model.device / --device (models.pick_device also checks the machine has the device)."""
+"""Device names accepted by model.device / --device (hardware.pick_device also checks the machine has the device)."""
 SEED_MAX = 2**32 - 1
 """Largest seed: numpy (used by TRL's set_seed in SFT) takes seeds in [0, 2**32 - 1]."""
 MAX_TURNS_MAX = 10_000
@@ -51,6 +53,11 @@ context: with no room left for the prompt every episode ends at the context limi
 
 class ConfigError(ValueError):
     """A configuration value is invalid; the message says which field and how to fix it."""
+
+
+class ModelLoadError(ValueError):
+    """The model, one of its files, or the device / dtype asked for cannot be used; the message names the file or
+    value and says how to fix it."""
 
 
 def check_context_room(max_new_tokens: int, max_turns: int, context_limit: int, where: str = "train") -> None:

@@ -15,7 +15,8 @@ from pathlib import Path
 from .config import ALGO_PRESETS, AlgoConfig, ConfigError, EnvConfig, ModelConfig, RewardConfig, RunConfig, TrainConfig
 from .envs.textworld import make_textworld_games
 from .evaluate import evaluate, format_eval, save_eval
-from .models import bf16_problem, cpu_model, load_policy, pick_device
+from .hardware import bf16_problem, cpu_model, pick_device
+from .models import load_policy
 from .paths import cache_root, git_commit
 from .records import compact_eval, machine_info
 
@@ -110,7 +111,8 @@ def run_demo(out: str | Path, budget: DemoBudget | None = None, algo: str = "ppo
     """Run the whole recipe into `out` and return the summary (also out/summary.json and out/stages.png).
 
     `mixed_precision` "bf16": the RL stage's forwards under bf16 autocast (train.mixed_precision; the evaluations and
-    SFT stay as they are). Raises ConfigError before any stage runs when the hardware has no bf16 (models.bf16_problem).
+    SFT stay as they are). Raises ConfigError before any stage runs when the hardware has no bf16
+    (hardware.bf16_problem).
 
     Stages (held-out = games with seeds from HELD_OUT_SEED, disjoint from the training seeds):
     1. make training and held-out games;  2. evaluate the base model;  3. SFT on training walkthroughs;

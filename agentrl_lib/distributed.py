@@ -120,7 +120,7 @@ class DataParallel:
 
     Args:
         device: the run's model.device; a CPU device makes accelerate use the gloo backend (MULTI_CPU), CUDA uses
-            NCCL with one GPU per process (`models.pick_device` maps 'auto' / 'cuda' to cuda:LOCAL_RANK).
+            NCCL with one GPU per process (`hardware.pick_device` maps 'auto' / 'cuda' to cuda:LOCAL_RANK).
     Attributes: accelerator, rank, world_size, is_main, device; model (the wrapped module, after prepare).
     Raises:
         ConfigError: the launch configured FSDP / DeepSpeed / another kind of parallelism than DDP.
@@ -133,7 +133,7 @@ class DataParallel:
         from accelerate import Accelerator
         from accelerate.utils import DistributedType
 
-        from .models import pick_device
+        from .hardware import pick_device
 
         self.accelerator = Accelerator(cpu=pick_device(device).type == "cpu")
         kind = self.accelerator.state.distributed_type

@@ -107,7 +107,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     _M("logprob_mismatch_mean", "nats", "mean over policy tokens of |log π_old − log π_behaviour|", "< 1e-4",
        "grows with bf16 or a second engine: turn on algo.tis"),
     _M("bf16_logprob_gap", "nats", "mean over the first batch's policy tokens of |log π (bf16 autocast) − log π "
-       "(fp32)|, the same weights (update.bf16_logprob_gap)",
+       "(fp32)|, the same weights (precision.bf16_logprob_gap)",
        "cooking, first batch: base model 0.015, the demo's SFT 0.008 (results/bf16_guard.jsonl)",
        "> 0.03 (train.bf16_max_logprob_gap): bf16 rounds away the fine-tuning (the findings' SFT start: 0.039); "
        "the run stops", only_when="train.mixed_precision bf16, the first step a process trains"),

@@ -86,7 +86,7 @@ def peak_memory_gib() -> float:
 def cpu_name() -> str:
     """The CPU's model name (`models.cpu_model`) and the number of cores this process may use, e.g.
     "AMD EPYC, 2 cores"."""
-    from agentrl_lib.models import cpu_model
+    from agentrl_lib.hardware import cpu_model
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return f"{cpu_model() or platform.machine()}, {cores} cores"

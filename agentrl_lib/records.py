@@ -48,7 +48,7 @@ stop (the compute a run cost); resumed: whether it continued a half-finished run
 run's dir, finished_run); evals: {name: eval} of the extra game sets (run_sweep's extra_evals, e.g. harder games), {}
 without them; precision: 'fp32' or 'bf16-autocast' (Trainer.precision), adamw: 'fused' / 'foreach' / 'plain'
 (update.adamw), generator: the rollout backend's class — what ran; a record rebuilt from a finished run's dir derives
-its precision from the config (models.run_precision) and has None for the other two (records before 2026-11-28 lack
+its precision from the config (precision.run_precision) and has None for the other two (records before 2026-11-28 lack
 the three keys)."""
 SIGNIFICANT_DIGITS = 5
 """Floats in "steps" are rounded to this many significant digits (keeps a results file at kilobytes)."""
@@ -330,7 +330,7 @@ def machine_info(device: str = "auto") -> dict[str, Any]:
     try:
         import torch
 
-        from .models import cpu_flags, cpu_model, pick_device
+        from .hardware import cpu_flags, cpu_model, pick_device
 
         dev = pick_device(device)
         flags = cpu_flags()
@@ -368,9 +368,9 @@ def make_record(run, summary: dict, base_hash: str, started: datetime, finished:
 
 
 def _precision_of(config: RunConfig, machine: dict) -> str:
-    """The precision a run trained in, from its config and device (models.run_precision): for a record rebuilt from a
+    """The precision a run trained in, from its config and device (precision.run_precision): for a record rebuilt from a
     finished run's dir (finished_run), whose summary does not say."""
-    from .models import run_precision  # torch: only for this rebuild, not for reading results
+    from .precision import run_precision  # torch: only for this rebuild, not for reading results
 
     return run_precision(config.model.dtype, config.train.mixed_precision, machine.get("torch_device") or "cpu")
 

@@ -273,14 +273,14 @@ def check_resume_overrides(recorded: RunConfig, new: RunConfig, init: str | None
 # ------------------------------------------------------------------------------------------------ SFT and RL apart
 SFT_OUTPUTS = ("policy", "sft_summary.json")
 """What `agentrl sft --out DIR` writes (sft.sft): the model in DIR/policy and its summary. An RL run directory holds
-config.yaml, metrics.jsonl and checkpoints/<step>/policy; models.resolve_model_path takes a directory's
+config.yaml, metrics.jsonl and checkpoints/<step>/policy; model_paths.resolve_model_path takes a directory's
 checkpoints/latest before its policy/, so a directory holding both silently evaluated the RL checkpoint (issue 52).
 The two are kept apart: neither command writes into the other's directory, and a model flag refuses a directory that
 holds both."""
 
 
 def _holds_model(path: Path) -> bool:
-    """models.is_model_dir without importing torch: a transformers model or a peft adapter."""
+    """model_paths.is_model_dir without importing torch: a transformers model or a peft adapter."""
     return (path / "config.json").is_file() or (path / "adapter_config.json").is_file()
 
 

@@ -24,15 +24,9 @@ from transformers import PrinterCallback, TrainerCallback
 from .config_values import ConfigError
 from .envs import get_family
 from .envs.protocol import GameSet
-from .models import (
-    TRAINING_WEIGHTS,
-    bf16_problem,
-    load_policy,
-    pick_device,
-    precision_label,
-    save_policy,
-    training_precision,
-)
+from .hardware import bf16_problem, pick_device
+from .models import load_policy, save_policy
+from .precision import TRAINING_WEIGHTS, precision_label, training_precision
 from .prompts import ChatFormat, feedback_message, first_user_message, format_reply, system_prompt_for
 from .rundir import check_not_run_dir
 from .update import adamw, adamw_impl
@@ -127,7 +121,7 @@ def sft(model_name: str, games: GameSet | Sequence[GameSet], out: str | Path, ep
     `max_turns`: the episodes' turn limit, as the RL run's env.max_turns (expert_examples: longer walkthroughs are
     skipped and the observations state this limit where the family shows one, swe; `agentrl sft --max-turns`).
 
-    Precision as in RL (models.training_precision of `dtype` and `mixed_precision`, the RL run's model.dtype and
+    Precision as in RL (precision.training_precision of `dtype` and `mixed_precision`, the RL run's model.dtype and
     train.mixed_precision): the weights load and train in float32 whatever `dtype` says, and bf16 ('auto' on a bf16
     GPU, 'bfloat16', or mixed_precision 'bf16') runs as autocast over them (TRL's bf16=True: accelerate's autocast,
     fp32 master weights), never as bf16 weights updated in place, which lose most small updates. fp32 on a CPU unless
@@ -137,9 +131,9 @@ def sft(model_name: str, games: GameSet | Sequence[GameSet], out: str | Path, ep
     Returns a summary dict (examples, tokens, epochs, train_loss per logging step, seconds, precision: 'fp32' or
     'bf16-autocast', adamw: the AdamW implementation), also written to out/sft_summary.json.
     Raises: ValueError if no walkthrough could be replayed, or if micro_batch_size is < 1 or does not divide
-    batch_size; models.ModelLoadError for dtype 'float16' (training_precision); config.ConfigError if `out` is an RL
-    run directory (rundir.check_not_run_dir), or for mixed_precision 'bf16' on a device without bf16 hardware
-    (models.bf16_problem, as the RL Trainer), before anything loads.
+    batch_size; config_values.ModelLoadError for dtype 'float16' (training_precision); config.ConfigError if `out`
+    is an RL run directory (rundir.check_not_run_dir), or for mixed_precision 'bf16' on a device without bf16
+    hardware (hardware.bf16_problem, as the RL Trainer), before anything loads.
     """
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer

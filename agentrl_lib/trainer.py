@@ -52,35 +52,17 @@ from .envs.base import check_env_errors, load_game_set
 from .envs.pool import EnvPool, open_pool
 from .envs.protocol import GameSet
 from .generation import GENERATORS
+from .hardware import bf16_problem, pick_device
 from .losses import masked_mean, truncated_is_weights
 from .metrics import complete_row, step_row
-from .models import (
-    TRAINING_WEIGHTS,
-    base_model,
-    bf16_problem,
-    disable_dropout,
-    enable_gradient_checkpointing,
-    load_start_policy,
-    pick_device,
-    precision_label,
-    reference_policy,
-    training_precision,
-)
+from .models import base_model, disable_dropout, enable_gradient_checkpointing, load_start_policy, reference_policy
 from .policy import TokenModel, ValueHead, prompt_groups, values_at
+from .precision import TRAINING_WEIGHTS, bf16_logprob_gap, precision_label, tis_applies, training_precision
 from .prompts import ChatFormat, system_prompt_for
 from .rewards import place_on_tokens, turn_rewards
 from .rollout import RolloutStats, Trajectory, collate, rollout
 from .tracking import open_tracker
-from .update import (
-    accumulate_microbatches,
-    adamw_impl,
-    bf16_logprob_gap,
-    make_optimizer,
-    no_grad_forward,
-    select,
-    set_adamw_impl,
-    tis_applies,
-)
+from .update import accumulate_microbatches, adamw_impl, make_optimizer, no_grad_forward, select, set_adamw_impl
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +119,8 @@ class Trainer:
         self.divergence = DivergenceGuard(config.train.max_nonfinite_steps)  # NaN/inf steps in a row
         self.tracker = open_tracker(config.train.report_to, run_dir, self.is_main)  # plumbing: tracking.py
         mc, self.estimator = config.model, ESTIMATORS[config.algo.advantage]
-        # plumbing: the run's precision (models.training_precision): float32 master weights whatever model.dtype says,
-        # bf16 as autocast over them (an AdamW updating bf16 weights in place loses most small updates)
+        # plumbing: the run's precision (precision.training_precision): float32 master weights whatever model.dtype
+        # says, bf16 as autocast over them (an AdamW updating bf16 weights in place loses most small updates)
         self.autocast_dtype = training_precision(mc.dtype, config.train.mixed_precision, pick_device(mc.device))
         self.precision = precision_label(self.autocast_dtype)  # 'fp32' or 'bf16-autocast': records say which ran
         mc = dataclasses.replace(mc, dtype=TRAINING_WEIGHTS)  # every load below: policy, checkpoint, π_ref
@@ -170,7 +152,7 @@ class Trainer:
         # plumbing: bf16 (train.mixed_precision bf16, model.dtype bfloat16, or auto on a bf16 GPU): every forward under
         # autocast; the weights and AdamW stay float32
         amp = self.autocast_dtype is not None
-        self.bf16_unchecked = amp  # update.bf16_logprob_gap on the first batch
+        self.bf16_unchecked = amp  # precision.bf16_logprob_gap on the first batch
         self.autocast = functools.partial(torch.autocast, self.device.type, self.autocast_dtype or torch.bfloat16, amp)
         if config.train.mixed_precision == "bf16" and (why := bf16_problem(self.device)):
             raise ConfigError(f"train.mixed_precision bf16: {why}; use --mixed-precision no")
@@ -341,7 +323,7 @@ class Trainer:
     @torch.no_grad()
     def _old_forward(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """Adds old_logprobs (π_old), old_values (V_old, with a critic), ref_logprobs (kl_coef > 0) and is_weights (TIS
-        on) to the batch; returns their metrics (bf16, once: update.bf16_logprob_gap, which may stop the run).
+        on) to the batch; returns their metrics (bf16, once: precision.bf16_logprob_gap, which may stop the run).
 
         π_old comes from the training forward: the first minibatch's ratio starts at exactly 1, whatever kernels or
         precision the rollout used; the rollout's log-probs are the behaviour policy (gap logged; TIS weights the loss).

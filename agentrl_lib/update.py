@@ -23,7 +23,8 @@ changes on the way down. Every entry is (B, T), right-padded, one row per kept e
 and value head bound (functools.partial), or the data-parallel wrapper of `policy.TokenModel`.
 
 `no_grad_forward` runs the no-grad passes over the whole batch (π_old, V_old, π_ref), each rank its rows;
-`make_optimizer` is the optimizer the update steps, `tis_applies` whether the loss is weighted by truncated IS.
+`make_optimizer` is the optimizer the update steps. Whether the loss is weighted by truncated IS, and the bf16
+guard, are precision.py's (tis_applies, bf16_logprob_gap).
 
 Introduced in notebooks/03_policy.md §4 (minibatch_loss).
 """
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from .config import AlgoConfig, ConfigError, RunConfig, TrainConfig
+from .config import AlgoConfig, TrainConfig
 from .losses import kl_k3, masked_mean, policy_loss, value_loss
 from .policy import ValueHead, prompt_groups, token_forward
 
@@ -214,16 +215,6 @@ def no_grad_forward(model, batch: dict[str, torch.Tensor], train: TrainConfig, d
     return {k: dp.gather_rows(v, B) for k, v in out.items()}
 
 
-def tis_applies(config: RunConfig, compute_dtype: torch.dtype) -> bool:
-    """Whether the loss is weighted by truncated importance sampling: algo.tis 'on', or 'auto' with low precision
-    and π_old recomputed (algo.old_logprobs 'recompute'). `compute_dtype`: the dtype the training forward computes
-    in: the autocast dtype (models.training_precision: bf16 under train.mixed_precision bf16 or model.dtype
-    auto on a bf16 GPU), else the weights' (float32); low precision = not float32, or train.mixed_precision bf16."""
-    low_precision = compute_dtype != torch.float32 or config.train.mixed_precision == "bf16"
-    return config.algo.tis == "on" or (config.algo.tis == "auto" and low_precision
-                                       and config.algo.old_logprobs == "recompute")
-
-
 ADAMW_IMPLS = ("fused", "foreach", "plain")
 """torch.optim.AdamW's implementations, fastest first: 'fused' (one kernel per parameter group, fused=True; on CPU
 since torch 2.4), 'foreach' (multi-tensor ops, foreach=True), 'plain' (a Python loop over the tensors,
@@ -281,7 +272,7 @@ def make_optimizer(policy, value_head: ValueHead | None, train: TrainConfig, imp
     rounding.
 
     Raises: ValueError when a weight to train is not float32 (an optimizer updating bf16/fp16 weights in place loses
-    small updates: load the model in models.TRAINING_WEIGHTS and autocast the forward, models.training_precision)."""
+    small updates: load the model in precision.TRAINING_WEIGHTS and autocast the forward, precision.training_precision)."""
     groups = [{"params": [p for p in policy.parameters() if p.requires_grad], "lr": train.lr}]
     if value_head is not None:
         groups.append({"params": list(value_head.parameters()), "lr": train.value_lr})
@@ -289,40 +280,5 @@ def make_optimizer(policy, value_head: ValueHead | None, train: TrainConfig, imp
     if low:
         raise ValueError(f"the weights to train are {', '.join(low)}, not float32: AdamW would update them in place "
                          "and lose most small updates (bf16 keeps 8 significant bits); load the model in float32 "
-                         "and run bf16 as autocast (models.training_precision)")
+                         "and run bf16 as autocast (precision.training_precision)")
     return adamw(groups, impl, weight_decay=0.0)
-
-
-@torch.no_grad()
-def bf16_logprob_gap(model, batch: dict[str, torch.Tensor], train: TrainConfig, dp: DataParallel | SingleProcess,
-                     bf16_logprobs: torch.Tensor | None = None) -> float:
-    """train.mixed_precision bf16's guard (Trainer._old_forward, on the first batch a process trains): the mean over
-    the batch's policy tokens of |log π_bf16 − log π_fp32|, the same weights forwarded under bf16 autocast and with
-    autocast off (no-grad passes). Autocast rounds every weight to bf16 (8 significant bits), so fine-tuning
-    changes below ~2e-3 of a weight vanish from the forward: at the findings' SFT start 82% did and the bf16 policy
-    won ~40 points less often than the fp32 one (results/bf16_rollout.jsonl).
-
-    Args:
-        bf16_logprobs: (B, T) float32, the batch's log-probs already forwarded under bf16 autocast (the trainer's
-            π_old pass), so only the fp32 pass runs; None: both passes run here.
-    Returns: the gap in nats per action token (logged as bf16_logprob_gap).
-    Raises: ConfigError when it exceeds train.bf16_max_logprob_gap (> 0), before any update.
-    """
-    device = batch["input_ids"].device.type
-    low = bf16_logprobs
-    if low is None:
-        with torch.autocast(device, dtype=torch.bfloat16):
-            low = no_grad_forward(model, batch, train, dp)["logprobs"]
-    with torch.autocast(device, enabled=False):
-        full = no_grad_forward(model, batch, train, dp)["logprobs"]
-    gap = masked_mean((low - full).abs(), batch["mask"]).item()
-    limit = train.bf16_max_logprob_gap
-    if limit > 0 and gap > limit:
-        source = ("train.mixed_precision bf16" if train.mixed_precision == "bf16"
-                  else "bf16 autocast (model.dtype bfloat16)")
-        raise ConfigError(
-            f"{source} changes this policy: its action log-probs differ from fp32's by {gap:.3g} "
-            f"nats per token on the first batch (limit train.bf16_max_logprob_gap {limit:g}); the weights' "
-            "fine-tuning changes are below bf16's resolution (book/benchmarks.md); use --mixed-precision no "
-            "--dtype float32")
-    return gap

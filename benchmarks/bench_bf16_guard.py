@@ -1,5 +1,5 @@
 """What the bf16 guard (train.bf16_max_logprob_gap) reads at the start of a run, for several starting models: the
-mean |log π_bf16 − log π_fp32| over the first batch's action tokens (update.bf16_logprob_gap), as the first step of
+mean |log π_bf16 − log π_fp32| over the first batch's action tokens (precision.bf16_logprob_gap), as the first step of
 `agentrl train --mixed-precision bf16` computes it (Trainer step 0's rollout under autocast, π_old forwarded under
 autocast, then the same batch in fp32).
 
@@ -10,7 +10,7 @@ Why: the guard's limit (0.03 nats per action token) is set between what a start 
 what a start whose fine-tuning bf16 rounds away reads (results/bf16_rollout.jsonl: the findings' SFT start won ~40
 points less often under bf16). Each model plays the same games with the same seed (step 0 of the config); the
 guard is set to log only (limit 0), so every model is measured. Appends one JSON line with every model's gap and
-the limit to --out. A CPU without bf16 (models.bf16_problem) is refused in one line.
+the limit to --out. A CPU without bf16 (hardware.bf16_problem) is refused in one line.
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> dict:
     from agentrl_lib.config import TrainConfig
     from agentrl_lib.envs.base import load_game_set
     from agentrl_lib.envs.pool import open_pool
-    from agentrl_lib.models import bf16_problem
+    from agentrl_lib.hardware import bf16_problem
 
     if why := bf16_problem(torch.device("cpu")):
         raise SystemExit(f"bench_bf16_guard: this CPU cannot run bf16 ({why}); nothing to measure")

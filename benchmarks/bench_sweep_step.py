@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> dict:
     from agentrl_lib.advantages import ESTIMATORS
     from agentrl_lib.envs.base import load_game_set
     from agentrl_lib.envs.pool import open_pool
-    from agentrl_lib.models import bf16_problem
+    from agentrl_lib.hardware import bf16_problem
 
     if a.threads:
         torch.set_num_threads(a.threads)

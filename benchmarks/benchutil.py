@@ -21,7 +21,7 @@ def machine_info(machine: str = "") -> dict:
     OMP_WAIT_POLICY, git commit, UTC time."""
     import torch
 
-    from agentrl_lib.models import cpu_flags, cpu_model
+    from agentrl_lib.hardware import cpu_flags, cpu_model
     from agentrl_lib.paths import git_commit
 
     def ver(pkg: str) -> str:

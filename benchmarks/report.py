@@ -403,7 +403,7 @@ def bf16_rollout_table(r: dict) -> str:
 
 
 def bf16_guard_table(r: dict) -> str:
-    """bench_bf16_guard.py: the guard's reading (update.bf16_logprob_gap) on one first batch from each model."""
+    """bench_bf16_guard.py: the guard's reading (precision.bf16_logprob_gap) on one first batch from each model."""
     out = [f"The first batch of `{Path(r['config_file']).name}` ({r['episodes']} episodes, step 0's games and seed) "
            f"from each model, rolled out and forwarded under bf16 autocast, then forwarded in fp32; the guard "
            f"(`train.bf16_max_logprob_gap`) stops a run above {r['limit']:g} nats per action token; {where(r)}, "

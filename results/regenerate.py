@@ -1036,8 +1036,8 @@ def _main() -> None:
     parallel(games([*need, *(OTHER_GAMES if "stability" in parts else ())]), a.jobs)
     if not DRY_RUN:
         write_game_sets()
-        subprocess.run([*AGENTRL[:1], "-c", "from agentrl_lib.models import embedded_model_dir as e; e()"], cwd=ROOT,
-                       env=ENV, check=True)  # convert the embedded model once, before parallel jobs load it
+        subprocess.run([*AGENTRL[:1], "-c", "from agentrl_lib.model_paths import embedded_model_dir as e; e()"],
+                       cwd=ROOT, env=ENV, check=True)  # convert the embedded model once, before parallel jobs load it
     if parts == ["behaviour"]:  # the SFT candidates' sampled validation success (sft_behaviour.json) and the choice
         if DRY_RUN:
             for name, cmd in behaviour_success()["jobs"]:

@@ -1,6 +1,6 @@
 """Helpers that several test files share: scripted games (ParityEnv, CoinEnv, BrokenEnv and the game sets they play),
-the run-directory tests' config and trainer, the sweep's base config, and the CLI probes' error-line check and
-console-script runner. Fixtures live in
+the run-directory tests' config and trainer, the sweep's base config, the CLI probes' error-line check and
+console-script runner, and a stand-in model directory (write_model). Fixtures live in
 conftest.py; this module holds plain classes and functions, imported as `from helpers import ...`."""
 from __future__ import annotations
 
@@ -146,3 +146,14 @@ def fake_records(samples: dict[tuple, list[float]]):
     """fake_record per (algo.advantage, reward.kind) → its values over seeds 0, 1, ..."""
     return [fake_record({"algo.advantage": algo, "reward.kind": kind}, s, v)
             for (algo, kind), values in samples.items() for s, v in enumerate(values)]
+
+
+def write_model(path, adapter_rank: int | None = None):
+    """A stand-in model directory at `path`: config.json '{}' (a transformers model), or with `adapter_rank` an
+    adapter_config.json of that LoRA rank (a peft adapter). Nothing loadable: for path and adapter checks only."""
+    path.mkdir(parents=True)
+    if adapter_rank is None:
+        (path / "config.json").write_text("{}")
+    else:
+        (path / "adapter_config.json").write_text(json.dumps({"r": adapter_rank}))
+    return path

@@ -517,7 +517,7 @@ def test_bench_bf16_rollout_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_
     the paired summary; on a CPU without bf16 it is refused in one line instead."""
     import torch
 
-    from agentrl_lib.models import bf16_problem
+    from agentrl_lib.hardware import bf16_problem
 
     bench = load_bench(monkeypatch, "bench_bf16_rollout")
     args = ["--init", tiny_model_dir, "--games", str(cooking_games.root), "--steps", "2", *TINY_STEP,
@@ -663,7 +663,7 @@ def test_bench_bf16_guard_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_ga
     without bf16 it is refused in one line."""
     import torch
 
-    from agentrl_lib.models import bf16_problem
+    from agentrl_lib.hardware import bf16_problem
 
     bench = load_bench(monkeypatch, "bench_bf16_guard")
     args = ["--models", f"{tiny_model_dir},{tiny_model_dir}", "--names", "a,b", "--games", str(cooking_games.root),

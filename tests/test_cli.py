@@ -349,9 +349,9 @@ def test_control_late_eval_games_check_trains_first(probe, capsys, monkeypatch):
 
 def test_control_typo_without_path_hint_goes_to_the_hub(probe, capsys, monkeypatch):
     """Without the local-path hint, `runs/ppo2` is taken for a Hub id (here the Hub is unreachable at once)."""
-    import agentrl_lib.models as models
+    import agentrl_lib.model_paths as model_paths
 
-    monkeypatch.setattr(models, "_local_path_hint", lambda name: "")
+    monkeypatch.setattr(model_paths, "_local_path_hint", lambda name: "")
     rc, out, err = probe(*_row("model-local-typo")[1:3], setup=("hub_unreachable",), capsys=capsys)
     assert rc == 2 and "local path runs/ppo2 does not exist" not in err and "cannot be reached" in err
 
@@ -404,7 +404,7 @@ def test_cached_hub_model_loads_when_the_hub_is_unreachable(tmp_path, monkeypatc
     """A Hub id already in the HF cache loads from its snapshot (no retries) when the Hub cannot be reached."""
     from huggingface_hub import constants
 
-    import agentrl_lib.models as models
+    import agentrl_lib.model_paths as model_paths
 
     snap = tmp_path / "hub" / "models--agentrl-probe--tiny" / "snapshots" / "0123abc"
     shutil.copytree(tiny_model_dir, snap)
@@ -413,9 +413,9 @@ def test_cached_hub_model_loads_when_the_hub_is_unreachable(tmp_path, monkeypatc
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     _hub_unreachable(monkeypatch)
     t0 = time.perf_counter()
-    assert models.check_hub_model("agentrl-probe/tiny") == str(snap)
+    assert model_paths.check_hub_model("agentrl-probe/tiny") == str(snap)
     _offline(monkeypatch)
-    assert models.check_hub_model("agentrl-probe/tiny") == str(snap)
+    assert model_paths.check_hub_model("agentrl-probe/tiny") == str(snap)
     assert time.perf_counter() - t0 < 5
 
 

@@ -7,7 +7,7 @@ import yaml
 
 from agentrl_lib.cli import main
 from agentrl_lib.demo import DemoBudget, run_demo
-from agentrl_lib.models import resolve_model_path
+from agentrl_lib.model_paths import resolve_model_path
 from agentrl_lib.paths import git_commit
 
 pytestmark = [pytest.mark.slow, pytest.mark.trains, pytest.mark.subprocess]
@@ -66,7 +66,7 @@ def test_demo_lora_trains_an_adapter_in_both_stages_and_records_its_variant(tmp_
     of every stage, the commit and the machine. Control: the fp32 default records as 'fp32' with lora_rank 0."""
     from agentrl_lib.cli import main
     from agentrl_lib.demo import record_demo
-    from agentrl_lib.models import is_adapter
+    from agentrl_lib.model_paths import is_adapter
 
     monkeypatch.setenv("AGENTRL_HOME", str(tmp_path / "home"))
     budget = DemoBudget(train_games=2, eval_games=2, sft_games=2, rl_steps=1, games_per_step=1, group_size=2,

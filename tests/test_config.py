@@ -10,7 +10,7 @@ from agentrl_lib import rundir
 from agentrl_lib.checkpoint import CheckpointError
 from agentrl_lib.config import AlgoConfig, ConfigError, EnvConfig, RunConfig, TrainConfig
 from agentrl_lib.envs.base import GameSetError, load_game_set
-from agentrl_lib.models import resolve_model_path
+from agentrl_lib.model_paths import resolve_model_path
 
 
 @pytest.mark.parametrize("algo", ["grpo", "rloo"])

@@ -17,8 +17,6 @@ KNOWN_CYCLES: list[tuple[str, ...]] = []
 at the smallest name."""
 
 LONG_MODULES = {
-    "agentrl_lib.models": "not split in this issue: its seam is where a model comes from (the embedded conversion, "
-                          "path resolution, Hub and file checks) vs loading it (devices, dtypes, LoRA, references)",
     "agentrl_lib.envs.pool": "not split in this issue: SerialPool and the pool protocol vs ProcessPool's workers, "
                              "watchdog and logs",
     "agentrl_lib.envs.swe_tasks": "not split in this issue: making tasks (mutations, validation) vs scoring a "

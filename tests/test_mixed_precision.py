@@ -4,8 +4,10 @@ weights, TIS on and logprob_mismatch logged; refused in one line where the hardw
 import pytest
 import torch
 
+import agentrl_lib.hardware as hardware_mod
 import agentrl_lib.models as models_mod
 import agentrl_lib.policy as policy_mod
+import agentrl_lib.precision as precision_mod
 import agentrl_lib.trainer as trainer_mod
 import agentrl_lib.update as update_mod
 from agentrl_lib.config import AlgoConfig, ConfigError, EnvConfig, ModelConfig, RewardConfig, RunConfig, TrainConfig
@@ -27,9 +29,9 @@ def test_bf16_hardware_is_read_from_the_cpu_flags(monkeypatch, tmp_path):
                             lambda p, *a, **k: real_open(path if p == "/proc/cpuinfo" else p, *a, **k))
 
     cpuinfo("avx512f amx_bf16")
-    assert models_mod.bf16_problem(torch.device("cpu")) is None
+    assert hardware_mod.bf16_problem(torch.device("cpu")) is None
     cpuinfo("avx512f")
-    why = models_mod.bf16_problem(torch.device("cpu"))
+    why = hardware_mod.bf16_problem(torch.device("cpu"))
     assert "Test CPU" in why and "avx512_bf16" in why and "\n" not in why
     with pytest.raises(ConfigError, match="mixed_precision"):
         TrainConfig(mixed_precision="fp8").validate()
@@ -75,7 +77,7 @@ def test_bf16_autocast_trains_with_fp32_weights_and_tis(tiny_model_dir, tmp_path
         # the rollout's and the update's bf16 log-probs differ only where the CPU computes in bf16: on an AVX2-only
         # CPU (AMD EPYC Zen 3) torch emulates it and the two passes agree exactly (logprob_mismatch 0), so this one
         # assertion is hardware-dependent: detected, never assumed
-        if (why := models_mod.bf16_problem(torch.device("cpu"))) is not None:
+        if (why := hardware_mod.bf16_problem(torch.device("cpu"))) is not None:
             pytest.skip(f"logprob_mismatch > 0 not checked: {why} (every other assertion of this test passed)")
         assert row["logprob_mismatch"] > 0
     else:  # control: nothing under autocast, no TIS
@@ -168,15 +170,15 @@ def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def test_bf16_as_autocast_over_fp32_weights_keeps_a_small_update(tiny_model_dir):
-    """Every bf16 training path (models.training_precision) loads the weights in TRAINING_WEIGHTS (float32) and runs
+    """Every bf16 training path (precision.training_precision) loads the weights in TRAINING_WEIGHTS (float32) and runs
     the forward under bf16 autocast: 3 AdamW steps at lr 1e-5 then move the weights as fp32 does (cosine of the update
     against fp32's >= 0.99, its norm within 5%). Control: the same steps with the weights loaded in bf16 and AdamW
     updating them in place (what model.dtype auto did on a GPU) lose the update (cosine well below: ~0.4 here, 0.10
     on SmolLM2 at lr 7e-6)."""
-    amp = models_mod.training_precision("bfloat16", "no", torch.device("cpu"))
-    assert amp == torch.bfloat16 and models_mod.TRAINING_WEIGHTS == "float32"
+    amp = precision_mod.training_precision("bfloat16", "no", torch.device("cpu"))
+    assert amp == torch.bfloat16 and precision_mod.TRAINING_WEIGHTS == "float32"
     ref = _update(tiny_model_dir, "float32", None)
-    kept = _update(tiny_model_dir, models_mod.TRAINING_WEIGHTS, amp)
+    kept = _update(tiny_model_dir, precision_mod.TRAINING_WEIGHTS, amp)
     lost = _update(tiny_model_dir, "bfloat16", None)  # control: bf16 weights updated in place
     assert ref.norm() > 0 and not torch.equal(kept, ref)  # autocast did change the computation
     assert _cosine(kept, ref) >= 0.99 and abs(kept.norm() / ref.norm() - 1) < 0.05
@@ -192,26 +194,6 @@ def test_the_optimizer_refuses_weights_that_are_not_float32(tiny_model_dir):
     update_mod.make_optimizer(model.float(), None, TrainConfig())
 
 
-def test_training_precision_rules(monkeypatch):
-    """model.dtype × train.mixed_precision → the autocast dtype (weights always float32): auto is bf16 on a bf16 GPU
-    and fp32 on every CPU, avx512_bf16 or not (results stay comparable); bfloat16 or mixed_precision bf16 ask for it
-    anywhere; float16 cannot train (no loss scaling). Controls: a GPU without bf16 stays fp32; float32 + no is fp32."""
-    cpu, gpu = torch.device("cpu"), torch.device("cuda")
-    monkeypatch.setattr(models_mod, "bf16_problem", lambda d: None)  # a CPU / GPU with bf16
-    tp = models_mod.training_precision
-    assert tp("auto", "no", cpu) is None and tp("float32", "no", cpu) is None and tp("float32", "no", gpu) is None
-    assert tp("auto", "no", gpu) == torch.bfloat16
-    assert tp("bfloat16", "no", cpu) == tp("float32", "bf16", cpu) == tp("auto", "bf16", gpu) == torch.bfloat16
-    monkeypatch.setattr(models_mod, "bf16_problem", lambda d: "the GPU Test has no bf16")
-    assert tp("auto", "no", gpu) is None
-    with pytest.raises(models_mod.ModelLoadError, match="float16 cannot train.*loss scaling"):
-        tp("float16", "no", cpu)
-    with pytest.raises(models_mod.ModelLoadError, match="not supported"):
-        tp("fp8", "no", cpu)
-    assert models_mod.precision_label(None) == "fp32"
-    assert models_mod.precision_label(torch.bfloat16) == "bf16-autocast"
-
-
 @pytest.mark.trains
 @pytest.mark.parametrize("dtype", ["bfloat16", "auto"])
 def test_trainer_loads_fp32_master_weights_whatever_model_dtype_says(tiny_model_dir, tmp_path, monkeypatch, dtype):
@@ -221,7 +203,7 @@ def test_trainer_loads_fp32_master_weights_whatever_model_dtype_says(tiny_model_
     (control: the CPU default does not change numbers)."""
     monkeypatch.setattr(trainer_mod, "bf16_problem", lambda device: None)
     if dtype == "auto":  # auto on a bf16 GPU: what training_precision returns there
-        real = models_mod.training_precision
+        real = precision_mod.training_precision
         assert real("auto", "no", torch.device("cpu")) is None
         monkeypatch.setattr(trainer_mod, "training_precision", lambda d, m, dev: torch.bfloat16)
     seen: list = []
@@ -306,13 +288,3 @@ def test_sft_in_bf16_keeps_the_update_that_bf16_weights_lose(tiny_model_dir, coo
     monkeypatch.setattr(sft_mod, "TRAINING_WEIGHTS", "bfloat16")  # the planted bug: bf16 weights in place
     _, _, lost = moved("lost", "bfloat16")
     assert _cosine(lost, ref) < 0.8
-
-
-def test_run_precision_names_what_a_record_ran(monkeypatch):
-    """models.run_precision, from a record's model.dtype, train.mixed_precision and torch_device: fp32 on a CPU by
-    default, bf16-autocast when asked or on a bf16 GPU; 'unknown (...)' for a configuration that cannot train."""
-    monkeypatch.setattr(models_mod, "bf16_problem", lambda d: None)
-    assert models_mod.run_precision("auto", "no", "cpu") == "fp32"
-    assert models_mod.run_precision("auto", "bf16", "cpu") == "bf16-autocast"
-    assert models_mod.run_precision("auto", "no", "cuda:0") == "bf16-autocast"
-    assert models_mod.run_precision("float16", "no", "cpu").startswith("unknown (model.dtype float16 cannot train")

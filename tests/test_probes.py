@@ -861,8 +861,8 @@ def test_control_torch_replays_seed_0_at_2_32_and_overflows_at_2_64():
 @pytest.mark.trains
 def test_control_an_ambiguous_model_dir_resolves_to_the_rl_checkpoint_in_silence(ws, monkeypatch):
     """Without the check, `--model mixed` (an RL run with an SFT model beside it) resolves to the RL checkpoint's
-    policy with no word of the SFT model (models.resolve_model_path takes checkpoints/latest first)."""
-    from agentrl_lib.models import resolve_model_path
+    policy with no word of the SFT model (model_paths.resolve_model_path takes checkpoints/latest first)."""
+    from agentrl_lib.model_paths import resolve_model_path
 
     _mixed_dir(ws, monkeypatch)
     assert resolve_model_path("mixed") == "mixed/checkpoints/step_000002/policy"

@@ -63,7 +63,7 @@ def test_sft_refuses_an_rl_run_directory_before_anything_loads(tmp_path, monkeyp
 
 
 def test_sft_refuses_bf16_where_the_hardware_has_none_before_loading(monkeypatch, tmp_path):
-    """As the RL Trainer does (models.bf16_problem): one ConfigError, nothing loaded. Control: where the hardware has
+    """As the RL Trainer does (hardware.bf16_problem): one ConfigError, nothing loaded. Control: where the hardware has
     bf16 the check lets the run through (to the model load, stopped here by a sentinel)."""
     from agentrl_lib import sft as sft_mod
     from agentrl_lib.config_values import ConfigError

@@ -207,7 +207,8 @@ def test_end_of_training_eval_uses_eval_temperature_and_the_observation_options(
 def test_lora_outputs_load_by_name_and_the_kl_reference_is_the_merged_sft_adapter(tiny_model_dir, tmp_path):
     from peft import LoraConfig, get_peft_model
 
-    from agentrl_lib.models import load_policy, resolve_model_path, save_policy
+    from agentrl_lib.model_paths import resolve_model_path
+    from agentrl_lib.models import load_policy, save_policy
 
     base, tok = load_policy(tiny_model_dir, device="cpu")
     peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"))
