@@ -84,7 +84,7 @@ def peak_memory_gib() -> float:
 
 
 def cpu_name() -> str:
-    """The CPU's model name (`models.cpu_model`) and the number of cores this process may use, e.g.
+    """The CPU's model name (`hardware.cpu_model`) and the number of cores this process may use, e.g.
     "AMD EPYC, 2 cores"."""
     from agentrl_lib.hardware import cpu_model
 

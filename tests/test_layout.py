@@ -1,15 +1,18 @@
 """The library's layout, read from its source with `ast` (nothing is imported): no import cycle between agentrl_lib's
-modules, counting every import — at module level, inside functions, under TYPE_CHECKING —, and no module over
-MAX_LINES lines (docstrings included) unless LONG_MODULES says why. Each exception must still be needed: a cycle that
+modules, counting every import — at module level, inside functions, under TYPE_CHECKING —, no module over
+MAX_LINES lines (docstrings included) unless LONG_MODULES says why, and every module named in the book's
+file-by-file tree (book/design.md) and on its API page (book/api.md). Each exception must still be needed: a cycle that
 is gone or a module back under the limit fails until its entry is deleted."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import agentrl_lib
 
 PACKAGE = Path(agentrl_lib.__file__).resolve().parent
+ROOT = PACKAGE.parent
 MAX_LINES = 450
 
 KNOWN_CYCLES: list[tuple[str, ...]] = []
@@ -132,3 +135,39 @@ def test_control_the_library_graph_is_read():
     assert "agentrl_lib.config" in graph["agentrl_lib.trainer"]
     assert "agentrl_lib.advantages" in graph["agentrl_lib.config_pillars"]  # an import inside a method
     assert line_count(module_files()["agentrl_lib.envs.pool"]) > MAX_LINES  # a long module is seen as long
+
+
+COMMAND_LINE = {"cli", "commands", "flags"}   # the `agentrl` command's internals: book/cli.md documents the command
+PRIVATE = {"_forkserver_warm"}                 # imported by the env pools' forkserver only
+
+
+def undocumented(modules: set[str], design: str, api: str) -> list[str]:
+    """The modules that book/design.md's file-by-file tree (`name.py`) or book/api.md (`agentrl_lib.<dotted>`) does
+    not name; api.md may leave out the command line's internals and private modules."""
+    out = []
+    for dotted in sorted(modules):
+        name = dotted.rsplit(".", 1)[-1]
+        if not re.search(rf"(?<![\w]){re.escape(name)}\.py", design):
+            out.append(f"{dotted}: not in book/design.md's file-by-file tree")
+        if name not in COMMAND_LINE | PRIVATE and f"`agentrl_lib.{dotted}`" not in api:
+            out.append(f"{dotted}: no section in book/api.md")
+    return out
+
+
+def library_modules() -> set[str]:
+    return {str(p.relative_to(PACKAGE).with_suffix("")).replace("/", ".") for p in PACKAGE.rglob("*.py")
+            if p.name != "__init__.py"}
+
+
+def test_every_library_module_is_in_the_design_tree_and_the_api_page():
+    """A newcomer finds every module in the book's file-by-file tree and its docstrings on the API page."""
+    problems = undocumented(library_modules(), (ROOT / "book" / "design.md").read_text(),
+                            (ROOT / "book" / "api.md").read_text())
+    assert not problems, "\n".join(problems)
+
+
+def test_control_a_module_missing_from_the_pages_is_named():
+    design = (ROOT / "book" / "design.md").read_text().replace("hardware.py", "hw.py")
+    assert undocumented({"hardware", "brand_new"}, design, "`agentrl_lib.hardware`") == [
+        "brand_new: not in book/design.md's file-by-file tree", "brand_new: no section in book/api.md",
+        "hardware: not in book/design.md's file-by-file tree"]
