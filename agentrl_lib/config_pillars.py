@@ -15,6 +15,7 @@ from .config_values import (
     OLD_LOGPROBS,
     REWARDS,
     SWE_REWARDS,
+    TIS_MODES,
     ConfigError,
 )
 
@@ -240,8 +241,8 @@ class AlgoConfig:
             raise ConfigError(f"algo.dual_clip must be 0 (off) or > 1 (got {self.dual_clip}); Ye et al. 2020 use 3")
         if self.loss_agg not in LOSS_AGGS:
             raise ConfigError(f"algo.loss_agg must be one of {LOSS_AGGS} (got {self.loss_agg!r})")
-        if self.tis not in ("auto", "on", "off"):
-            raise ConfigError(f"algo.tis must be 'auto', 'on' or 'off' (got {self.tis!r})")
+        if self.tis not in TIS_MODES:
+            raise ConfigError(f"algo.tis must be one of {TIS_MODES} (got {self.tis!r})")
         if self.old_logprobs not in OLD_LOGPROBS:
             raise ConfigError(f"algo.old_logprobs must be one of {OLD_LOGPROBS} (got {self.old_logprobs!r})")
         if self.old_logprobs == "behaviour" and self.tis == "on":

@@ -103,3 +103,16 @@ def test_legacy_algo_name_loads_as_its_preset(tmp_path):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
     with pytest.raises(CheckpointError, match="algo.advantage"):
         rundir._load_complete(tmp_path / "config.yaml", cfg.to_dict())
+
+
+def test_each_closed_set_the_config_checks_is_the_registry_it_names():
+    """config_values keeps the closed sets torch-free; the modules that act on a value keep their own registry or
+    tuple. They must name the same values, or a config that validates fails at lookup (or the reverse)."""
+    from agentrl_lib import config_values, losses, prompts, tracking
+    from agentrl_lib.envs import swe
+
+    assert tuple(tracking.TRACKERS) == config_values.REPORT_TO
+    assert losses.LOSS_AGGS == config_values.LOSS_AGGS
+    assert swe.REWARD_KINDS == config_values.SWE_REWARDS and prompts.ACTION_FORMATS == config_values.ACTION_FORMATS
+    with pytest.raises(ConfigError, match=r"algo.tis must be one of \('auto', 'on', 'off'\)"):
+        AlgoConfig(tis="sometimes").validate()
