@@ -164,7 +164,10 @@ class AlgoConfig:
     precision; verl's and TRL's default) or 'behaviour' (the log-probs the rollout sampled with, the behaviour
     policy's: no such forward, GRPO updates 1.37x faster in benchmarks/bench_update_speed.py; equal to 'recompute'
     up to the rollout/trainer mismatch, ~1e-6 with the HF backend in fp32 on a CPU, larger in bf16 or with vLLM).
-    A critic ('gae') still needs the forward for its values."""
+    A critic's V_old comes from the hidden states that sampled each token where the generator keeps them ('hf-live',
+    the default: no forward at all); with another generator the forward still runs, for the values only. The default
+    stays 'recompute': the field is part of a run's identity (records.base_key), so changing it would leave every
+    recorded sweep cell unmatched."""
     tis_cap: float = 2.0
     """C of truncated importance sampling, w = min(pi_old / pi_rollout, C), > 0; 1.5-5 (Yao et al. 2025 use 2)."""
     entropy_coef: float = 0.001
