@@ -278,10 +278,28 @@ def alfworld_numbers() -> dict[str, str]:
     return out
 
 
+def chapter_numbers() -> dict[str, str]:
+    """results/chapter_costs.json (agentrl_lib.notebook.ChapterCost; `make chapter-costs` and `make
+    execute-notebooks`): each chapter's last measured wall time in full and fast mode and its full-mode peak memory,
+    for the README's chapter table (keys chapter.<name>.full / .fast / .peak)."""
+    import json
+
+    from report import ROOT
+
+    path = ROOT / "results" / "chapter_costs.json"
+    out = {}
+    for chapter, modes in (json.loads(path.read_text()) if path.exists() else {}).items():
+        for mode, got in modes.items():
+            out[f"chapter.{chapter}.{mode}"] = f"{got['wall_seconds'] / 60:.1f} min"
+        if "full" in modes:
+            out[f"chapter.{chapter}.peak"] = f"{modes['full']['peak_gib']:.1f} GiB"
+    return out
+
+
 def numbers() -> dict[str, str]:
     """Every marked number of the pages (module docstring) by KEY, as the page shows it (e.g. 'trl.step' → '2.1×')."""
     return {**rl_step_numbers(), **rollout_numbers(), **update_numbers(), **sweep_and_demo_numbers(), **env_numbers(),
-            **make_test_numbers(), **first_run_numbers(), **alfworld_numbers()}
+            **make_test_numbers(), **first_run_numbers(), **alfworld_numbers(), **chapter_numbers()}
 
 
 def with_numbers(text: str, values: dict[str, str] | None = None) -> str:
