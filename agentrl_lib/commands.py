@@ -99,7 +99,8 @@ def cmd_eval(a) -> None:
     negative --temperature, an --out that cannot be written, a --device / --dtype this machine lacks, and games that
     fail their check."""
     from .envs.base import check_env_errors, load_game_set
-    from .envs.pool import check_pool_size, open_pool
+    from .envs.pool import open_pool
+    from .envs.process_pool import check_pool_size
     from .evaluate import evaluate, format_eval, keep_unsaved, save_eval
     from .generation import check_generator
     from .models import load_policy
@@ -221,7 +222,8 @@ def _check_train_inputs(a, cfg: RunConfig):
     device / dtype and a model path that does not exist. Returns the loaded eval GameSet, or None."""
     from .envs import get_family
     from .envs.base import load_game_set
-    from .envs.pool import check_family_options, check_pool_size
+    from .envs.pool import check_family_options
+    from .envs.process_pool import check_pool_size
     from .generation import check_generator
     from .hardware import pick_device
     from .model_paths import resolve_model_path

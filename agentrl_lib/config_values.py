@@ -40,8 +40,8 @@ EPISODES_PER_STEP_MAX = 4096
 """Most episodes in one rollout batch: algo.group_size, train.games_per_step and their product (issue 52:
 `--group-size 100000` started 100,000 env workers with no output). Each episode of a batch is one env slot (a
 process in a ProcessPool, ~60-80 MB each) and one row of every forward pass, so 4096 is already past what one machine
-holds in a ProcessPool (see envs.pool.pool_workers_max) and ~30x the largest batch of the papers this project follows
-(RAGEN: 8 games x 16 episodes = 128); a bigger batch is a sign of a typo, not of a plan."""
+holds in a ProcessPool (see envs.process_pool.pool_workers_max) and ~30x the largest batch of the papers this project
+follows (RAGEN: 8 games x 16 episodes = 128); a bigger batch is a sign of a typo, not of a plan."""
 LORA_ALPHA_MAX = 4096
 """Largest model.lora_alpha: the adapter's scale is alpha / rank (typical 16-64 over ranks 4-64, a scale of 0.25-16);
 alpha 1e30 made every update's loss non-finite, each skipped, and the run end "done" having learned nothing (issue

@@ -88,7 +88,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="", help="append one JSON line (e.g. results/env_pool.jsonl)")
     a = ap.parse_args(argv)
     from agentrl_lib.envs.base import load_game_set
-    from agentrl_lib.envs.pool import ProcessPool, SerialPool
+    from agentrl_lib.envs.pool import SerialPool
+    from agentrl_lib.envs.process_pool import ProcessPool
 
     games = load_game_set(a.games)
     rounds = plan(games, a.slots, a.turns, a.rounds, a.seed)

@@ -224,7 +224,7 @@ def test_missing_alfworld_data_is_a_clear_error(tmp_path, monkeypatch):
 
 @pytest.mark.subprocess
 def test_process_pool_plays_alfworld(train_set):
-    from agentrl_lib.envs.pool import ProcessPool
+    from agentrl_lib.envs.process_pool import ProcessPool
 
     games = train_set.games[:2]
     with ProcessPool(2, family="alfworld", timeout_s=120) as pool:

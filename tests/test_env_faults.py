@@ -26,7 +26,9 @@ from agentrl_lib.envs.base import (
     load_game_set,
     sanitize_action,
 )
-from agentrl_lib.envs.pool import WORKER_FILE_BYTES, WORKER_LOG_BYTES, EnvFailure, ProcessPool, SerialPool
+from agentrl_lib.envs.pool import SerialPool
+from agentrl_lib.envs.process_pool import WORKER_FILE_BYTES, WORKER_LOG_BYTES, ProcessPool
+from agentrl_lib.envs.protocol import EnvFailure
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -20,11 +20,13 @@ KNOWN_CYCLES: list[tuple[str, ...]] = []
 at the smallest name."""
 
 LONG_MODULES = {
-    "agentrl_lib.envs.pool": "not split in this issue: SerialPool and the pool protocol vs ProcessPool's workers, "
-                             "watchdog and logs",
-    "agentrl_lib.envs.swe_tasks": "not split in this issue: making tasks (mutations, validation) vs scoring a "
-                                  "submission",
-    "agentrl_lib.envs.alfworld_gen": "not split in this issue: one generator, scenes → PDDL problems → solved games",
+    "agentrl_lib.envs.swe_tasks": "one job: the swe family's tasks, each a bug planted in a pinned package's function "
+                                  "and the tests that catch it: making them (mutations, problem statements, "
+                                  "validation) and scoring a submission on the same tests in the same sandboxed pytest "
+                                  "(the three reward kinds); the env that serves them is swe.py",
+    "agentrl_lib.envs.alfworld_gen": "one job: ALFWorld games generated offline, an ALFRED floor plan and task type → "
+                                     "a PDDL problem and goal → a game kept only when the planner solves it and its "
+                                     "walkthrough wins; the env that plays them is alfworld.py",
     "agentrl_lib.trainer": "one job: the RL loop, Trainer.step's seven stages top to bottom, and what one run holds "
                            "around them (resume, checkpoints, precision, the collapse and divergence guards)",
     "agentrl_lib.findings": "one job: the papers' findings as a table (each row's paper number, why ours may differ "
@@ -134,7 +136,7 @@ def test_control_the_library_graph_is_read():
     graph = import_graph(module_files())
     assert "agentrl_lib.config" in graph["agentrl_lib.trainer"]
     assert "agentrl_lib.advantages" in graph["agentrl_lib.config_pillars"]  # an import inside a method
-    assert line_count(module_files()["agentrl_lib.envs.pool"]) > MAX_LINES  # a long module is seen as long
+    assert line_count(module_files()["agentrl_lib.envs.swe_tasks"]) > MAX_LINES  # a long module is seen as long
 
 
 COMMAND_LINE = {"cli", "commands", "flags"}   # the `agentrl` command's internals: book/cli.md documents the command

@@ -510,7 +510,7 @@ class _LoadFailsPool:
         self.kind, self.resets = kind, 0
 
     def reset(self, slots, games):
-        from agentrl_lib.envs.pool import EnvFailure
+        from agentrl_lib.envs.protocol import EnvFailure
 
         self.resets += 1
         return [EnvFailure(f"GameLoadError: ALFWorld game folder {g} does not exist" if self.kind == "error"
@@ -522,10 +522,10 @@ class _LoadFailsPool:
 
 def test_alfworld_generation_stops_with_the_one_reason_every_candidate_fails(tmp_path, monkeypatch, capsys):
     pytest.importorskip("alfworld")
-    from agentrl_lib.envs import alfworld_gen, pool
+    from agentrl_lib.envs import alfworld_gen, process_pool
 
     pools = []
-    monkeypatch.setattr(pool, "ProcessPool", lambda *a, **k: pools.append(_LoadFailsPool()) or pools[-1])
+    monkeypatch.setattr(process_pool, "ProcessPool", lambda *a, **k: pools.append(_LoadFailsPool()) or pools[-1])
     rc = main(["make-games", "alfworld", "--n", "1", "--task-types", "pick_and_place_simple", "--out",
                str(tmp_path / "alf")])
     err = capsys.readouterr().err
@@ -534,7 +534,8 @@ def test_alfworld_generation_stops_with_the_one_reason_every_candidate_fails(tmp
                             "GameLoadError: ALFWorld game folder <game> does not exist"])
     assert pools[0].resets == alfworld_gen.LOAD_FAILURES_BEFORE_STOP, "it stops at once, not after 240 attempts"
     # negative control: planner outcomes (timeouts) are skipped, not a reason to stop early
-    monkeypatch.setattr(pool, "ProcessPool", lambda *a, **k: pools.append(_LoadFailsPool(kind="timeout")) or pools[-1])
+    monkeypatch.setattr(process_pool, "ProcessPool",
+                        lambda *a, **k: pools.append(_LoadFailsPool(kind="timeout")) or pools[-1])
     assert main(["make-games", "alfworld", "--n", "1", "--task-types", "pick_and_place_simple", "--out",
                  str(tmp_path / "alf2")]) == 2
     assert pools[1].resets > alfworld_gen.LOAD_FAILURES_BEFORE_STOP
@@ -684,7 +685,7 @@ def test_eval_out_on_a_full_tmpfs(tmp_path, monkeypatch, capsys, assets):
 _POOL_SCRIPT = """
 import sys, time
 from agentrl_lib import cli
-from agentrl_lib.envs.pool import ProcessPool
+from agentrl_lib.envs.process_pool import ProcessPool
 if sys.argv[1] == "cli":
     cli._exit_on_sigterm()  # what `agentrl train / eval` does
 pool = ProcessPool(2, family="bandit")
@@ -699,7 +700,7 @@ def test_a_stopped_pool_leaves_no_temp_dir(tmp_path, how):
     """A process holding a ProcessPool stopped with SIGTERM (issue 52): under the CLI's handler (SystemExit, then
     atexit) its agentrl-envpool-<pid>-* dir is gone at exit. Negative control ('plain': Python's default SIGTERM,
     which runs no atexit): the dir stays, and the next ProcessPool that starts removes it (its owner is dead)."""
-    from agentrl_lib.envs.pool import ProcessPool
+    from agentrl_lib.envs.process_pool import ProcessPool
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
                                                         os.environ.get("PYTHONPATH", "")])}

@@ -4,7 +4,8 @@ games, env failures, a process pool, and a non-HF generator (the Generator seam)
 import pytest
 import torch
 
-from agentrl_lib.envs.pool import EnvFailure, SerialPool
+from agentrl_lib.envs.pool import SerialPool
+from agentrl_lib.envs.protocol import EnvFailure
 from agentrl_lib.generation import HFGenerator, TurnSample
 from agentrl_lib.models import load_policy
 from agentrl_lib.policy import token_forward
@@ -96,7 +97,7 @@ def test_env_failure_ends_one_episode_only(tiny, cooking_games):
 @pytest.mark.subprocess
 def test_rollout_over_a_process_pool(tiny, cooking_games):
     """The same rollout with one env worker process per episode."""
-    from agentrl_lib.envs.pool import ProcessPool
+    from agentrl_lib.envs.process_pool import ProcessPool
 
     model, tok = tiny
     torch.manual_seed(0)

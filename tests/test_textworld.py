@@ -2,7 +2,8 @@
 import pytest
 
 from agentrl_lib.envs.base import GameLoadError, load_game_set
-from agentrl_lib.envs.pool import EnvFailure, SerialPool
+from agentrl_lib.envs.pool import SerialPool
+from agentrl_lib.envs.protocol import EnvFailure
 from agentrl_lib.envs.textworld import TextWorldEnv, clean_observation, make_textworld_games
 
 

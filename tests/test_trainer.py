@@ -12,7 +12,8 @@ import torch
 
 from agentrl_lib.config import AlgoConfig, EnvConfig, ModelConfig, RewardConfig, RunConfig, TrainConfig
 from agentrl_lib.diagnostics import is_finite_row
-from agentrl_lib.envs.pool import EnvFailure, SerialPool
+from agentrl_lib.envs.pool import SerialPool
+from agentrl_lib.envs.protocol import EnvFailure
 from agentrl_lib.models import load_policy
 from agentrl_lib.trainer import Trainer
 

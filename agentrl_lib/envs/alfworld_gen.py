@@ -37,7 +37,7 @@ from typing import Any, Iterable
 
 from .alfworld_data import GAME_FILE, TASK_TYPES, TRAJ_FILE, prepare_alfworld
 from .base import GameSetError, load_game_set, reuse_game_set, write_manifest
-from .protocol import GameRecord, GameSet
+from .protocol import EnvFailure, GameRecord, GameSet
 
 log = logging.getLogger(__name__)
 
@@ -282,8 +282,6 @@ def _solve_and_check(folder: Path, pool) -> list[str]:
     pool's timeout) and play the plan in AlfWorldEnv up to the win; returns the walkthrough.
     Raises CandidateLoadError when the env raised on loading the game (kind 'error' at reset), RuntimeError with the
     reason when there is no plan in time or the plan does not win."""
-    from .pool import EnvFailure
-
     r = pool.reset([0], [str(folder)])[0]
     if isinstance(r, EnvFailure) and r.kind == "error":
         raise CandidateLoadError(r.reason)
@@ -382,7 +380,7 @@ def make_alfworld_games(out: str | Path, n: int, seed: int = 0, split: str = "tr
     domain, grammar = _base_logic()
     C = _constants()
     scenes: dict[int, _Scene] = {}
-    from .pool import ProcessPool
+    from .process_pool import ProcessPool
 
     pool = ProcessPool(1, family="alfworld", timeout_s=plan_timeout_s, start_timeout_s=15.0, expert="planner")
     records: list[GameRecord] = []

@@ -1,7 +1,9 @@
 """The env protocol: `Env`, what every environment family implements, and the records it exchanges: `StepResult`
-and `StepInfo` (one transition), `GameRecord` and `GameSet` (a set of games, as envs/base.py loads it from
-manifest.json). Its own module, importing nothing of agentrl_lib, so that the family registry (agentrl_lib.envs) can
-name these types while envs/base.py's game-set loader looks families up in the registry: data flows one way.
+and `StepInfo` (one transition), `EnvFailure` (what an env pool answers instead for a slot whose env failed),
+`GameRecord` and `GameSet` (a set of games, as envs/base.py loads it from manifest.json). Its own module, importing
+nothing of agentrl_lib, so that the family registry (agentrl_lib.envs) can name these types while envs/base.py's
+game-set loader looks families up in the registry, and both pools (envs/pool.py, envs/process_pool.py) answer
+EnvFailure: data flows one way.
 
 An environment plays one game at a time:
 
@@ -50,6 +52,19 @@ class StepResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class EnvFailure:
+    """A slot's environment failed on this call; `reason` is shown in the trajectory's termination field.
+
+    `kind`: 'error' (the env raised; "ExceptionType: message"), 'crash' (the worker process died), 'timeout' (no
+    answer within the pool's timeout_s) or 'flood' (the worker printed more than WORKER_FLOOD_BYTES in one call:
+    envs/process_pool.py).
+    """
+
+    reason: str
+    kind: str = "error"
 
 
 class Env(Protocol):

@@ -1,4 +1,4 @@
-"""ProcessPool: same answers as SerialPool, parallel slots, crash/timeout isolation (envs/pool.py)."""
+"""ProcessPool: same answers as SerialPool, parallel slots, crash/timeout isolation (envs/process_pool.py)."""
 from __future__ import annotations
 
 import os
@@ -11,7 +11,9 @@ import pytest
 pytest.importorskip("textworld")
 
 from agentrl_lib.envs.base import StepResult
-from agentrl_lib.envs.pool import EnvFailure, ProcessPool, SerialPool
+from agentrl_lib.envs.pool import SerialPool
+from agentrl_lib.envs.process_pool import ProcessPool
+from agentrl_lib.envs.protocol import EnvFailure
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +111,7 @@ def test_bad_arguments():
 
 SCRIPT = """
 import sys
-from agentrl_lib.envs.pool import ProcessPool
+from agentrl_lib.envs.process_pool import ProcessPool
 pool = ProcessPool(1, family="textworld", start_timeout_s=30)
 (res,) = pool.reset([0], [{game!r}])
 pool.close()
