@@ -8,7 +8,8 @@ the chapters write their measured numbers through `agentrl_lib.notebook.prose`, 
 as its text repr (`VBox(children=...`) or as an error, the cost line at the top, and a rendered widget per stored
 widget output. Two planted controls show the check fails where it should: an untrusted copy of chapter 02 (its
 widgets fall back to `VBox(...)` text) and a copy whose first prose cell is turned back into a Markdown cell with
-glue roles (what every chapter did before).
+glue roles (what every chapter did before): plain JupyterLab shows the role raw, jupyterlab-myst shows the glued
+name in place of the number; both are caught.
 
 MyST beyond glue (chapter 03's key-equation boxes, `:::{admonition}`) renders through the jupyterlab-myst extension
 (a dependency): no raw directive text, a box per admonition and a `<details>` per solution fold; the control serves
@@ -23,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -50,9 +52,21 @@ PROBLEMS = {
 }
 
 
-def problems(text: str) -> list[str]:
-    """What in a rendered notebook's text would show a learner something unrendered (PROBLEMS' reasons)."""
-    return sorted({reason for needle, reason in PROBLEMS.items() if needle in text})
+GLUE_ROLE = re.compile(r"\{glue(?::\w+)?\}`([^`]+)`")
+"""A MyST glue role in a Markdown cell; group 1 the glued name."""
+
+
+def problems(text: str, nb=None) -> list[str]:
+    """What in a rendered notebook's text would show a learner something unrendered (PROBLEMS' reasons); with the
+    notebook `nb`, also a glue role of its Markdown cells shown as its bare name, which is what jupyterlab-myst draws
+    for a glue it has no value for (the number silently replaced by its key)."""
+    found = {reason for needle, reason in PROBLEMS.items() if needle in text}
+    names = {m.group(1) for c in (nb.cells if nb is not None else []) if c.cell_type == "markdown"
+             for m in GLUE_ROLE.finditer(c.source)}
+    if any(re.search(rf"\b{re.escape(name)}\b", text) for name in names):
+        found.add("a glue role shown as its bare name (JupyterLab has no glue store: write the paragraph as a prose() "
+                  "cell)")
+    return sorted(found)
 
 
 def widget_views(nb) -> int:
@@ -177,8 +191,8 @@ def rendered(page, lab, name: str) -> tuple[str, int]:
     found = page.locator(f"{panel} .jp-OutputArea-output .jupyter-widgets.widget-container, "
                          f"{panel} .jp-OutputArea-output .widget-toggle-buttons")
     widgets = found.count()
-    folds = page.locator(f"{panel} .jp-MarkdownOutput details").count()   # the exercises' solution folds, <details>
-    boxes = page.locator(f"{panel} .jp-MarkdownOutput aside")   # MyST admonitions, as jupyterlab-myst draws them
+    folds = page.locator(f"{panel} .jp-MarkdownCell details").count()   # the exercises' solution folds, <details>
+    boxes = page.locator(f"{panel} .jp-MarkdownCell aside")   # MyST admonitions, as jupyterlab-myst draws them
     SHOTS.mkdir(parents=True, exist_ok=True)   # what the test saw: the first widget, else the top of the chapter
     if widgets:
         found.first.scroll_into_view_if_needed()
@@ -209,9 +223,9 @@ def expected_markup(nb) -> tuple[int, int]:
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
 def test_a_chapter_renders_its_numbers_and_widgets_in_jupyterlab(page, lab, chapter):
     text, widgets, folds, boxes = rendered(page, lab, chapter.name)
-    assert not problems(text), f"{chapter.name} in JupyterLab shows {problems(text)}"
-    assert "Cost of this run" in text, f"{chapter.name}: no cost line at the top (agentrl_lib.notebook.ChapterCost)"
     nb = nbformat.read(chapter, as_version=4)
+    assert not problems(text, nb), f"{chapter.name} in JupyterLab shows {problems(text, nb)}"
+    assert "Cost of this run" in text, f"{chapter.name}: no cost line at the top (agentrl_lib.notebook.ChapterCost)"
     views = widget_views(nb)
     assert widgets >= min(views, 1), f"{chapter.name}: {views} widget outputs stored, {widgets} rendered"
     want_folds, want_boxes = expected_markup(nb)
@@ -223,7 +237,8 @@ def test_the_check_fails_on_an_untrusted_chapter_and_on_a_raw_glue_role(page, la
     text, widgets, _, _ = rendered(page, lab, "control_untrusted.ipynb")
     assert "VBox(" in text and problems(text) and widgets == 0   # an untrusted notebook's widgets stay text
     text, _, _, _ = rendered(page, lab, "control_glue.ipynb")
-    assert any("glue role" in p for p in problems(text))
+    planted = nbformat.read(lab[2] / "control_glue.ipynb", as_version=4)
+    assert any("glue role" in p for p in problems(text, planted))
 
 
 def test_the_check_fails_on_chapter_03_without_jupyterlab_myst(page, lab_without_myst):
