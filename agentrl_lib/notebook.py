@@ -160,6 +160,7 @@ class ChapterCost:
         """Write this run's cost into `costs` under chapter and mode (keeping every other entry)."""
         from filelock import FileLock
 
+        from agentrl_lib.fsio import atomic_write_text
         from agentrl_lib.paths import git_commit
 
         if self.chapter is None:
@@ -172,7 +173,7 @@ class ChapterCost:
                 "cpu": cpu_name(), "load_start": round(self.load0 or 0.0, 2),
                 "load_end": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else 0.0,
                 "date": time.strftime("%Y-%m-%d"), "commit": git_commit()}
-            self.costs.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n")
+            atomic_write_text(self.costs, json.dumps(dict(sorted(data.items())), indent=1) + "\n")
 
     def finish(self) -> tuple[float, float]:
         """Measure and show the cost (and record it with AGENTRL_RECORD_COST=1); returns (wall time in s, peak memory

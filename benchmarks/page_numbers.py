@@ -11,6 +11,7 @@ page holds another number than the results give, or a marker names no known KEY.
 """
 from __future__ import annotations
 
+import json
 import re
 import statistics
 import sys
@@ -282,11 +283,9 @@ def chapter_numbers() -> dict[str, str]:
     """results/chapter_costs.json (agentrl_lib.notebook.ChapterCost; `make chapter-costs` and `make
     execute-notebooks`): each chapter's last measured wall time in full and fast mode and its full-mode peak memory,
     for the README's chapter table (keys chapter.<name>.full / .fast / .peak)."""
-    import json
+    from report import RESULTS
 
-    from report import ROOT
-
-    path = ROOT / "results" / "chapter_costs.json"
+    path = RESULTS / "chapter_costs.json"
     out = {}
     for chapter, modes in (json.loads(path.read_text()) if path.exists() else {}).items():
         for mode, got in modes.items():
