@@ -852,8 +852,9 @@ def choose_balanced_seeds() -> tuple[int, ...]:
 
 def balanced_part(n_jobs: int) -> list[str]:
     """The balanced part: its games (pools, then BALANCED), the RL start chosen on the balanced validation games,
-    the pilot (every cell x BAL_PILOT_SEEDS), the seeds rule, then the remaining seeds of BAL_LATER_CELLS,
-    seed-major, into RESULTS/algo_reward_balanced.jsonl. Returns the names of the commands that failed."""
+    the base model's and the start's greedy held-out evaluations, the pilot (every cell x BAL_PILOT_SEEDS), the
+    seeds rule, then the remaining seeds of BAL_LATER_CELLS, seed-major, into RESULTS/algo_reward_balanced.jsonl.
+    Returns the names of the commands that failed."""
     failed = parallel(games([g for g in GAMES if g.startswith("cooking-pool")]), n_jobs)
     if failed:
         return failed
@@ -864,8 +865,16 @@ def balanced_part(n_jobs: int) -> list[str]:
     init = choose_balanced_start(n_jobs)
     out = str(RESULTS / "algo_reward_balanced.jsonl")
     first = len(PLAN)
-    failed += parallel([sweep(BALANCED_CONFIG, out, cell, s, init) for s in BAL_PILOT_SEEDS for cell in BAL_CELLS],
-                       n_jobs)
+    # the base model and the RL start, greedily on the balanced held-out games (into stage_evals.jsonl, collected
+    # after the pilot): what "GRPO stays near its start" and each cell's change from its start are measured against
+    chosen = json.loads((RESULTS / "sft_choice_balanced.json").read_text()) if not DRY_RUN else {}
+    starts = [*stage_eval("embedded", "cooking-bal-heldout", 8, "base"),
+              *stage_eval(init, "cooking-bal-heldout", 8, "sft", demos=chosen.get("chosen_demos"), epochs=1.0,
+                          seed=0, lr=chosen.get("chosen_lr"), balanced_start=True)]
+    failed += parallel(starts + [sweep(BALANCED_CONFIG, out, cell, s, init) for s in BAL_PILOT_SEEDS
+                                 for cell in BAL_CELLS], n_jobs)
+    if not DRY_RUN:  # now, not at the end of the part: the later seeds take hours
+        log(f"collected {collect_evals()} new stage evaluations into {RESULTS / 'stage_evals.jsonl'}")
     if failed:
         return failed
     seeds = choose_balanced_seeds() if not DRY_RUN else tuple(range(4))
