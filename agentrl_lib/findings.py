@@ -129,6 +129,11 @@ SPLIT_WHY = ("a budget of 400 units (paper 1,000); 135M model; 2 seeds; RL's epi
 HARD_WHY = ("the harder games need two ingredients and 12 turns, and every SFT walkthrough here had one ingredient and "
             "5 commands")
 BANDIT_WHY = "10 steps × 16 episodes (RAGEN: 200 steps × 128); 135M model (RAGEN 0.5B)"
+BAL_WHY = ("135M model (paper 1.5B / 7B); 5-command cooking games, as many with the ingredient in the fridge as on "
+           "the counter, in training, validation and held-out games alike (chapter 01 §5c); 400 episodes at lr 1e-5 "
+           "(paper: actor 1e-6)")
+BAL_RLOO_WHY = ("; RLOO ran the pilot's 2 seeds only: a run took ~52 min, not the planned 32, and the budget dropped "
+                "cells before seeds (results/seeds_choice_balanced.json)")
 GPU_RUN_MINUTES = 4.0
 """A cooking run of configs/cooking.yaml's shape on an H100 (results/algo_reward_first_design.jsonl: 25 steps in
 126-394 s, median ~4 min): what the seeds-needed figure of a cooking row costs on a GPU."""
@@ -136,8 +141,10 @@ GPU_RUN_MINUTES = 4.0
 
 def _cost(records: list[dict], cells: int = 2, gpu_minutes: float | None = None) -> Callable[[int, int], str]:
     """need, have -> "about H CPU h more here[, G GPU h]": (need - have) more seeds of `cells` cells at the median
-    wall time of the file's CPU runs (and gpu_minutes a run on a GPU)."""
-    walls = [r["wall_seconds"] for r in records if r.get("wall_seconds") and r.get("device") == "cpu"]
+    time of the file's CPU runs (and gpu_minutes a run on a GPU). A run's time is the larger of its wall_seconds
+    and its train_seconds: a run that resumed after a stop has a wall time of its last stretch only."""
+    walls = [max(r["wall_seconds"], r.get("train_seconds") or 0.0) for r in records
+             if r.get("wall_seconds") and r.get("device") == "cpu"]
     median = statistics.median(walls) if walls else None
 
     def cost(need: int, have: int) -> str:
@@ -167,6 +174,15 @@ def _main(axis, a, b, where, sign, margin=None, names=None, effect=None):
         return (_both(res["algo_reward"], axis, a, b, where, sign, names, margin, gpu_minutes=GPU_RUN_MINUTES,
                       effect=effect)
                 if res["algo_reward"] else _not_run("main"))
+    return check
+
+
+def _balanced(axis, a, b, where, sign, margin=None, names=None, effect=None):
+    """A comparison of two cells of the balanced sweep (results/algo_reward_balanced.jsonl), paired by seed."""
+    def check(res):
+        return (_both(res["algo_reward_balanced"], axis, a, b, where, sign, names, margin,
+                      gpu_minutes=GPU_RUN_MINUTES, effect=effect)
+                if res["algo_reward_balanced"] else _not_run("balanced"))
     return check
 
 
@@ -251,6 +267,49 @@ def won_by_place(record: dict, places: dict[str, str], place: str) -> int:
     return sum(1 for g, won, _ in record["eval"]["per_game"] if won and places.get(g) == place)
 
 
+def success_by_place(records: list[dict], cells: tuple[str, str] = ("algo", "reward.kind")) -> str:
+    """A Markdown table of a cooking sweep's held-out success split by where each game keeps its ingredient: per cell
+    (the values of the two `cells` axes; PPO, GRPO, RLOO and sparse before dense, else file order), the share of the fridge games and of the counter games won
+    (mean over the cell's runs) and how many runs won any counter game. The places come from results/game_sets.json
+    (game_places of the records' eval_games); "" when records is empty or the set's places are unknown."""
+    if not records:
+        return ""
+    places = game_places(records[0]["config"]["train"]["eval_games"])
+    if not places:
+        return ""
+    n_place = {p: sum(v == p for v in places.values()) for p in ("fridge", "counter")}
+    rows = [f"| {cells[0]} | {cells[1]} | fridge games won (mean over seeds) | counter games won | "
+            "runs that won any counter game |", "|:--|:--|--:|--:|--:|"]
+    order = {"ppo": 0, "grpo": 1, "rloo": 2, "sparse": 0, "dense": 1}
+    keys = list(dict.fromkeys((r["cell"].get(cells[0]), r["cell"].get(cells[1])) for r in records))
+    for a, k in sorted(keys, key=lambda c: (order.get(c[0], 3), order.get(c[1], 3), keys.index(c))):
+        runs = [r for r in records if (r["cell"].get(cells[0]), r["cell"].get(cells[1])) == (a, k)]
+        won = {p: [won_by_place(r, places, p) / n_place[p] for r in runs] for p in n_place}
+        rows.append(f"| {a} | {k} | {sum(won['fridge']) / len(runs):.0%} of {n_place['fridge']} | "
+                    f"{sum(won['counter']) / len(runs):.0%} of {n_place['counter']} | "
+                    f"{sum(x > 0 for x in won['counter'])} of {len(runs)} |")
+    return "\n".join(rows)
+
+
+def first_update_table(records: list[dict]) -> str:
+    """A Markdown table, one row per run (by seed, then cell): the approximate KL of its first update (nats, the k3
+    estimate of KL(π_old ‖ π_θ), steps[0]["approx_kl"]), its training success at steps 1, 2 and 3 (16 sampled
+    episodes a step), its lowest and last, and its held-out success: how large the first update was, and whether
+    the run fell after it and came back. "" when records is empty."""
+    if not records:
+        return ""
+    rows = ["| seed | run | first update's approx. KL | training success, steps 1 → 2 → 3 | lowest | last | "
+            "held-out success |", "|--:|:--|--:|:--|--:|--:|--:|"]
+    for r in sorted(records, key=lambda r: r["seed"]):
+        success = [s["success_rate"] for s in r["steps"] if s.get("success_rate") is not None]
+        kl = r["steps"][0].get("approx_kl") if r["steps"] else None
+        rows.append(f"| {r['seed']} | {' '.join(str(v) for v in r['cell'].values())} | "
+                    + (f"{kl:.3f}" if kl is not None else "—") + " | "
+                    + " → ".join(_pct(x) for x in success[:3]) + f" | {_pct(min(success))} | {_pct(success[-1])} | "
+                    f"{_pct(r['eval']['success_rate'])} |")
+    return "\n".join(rows)
+
+
 def _counter_wins(res):
     """Runs that won any held-out game whose ingredient is on the counter, PPO against GRPO (dense and sparse pooled:
     12 runs each); Fisher's exact test. The counter games are the only ones that tell the cells apart: most runs
@@ -275,17 +334,21 @@ def _counter_wins(res):
                   f"{CANNOT_TELL} (Fisher p = {p:.2f})")
 
 
-def _grpo_vs_start(res):
+def _grpo_vs_start(res, sweep: str = "algo_reward"):
     """GRPO's held-out success per seed minus its SFT start's (results/stage_evals.jsonl: the start evaluated on the
     same held-out games, greedily): a one-sample t interval over the GRPO runs of both reward kinds (the start is one
-    model; its own game-to-game noise is left out). The paper: GRPO ≈ the base it started from."""
-    recs, evals = res["algo_reward"], res["stage_evals"]
+    model; its own game-to-game noise is left out). The paper: GRPO ≈ the base it started from. `sweep`:
+    "algo_reward" (its start flagged main_start, on cooking-heldout) or "algo_reward_balanced" (balanced_start, on
+    cooking-bal-heldout)."""
+    balanced = sweep == "algo_reward_balanced"
+    recs, evals = res[sweep], res["stage_evals"]
     if not recs:
-        return _not_run("main")
-    start = next((e for e in reversed(evals) if e.get("main_start") and e.get("games") == "cooking-heldout"), None)
+        return _not_run("balanced" if balanced else "main")
+    flag, games = ("balanced_start", "cooking-bal-heldout") if balanced else ("main_start", "cooking-heldout")
+    start = next((e for e in reversed(evals) if e.get(flag) and e.get("games") == games), None)
     if start is None:
         return "the SFT start's held-out evaluation is not in results/stage_evals.jsonl", \
-            f"{NOT_RUN} (`{REGENERATE} evals`)"
+            f"{NOT_RUN} (`{REGENERATE} {'balanced' if balanced else 'evals'}`)"
     s0 = start["eval"]["success_rate"]
     out = {}
     for kind in ("dense", "sparse"):
@@ -337,12 +400,32 @@ FINDINGS: list[tuple[str, str, str, str, Callable[[dict], tuple[str, ...]]]] = [
     ("01_environment", "Simple worlds predict the complex: a policy trained at w2-o3-q4 does as well at w8-o12-q4 "
      "as one trained there", "finding (i): training in simple environments predicts generalisation",
      "the paper's claim is qualitative; here one pair of levels, 2 seeds, near a floor", _transfer),
+    ("02_reward", "Dense turn rewards help PPO, on balanced games", "PPO 41% sparse → 58% dense (7B, cooking)",
+     BAL_WHY + "; a max score of 3 leaves little partial credit to add",
+     _balanced("reward.kind", "dense", "sparse", {"algo": "ppo"}, 1, effect=0.17)),
+    ("02_reward", "Dense rewards do not help RLOO, on balanced games", "RLOO ≈ 55% under both dense settings (7B, "
+     "cooking)", BAL_WHY + BAL_RLOO_WHY + "; 'agrees' needs the interval inside ±17 pts, PPO's dense effect in the "
+     "paper", _balanced("reward.kind", "dense", "sparse", {"algo": "rloo"}, 0, margin=0.17)),
     ("02_reward", "Dense turn rewards help PPO", "PPO 41% sparse → 58% dense (7B, cooking)",
      MAIN_WHY + "; a max score of 3 leaves little partial credit to add",
      _main("reward.kind", "dense", "sparse", {"algo": "ppo"}, 1, effect=0.17)),
     ("02_reward", "Dense rewards do not help RLOO", "RLOO ≈ 55% under both dense settings (7B, cooking)",
      MAIN_WHY + "; 'agrees' needs the interval inside ±17 pts, PPO's dense effect in the paper",
      _main("reward.kind", "dense", "sparse", {"algo": "rloo"}, 0, margin=0.17)),
+    ("03_policy", "PPO (critic, GAE) beats GRPO, dense reward, on balanced games",
+     "PPO 88% vs GRPO ≈ base (1.5B, w2-o3-q4)", BAL_WHY,
+     _balanced("algo", "ppo", "grpo", {"reward.kind": "dense"}, 1, effect=0.70)),
+    ("03_policy", "PPO beats GRPO, sparse reward, on balanced games",
+     "PPO above GRPO (the paper's ranking of the estimators)", BAL_WHY,
+     _balanced("algo", "ppo", "grpo", {"reward.kind": "sparse"}, 1)),
+    ("03_policy", "PPO beats RLOO, dense reward, on balanced games", "PPO 88% vs RLOO 51% (1.5B, w2-o3-q4)",
+     BAL_WHY + BAL_RLOO_WHY, _balanced("algo", "ppo", "rloo", {"reward.kind": "dense"}, 1, effect=0.37)),
+    ("03_policy", "GRPO stays near its start, on balanced games", "GRPO ≈ base (1.5B, w2-o3-q4)",
+     "the start here is an SFT model chosen for headroom on the balanced validation games; 'agrees' needs the "
+     "interval inside ±15 pts", lambda res: _grpo_vs_start(res, "algo_reward_balanced")),
+    ("03_policy", "Echo Trap on balanced games: the reward spread falls before the reward",
+     "RAGEN: group reward std falls before reward, then collapse", "25 steps per run (RAGEN: 200)",
+     lambda res: echo_trap(res["algo_reward_balanced"]) if res["algo_reward_balanced"] else _not_run("balanced")),
     ("03_policy", "PPO (critic, GAE) beats GRPO, dense reward", "PPO 88% vs GRPO ≈ base (1.5B, w2-o3-q4)",
      MAIN_WHY, _main("algo", "ppo", "grpo", {"reward.kind": "dense"}, 1, effect=0.70)),
     ("03_policy", "PPO beats RLOO, dense reward", "PPO 88% vs RLOO 51% (1.5B, w2-o3-q4)",
@@ -395,8 +478,8 @@ FINDINGS: list[tuple[str, str, str, str, Callable[[dict], tuple[str, ...]]]] = [
      "GRPO, Qwen3-8B: 22% resolved (pass ratio) vs 4.2% (binary)", "planted one-statement bugs in toolz and boltons "
      "(SWE-Gym: real issues); 135M model; 8 held-out tasks per level", _swe),
 ]
-RESULTS_FILES = ("algo_reward", "stability", "stability_long", "sft_rl_split", "exploration", "complexity",
-                 "stage_evals", "swe")
+RESULTS_FILES = ("algo_reward", "algo_reward_balanced", "stability", "stability_long", "sft_rl_split", "exploration",
+                 "complexity", "stage_evals", "swe")
 
 
 def verdicts(chapter: str | None = None, results: dict[str, list[dict]] | None = None) -> list[Verdict]:
@@ -445,9 +528,13 @@ def lessons(results: dict[str, list[dict]] | None = None) -> str:
     res = {name: res.get(name, []) for name in RESULTS_FILES}
     rows = verdicts(None, res)
     words = {w: sum(v.verdict.startswith(w) for v in rows) for w in VERDICTS}
-    out = [f"Of the {len(rows)} findings tested, {words[AGREES]} agree with the papers, {words[DISAGREES]} disagree, "
-           f"{words[CANNOT_TELL]} cannot be told at this scale and {words[FLOOR] + words[NEAR_FLOOR]} sit on a floor "
-           "where neither model won anything."]
+    waiting = sorted({m.group(1) for v in rows if v.verdict.startswith(NOT_RUN)
+                      for m in [re.search(r"\(`([^`]+)`\)", v.verdict)] if m})
+    out = [f"Of the {len(rows) - words[NOT_RUN]} findings tested, {words[AGREES]} agree with the papers, "
+           f"{words[DISAGREES]} disagree, {words[CANNOT_TELL]} cannot be told at this scale and "
+           f"{words[FLOOR] + words[NEAR_FLOOR]} sit on a floor where neither model won anything"
+           + (f"; {words[NOT_RUN]} more wait for runs not in results/ yet ({', '.join(f'`{c}`' for c in waiting)})"
+              if words[NOT_RUN] else "") + "."]
     main = res["algo_reward"]
     held, area = residual_sd(main), residual_sd(main, AREA)
     if held and area:

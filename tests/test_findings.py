@@ -359,19 +359,23 @@ def _run(cell: dict, seed: int, success: float, **more) -> dict:
 
 def test_each_chapter_gets_its_own_rows_and_an_unknown_chapter_is_refused():
     rows = lib.verdicts("02_reward", results={})
-    assert [v.finding for v in rows] == ["Dense turn rewards help PPO", "Dense rewards do not help RLOO"]
-    assert all(v.verdict == "cannot tell yet (`python results/regenerate.py main`)" and v.why for v in rows)
+    assert [v.finding for v in rows] == ["Dense turn rewards help PPO, on balanced games",
+                                         "Dense rewards do not help RLOO, on balanced games",
+                                         "Dense turn rewards help PPO", "Dense rewards do not help RLOO"]
+    assert [v.verdict for v in rows] == ["cannot tell yet (`python results/regenerate.py balanced`)"] * 2 + \
+        ["cannot tell yet (`python results/regenerate.py main`)"] * 2
+    assert all(v.why for v in rows)
     every = lib.verdicts(results={})
     assert {v.chapter for v in every} == {"01_environment", "02_reward", "03_policy", "04_sft_then_rl",
                                          "05_stability", "06_swe"}
     with pytest.raises(ValueError, match="no finding belongs to chapter '07_x'"):
         lib.verdicts("07_x", results={})
     table = lib.verdict_table("02_reward", results={}).splitlines()
-    assert table[0].endswith("| its verdict | why it may differ |") and len(table) == 4  # no chapter column
+    assert table[0].endswith("| its verdict | why it may differ |") and len(table) == 6  # no chapter column
     assert table[1] == "|:--" * 7 + "|"
     short = lib.verdict_table("02_reward", results={}, link="x/", why=False).splitlines()
     assert short[0].endswith("| its verdict | chapter |") and short[1] == "|:--" * 7 + "|"
-    assert short[2].endswith("| cannot tell yet (`python results/regenerate.py main`) | — | — | "
+    assert short[2].endswith("| cannot tell yet (`python results/regenerate.py balanced`) | — | — | "
                              "[02_reward](x/02_reward.ipynb) |")
 
 
@@ -527,3 +531,39 @@ def test_balanced_status_reads_the_running_sweeps_files(tmp_path, monkeypatch):
         "heldout": {"paired_diff_sd": 0.2}}))
     assert "paired-difference sd 8.0 points of the learning-curve area, 20.0 of held-out success → 4 seeds" in \
         findings.balanced_status()
+
+
+def test_balanced_rows_read_the_balanced_sweep_only():
+    """The balanced rows compare cells of results/algo_reward_balanced.jsonl, paired by seed; the shortcut sweep's
+    records (algo_reward) do not reach them (control), and GRPO's start there is the balanced start's evaluation."""
+    planted = [{**r, "config": {"train": {"eval_games": "games/planted"}}}
+               for r in _recs({("ppo", "sparse"): [0.9, 1.0, 0.95], ("grpo", "sparse"): [0.0, 0.1, 0.05]})]
+    row = "PPO beats GRPO, sparse reward, on balanced games"
+    got = {v.finding: v for v in lib.verdicts("03_policy", results={"algo_reward_balanced": planted})}
+    assert got[row].verdict == "agrees" and "(paired over 3 seeds)" in got[row].ours
+    assert got["PPO beats GRPO, sparse reward"].verdict.startswith("cannot tell yet")  # the shortcut rows: not run
+    other = {v.finding: v for v in lib.verdicts("03_policy", results={"algo_reward": planted})}
+    assert other[row].verdict == "cannot tell yet (`python results/regenerate.py balanced`)"
+    assert other["PPO beats GRPO, sparse reward"].verdict == "agrees"
+    same = _recs({("ppo", "sparse"): [0.1, 0.9, 0.5], ("grpo", "sparse"): [0.2, 0.8, 0.5]})
+    assert {v.finding: v for v in lib.verdicts("03_policy", results={"algo_reward_balanced": same})}[
+        row].verdict.startswith("cannot tell at this scale")
+
+    grpo = [{"cell": {"algo": "grpo", "reward.kind": k}, "seed": s, "eval": {"success_rate": 0.5 + 0.01 * s}}
+            for k in ("dense", "sparse") for s in range(3)]
+    main_start = {"main_start": True, "games": "cooking-heldout", "eval": {"success_rate": 0.5}}
+    bal_start = {"balanced_start": True, "games": "cooking-bal-heldout", "eval": {"success_rate": 0.9}}
+    res = {"algo_reward_balanced": grpo, "stage_evals": [main_start, bal_start]}
+    assert lib._grpo_vs_start(res, "algo_reward_balanced")[1] == "disagrees"  # 0.5 against the balanced 0.9
+    assert lib._grpo_vs_start({**res, "stage_evals": [main_start]}, "algo_reward_balanced")[0].startswith(
+        "the SFT start's held-out evaluation is not in")  # control: the shortcut start is not the balanced one
+
+
+def test_cost_counts_a_resumed_run_at_its_training_time():
+    """A run that resumed after a stop records the wall time of its last stretch only: the cost of more seeds
+    takes the larger of wall_seconds and train_seconds (control: the wall times alone give a tenth of it)."""
+    fresh = {"device": "cpu", "wall_seconds": 3600.0, "train_seconds": 3000.0}
+    resumed = {"device": "cpu", "wall_seconds": 360.0, "train_seconds": 3600.0}
+    assert lib._cost([resumed] * 3)(3, 1) == "about 4.0 CPU h more here"   # 2 cells x 2 seeds x 1 h
+    assert lib._cost([fresh] * 3)(3, 1) == "about 4.0 CPU h more here"
+    assert lib._cost([{**resumed, "train_seconds": None}] * 3)(3, 1) == "about 0.4 CPU h more here"
