@@ -122,7 +122,7 @@ def compare_evaluations(evals: list[dict], a: dict, b: dict, expect_sign: int, n
 
 MAIN_WHY = ("135M model (paper 1.5B / 7B); 5-command cooking games; 400 episodes at lr 1e-5 (paper: actor 1e-6); "
             "52 of the 64 training games keep the ingredient in the fridge, and 18 of the 36 runs end on that habit, "
-            "take X from fridge (chapter 03 §6): the cells differ mostly in whether a run breaks out of it")
+            "take X from fridge (chapter 03 §6b): the cells differ mostly in whether a run breaks out of it")
 SPLIT_WHY = ("a budget of 400 units (paper 1,000); 135M model; 2 seeds; RL's episodes are played on training games "
              "that mostly keep the ingredient in the fridge, and several runs end on the habit take X from fridge "
              "(chapter 04 §4)")
@@ -269,9 +269,10 @@ def won_by_place(record: dict, places: dict[str, str], place: str) -> int:
 
 def success_by_place(records: list[dict], cells: tuple[str, str] = ("algo", "reward.kind")) -> str:
     """A Markdown table of a cooking sweep's held-out success split by where each game keeps its ingredient: per cell
-    (the values of the two `cells` axes; PPO, GRPO, RLOO and sparse before dense, else file order), the share of the fridge games and of the counter games won
-    (mean over the cell's runs) and how many runs won any counter game. The places come from results/game_sets.json
-    (game_places of the records' eval_games); "" when records is empty or the set's places are unknown."""
+    (the values of the two `cells` axes; PPO, GRPO, RLOO and sparse before dense, else file order), the share of
+    the fridge games and of the counter games won (mean over the cell's runs) and how many runs won any counter
+    game. The places come from results/game_sets.json (game_places of the records' eval_games); "" when records is
+    empty or the set's places are unknown."""
     if not records:
         return ""
     places = game_places(records[0]["config"]["train"]["eval_games"])
@@ -313,7 +314,7 @@ def first_update_table(records: list[dict]) -> str:
 def _counter_wins(res):
     """Runs that won any held-out game whose ingredient is on the counter, PPO against GRPO (dense and sparse pooled:
     12 runs each); Fisher's exact test. The counter games are the only ones that tell the cells apart: most runs
-    win every fridge game (chapter 03 §6)."""
+    win every fridge game (chapter 03 §6b)."""
     from scipy.stats import fisher_exact
 
     recs = res["algo_reward"]
@@ -406,10 +407,11 @@ FINDINGS: list[tuple[str, str, str, str, Callable[[dict], tuple[str, ...]]]] = [
     ("02_reward", "Dense rewards do not help RLOO, on balanced games", "RLOO ≈ 55% under both dense settings (7B, "
      "cooking)", BAL_WHY + BAL_RLOO_WHY + "; 'agrees' needs the interval inside ±17 pts, PPO's dense effect in the "
      "paper", _balanced("reward.kind", "dense", "sparse", {"algo": "rloo"}, 0, margin=0.17)),
-    ("02_reward", "Dense turn rewards help PPO", "PPO 41% sparse → 58% dense (7B, cooking)",
+    ("02_reward", "Dense turn rewards help PPO, on the shortcut games", "PPO 41% sparse → 58% dense (7B, cooking)",
      MAIN_WHY + "; a max score of 3 leaves little partial credit to add",
      _main("reward.kind", "dense", "sparse", {"algo": "ppo"}, 1, effect=0.17)),
-    ("02_reward", "Dense rewards do not help RLOO", "RLOO ≈ 55% under both dense settings (7B, cooking)",
+    ("02_reward", "Dense rewards do not help RLOO, on the shortcut games",
+     "RLOO ≈ 55% under both dense settings (7B, cooking)",
      MAIN_WHY + "; 'agrees' needs the interval inside ±17 pts, PPO's dense effect in the paper",
      _main("reward.kind", "dense", "sparse", {"algo": "rloo"}, 0, margin=0.17)),
     ("03_policy", "PPO (critic, GAE) beats GRPO, dense reward, on balanced games",
@@ -426,23 +428,26 @@ FINDINGS: list[tuple[str, str, str, str, Callable[[dict], tuple[str, ...]]]] = [
     ("03_policy", "Echo Trap on balanced games: the reward spread falls before the reward",
      "RAGEN: group reward std falls before reward, then collapse", "25 steps per run (RAGEN: 200)",
      lambda res: echo_trap(res["algo_reward_balanced"]) if res["algo_reward_balanced"] else _not_run("balanced")),
-    ("03_policy", "PPO (critic, GAE) beats GRPO, dense reward", "PPO 88% vs GRPO ≈ base (1.5B, w2-o3-q4)",
+    ("03_policy", "PPO (critic, GAE) beats GRPO, dense reward, on the shortcut games",
+     "PPO 88% vs GRPO ≈ base (1.5B, w2-o3-q4)",
      MAIN_WHY, _main("algo", "ppo", "grpo", {"reward.kind": "dense"}, 1, effect=0.70)),
-    ("03_policy", "PPO beats RLOO, dense reward", "PPO 88% vs RLOO 51% (1.5B, w2-o3-q4)",
+    ("03_policy", "PPO beats RLOO, dense reward, on the shortcut games", "PPO 88% vs RLOO 51% (1.5B, w2-o3-q4)",
      MAIN_WHY + "; at 7B on w2-o3-q4 the paper saw PPO ≈ RLOO ≈ 98%",
      _main("algo", "ppo", "rloo", {"reward.kind": "dense"}, 1, effect=0.37)),
-    ("03_policy", "PPO beats GRPO, sparse reward", "PPO above GRPO (the paper's ranking of the estimators)",
+    ("03_policy", "PPO beats GRPO, sparse reward, on the shortcut games",
+     "PPO above GRPO (the paper's ranking of the estimators)",
      MAIN_WHY, _main("algo", "ppo", "grpo", {"reward.kind": "sparse"}, 1)),
     ("03_policy", "PPO breaks out of the fridge habit more often than GRPO",
      "PPO 88% vs GRPO ≈ base (1.5B): the critic learns what GRPO's tied groups cannot",
-     "the counter games are the only held-out games that tell the cells apart (chapter 03 §6); a run counts once "
+     "the counter games are the only held-out games that tell the cells apart (chapter 03 §6b); a run counts once "
      "whatever its reward kind", _counter_wins),
-    ("03_policy", "GRPO stays near its start", "GRPO ≈ base (1.5B, w2-o3-q4)",
+    ("03_policy", "GRPO stays near its start, on the shortcut games", "GRPO ≈ base (1.5B, w2-o3-q4)",
      "the start here is an SFT model chosen for headroom (chapter 03 §3); 'agrees' needs the interval inside ±15 pts",
      _grpo_vs_start),
-    ("03_policy", "Echo Trap: the reward spread falls before the reward", "RAGEN: group reward std falls before "
-     "reward, then collapse", "25 steps per run (RAGEN: 200); most runs converge on a habit whose groups tie "
-     "(chapter 03 §6): a floor of the std without a fall is not the trap", _echo_main),
+    ("03_policy", "Echo Trap on the shortcut games: the reward spread falls before the reward",
+     "RAGEN: group reward std falls before reward, then collapse", "25 steps per run (RAGEN: 200); most runs "
+     "converge on a habit whose groups tie (chapter 03 §6b): a floor of the std without a fall is not the trap",
+     _echo_main),
     ("01_environment", "A 2× turn budget beats 1× (exploration)", "max turns 6 → 55%, 8 (2× optimal) → 73%",
      "15 RL steps, 2 seeds; the walkthrough is 5 commands, so 10 turns is 2×; no run won a game with more turns "
      "that its seed lost with 5: the runs that won learned one habit, take the ingredient from the fridge "
@@ -561,7 +566,8 @@ def lessons(results: dict[str, list[dict]] | None = None) -> str:
                    f"without reading the room, and {habit} of the {len(main)} runs ended winning exactly the held-out "
                    "fridge games; the algorithms differ mostly in whether a run breaks out of that habit.")
     by = {v.finding: v for v in rows}
-    sparse, grpo = by.get("PPO beats GRPO, sparse reward"), by.get("GRPO stays near its start")
+    sparse, grpo = by.get("PPO beats GRPO, sparse reward, on the shortcut games"), \
+        by.get("GRPO stays near its start, on the shortcut games")
     alone = by.get("SFT alone beats SFT then a little RL, in domain")
     told = [f"with a sparse reward PPO beat GRPO ({sparse.ours.split('; Δ ')[1].split(' (')[0]})"
             if sparse and sparse.verdict == AGREES else None,
@@ -574,7 +580,7 @@ def lessons(results: dict[str, list[dict]] | None = None) -> str:
     told = [t for t in told if t]
     if told:
         out.append("What does resolve: " + "; ".join(told) + ".")
-    dense = by.get("Dense turn rewards help PPO")
+    dense = by.get("Dense turn rewards help PPO, on the shortcut games")
     if dense and dense.area != "—" and not dense.area_verdict.startswith((CANNOT_TELL, NOT_RUN)):
         out.append(f"Dense turn rewards did not help PPO here: on the learning-curve area dense minus sparse is "
                    f"{dense.area.split('; Δ ')[1].split(' (')[0]}, against the paper's +17 points of held-out "

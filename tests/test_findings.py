@@ -361,7 +361,8 @@ def test_each_chapter_gets_its_own_rows_and_an_unknown_chapter_is_refused():
     rows = lib.verdicts("02_reward", results={})
     assert [v.finding for v in rows] == ["Dense turn rewards help PPO, on balanced games",
                                          "Dense rewards do not help RLOO, on balanced games",
-                                         "Dense turn rewards help PPO", "Dense rewards do not help RLOO"]
+                                         "Dense turn rewards help PPO, on the shortcut games",
+                                         "Dense rewards do not help RLOO, on the shortcut games"]
     assert [v.verdict for v in rows] == ["cannot tell yet (`python results/regenerate.py balanced`)"] * 2 + \
         ["cannot tell yet (`python results/regenerate.py main`)"] * 2
     assert all(v.why for v in rows)
@@ -541,10 +542,11 @@ def test_balanced_rows_read_the_balanced_sweep_only():
     row = "PPO beats GRPO, sparse reward, on balanced games"
     got = {v.finding: v for v in lib.verdicts("03_policy", results={"algo_reward_balanced": planted})}
     assert got[row].verdict == "agrees" and "(paired over 3 seeds)" in got[row].ours
-    assert got["PPO beats GRPO, sparse reward"].verdict.startswith("cannot tell yet")  # the shortcut rows: not run
+    shortcut = "PPO beats GRPO, sparse reward, on the shortcut games"
+    assert got[shortcut].verdict.startswith("cannot tell yet")  # the shortcut rows: not run
     other = {v.finding: v for v in lib.verdicts("03_policy", results={"algo_reward": planted})}
     assert other[row].verdict == "cannot tell yet (`python results/regenerate.py balanced`)"
-    assert other["PPO beats GRPO, sparse reward"].verdict == "agrees"
+    assert other[shortcut].verdict == "agrees"
     same = _recs({("ppo", "sparse"): [0.1, 0.9, 0.5], ("grpo", "sparse"): [0.2, 0.8, 0.5]})
     assert {v.finding: v for v in lib.verdicts("03_policy", results={"algo_reward_balanced": same})}[
         row].verdict.startswith("cannot tell at this scale")

@@ -1,7 +1,8 @@
 """The silent bugs of multi-turn RL that real frameworks shipped, one test each, each with a negative control.
 
 Every test runs a check on what the library produces (it must pass) and then on the same pipeline with the bug
-planted by a monkeypatch or a hand-written buggy variant (the check must fail), so no check can pass vacuously.
+planted by a monkeypatch or a hand-written buggy variant (the check must fail), so no check can pass vacuously. The
+checks the chapters' exercises also run live in agentrl_lib/known_bugs.py.
 
 | bug (where it shipped)                                                   | check                                      |
 |--------------------------------------------------------------------------|--------------------------------------------|
@@ -20,16 +21,21 @@ planted by a monkeypatch or a hand-written buggy variant (the check must fail), 
 """  # noqa: E501  (a table: one row per bug, its check beside it)
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
 
 import agentrl_lib.generation as generation_mod
 from agentrl_lib import losses
-from agentrl_lib.advantages import grpo_advantages, rloo_advantages, singleton_groups
+from agentrl_lib.advantages import grpo_advantages, rloo_advantages
 from agentrl_lib.envs.pool import SerialPool
 from agentrl_lib.generation import HFGenerator
+from agentrl_lib.known_bugs import (
+    check_reinforce_pp_keeps_credit_across_observations,
+    check_singleton_groups,
+    check_step_rewards_are_score_increments,
+    check_wins_outscore_non_wins,
+    sparse_three_turn_batch,
+)
 from agentrl_lib.models import load_policy
 from agentrl_lib.policy import token_forward
 from agentrl_lib.prompts import ChatFormat
@@ -276,18 +282,6 @@ def test_padding_and_post_eos_tokens_stay_invisible_across_turns(tiny, cooking_g
         check_logprobs_reproduce(model, tok, trajs)
 
 
-def check_wins_outscore_non_wins(reward_fn, trials=2000, seed=0) -> None:
-    rng = random.Random(seed)
-    for _ in range(trials):
-        max_score = rng.choice([1, 3, 7, 8, 0.25, 2.5, 100])
-        n = rng.randint(1, 10)
-        won_incs = [rng.choice([0, 0, 1, -1]) * max_score / rng.choice([1, 3, 7]) for _ in range(n)]
-        lost_incs = [rng.choice([0, 1, 1, 2]) * max_score / rng.choice([3, 7, 8]) for _ in range(rng.randint(1, 10))]
-        w = sum(reward_fn(won_incs, max_score, True))
-        lo = sum(reward_fn(lost_incs, max_score, False))
-        assert lo < w, f"a lost game ({lost_incs}, max {max_score}) totals {lo:.3f} >= a won one ({w:.3f})"
-
-
 def test_a_lost_dense_game_never_outscores_a_won_one():
     check_wins_outscore_non_wins(dense_turn_rewards)
 
@@ -300,15 +294,6 @@ def test_a_lost_dense_game_never_outscores_a_won_one():
 
     with pytest.raises(AssertionError, match="lost game"):
         check_wins_outscore_non_wins(reference)
-
-
-def check_singleton_groups(estimator) -> None:
-    returns = torch.tensor([1.0, 0.0, 0.7, 0.2, 0.9])
-    groups = torch.tensor([0, 0, 1, 2, 2])  # group 1 lost its other episodes to env failures
-    adv = estimator(returns, groups)
-    assert torch.isfinite(adv).all(), "non-finite advantage for a group of one"
-    assert adv[2].item() == 0.0, "a group of one got a non-zero advantage without a baseline"
-    assert singleton_groups(groups) == 1
 
 
 @pytest.mark.filterwarnings(r"ignore:std\(\)")  # the planted naive GRPO takes the std of one value
@@ -375,39 +360,6 @@ def test_loss_does_not_count_the_gaps_between_turns(monkeypatch):
 
 
 # ------------------------------------------------------------------ issue 13: credit assignment across turns
-def sparse_three_turn_batch():
-    """Two 3-turn episodes with observation tokens (mask 0) between the turns; sparse rewards: episode 0 wins on its
-    last turn (reward 1), episode 1 earns nothing; episode 0 also has a zero-reward middle turn between two rewarded
-    ones in the bi-level check (reward 0.5 on turn 1)."""
-    mask = torch.tensor([[0, 1, 1, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0],
-                         [0, 1, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0]], dtype=torch.float32)
-    turn_end = torch.zeros_like(mask)
-    turn_end[0, [2, 7, 11]] = 1
-    turn_end[1, [1, 5, 10]] = 1
-    turns = [[[1, 2], [5, 6, 7], [10, 11]], [[1], [4, 5], [8, 9, 10]]]
-    return mask, turn_end, turns
-
-
-def check_reinforce_pp_keeps_credit_across_observations(estimator) -> None:
-    """REINFORCE++ on two sparse 3-turn episodes (won: rewards 0, 0, 1; lost: 0, 0, 0), γ = 1: every token of the
-    won episode has reward-to-go 1 and every token of the lost one 0, so after whitening each won token is above
-    every lost one. verl's 'reset after EOS' zeroes the running return at the observation tokens: the won episode's
-    first two turns fall to the lost episode's level."""
-    from agentrl_lib.advantages import AdvantageInputs
-    from agentrl_lib.config import AlgoConfig
-
-    mask, turn_end, turns = sparse_three_turn_batch()
-    rewards = torch.zeros_like(mask)
-    rewards[0, 11] = 1.0
-    inp = AdvantageInputs(token_rewards=rewards, mask=mask, returns=torch.tensor([1.0, 0.0]),
-                          group_ids=torch.tensor([0, 0]), turn_end=turn_end)
-    adv, _ = estimator(inp, AlgoConfig(advantage="reinforce_pp", gamma=1.0))
-    won = adv[0][mask[0] > 0]
-    lost = adv[1][mask[1] > 0]
-    assert torch.allclose(won, won[0]) and torch.allclose(lost, lost[0]) and won[0] > 0 > lost[0], \
-        f"an earlier turn of the won episode lost its credit: {won.tolist()}"
-
-
 def test_reinforce_pp_reward_to_go_does_not_reset_at_observation_spans(monkeypatch):
     from agentrl_lib import advantages
 
@@ -510,26 +462,6 @@ def test_outcome_on_turn_end_not_on_the_last_attended_observation_token():
     # negative control: verl's placement on the last attended token (here an observation token, mask 0)
     with pytest.raises(AssertionError, match="lost its reward under GAE"):
         check_outcome_reaches_policy_tokens(last_attended_placement)
-
-
-def check_step_rewards_are_score_increments(games, env_cls) -> None:
-    """Replay each walkthrough: every step's reward must be the increment of TextWorld's running score (which
-    `textworld.gym` reports in place of a reward), so a won game's rewards sum to its max score."""
-    env = env_cls()
-    try:
-        for g in games.games:
-            env.reset(g.path)
-            score, total = 0.0, 0.0
-            for action in g.walkthrough:
-                res = env.step(action)
-                assert res.reward == pytest.approx(res.info.score - score), \
-                    f"{g.name}: step reward {res.reward} is not the score increment {res.info.score - score}"
-                score, total = res.info.score, total + res.reward
-                if res.done:
-                    break
-            assert res.info.won and total == pytest.approx(g.max_score), (g.name, total, g.max_score)
-    finally:
-        env.close()
 
 
 def test_step_reward_is_the_score_increment_not_the_running_score(cooking_games):
