@@ -292,6 +292,23 @@ def success_by_place(records: list[dict], cells: tuple[str, str] = ("algo", "rew
     return "\n".join(rows)
 
 
+def place_habits(records: list[dict]) -> dict[str, int]:
+    """How a cooking sweep's runs won their held-out games by ingredient place: {"fridge only", "counter only",
+    "both", "none": number of runs}, from each run's eval per_game and the games' places (game_places); {} when
+    records is empty or the places are unknown. A run that wins one place's games and none of the other's has
+    learned where to look, not to read the room."""
+    if not records:
+        return {}
+    places = game_places(records[0]["config"]["train"]["eval_games"])
+    if not places:
+        return {}
+    out = {"fridge only": 0, "counter only": 0, "both": 0, "none": 0}
+    for r in records:
+        f, c = won_by_place(r, places, "fridge") > 0, won_by_place(r, places, "counter") > 0
+        out["both" if f and c else "fridge only" if f else "counter only" if c else "none"] += 1
+    return out
+
+
 def first_update_table(records: list[dict]) -> str:
     """A Markdown table, one row per run (by seed, then cell): the approximate KL of its first update (nats, the k3
     estimate of KL(π_old ‖ π_θ), steps[0]["approx_kl"]), its training success at steps 1, 2 and 3 (16 sampled
@@ -565,26 +582,43 @@ def lessons(results: dict[str, list[dict]] | None = None) -> str:
                    f"(held-out: {len(fridge)} of {len(places)}), so `take X from fridge` wins most training episodes "
                    f"without reading the room, and {habit} of the {len(main)} runs ended winning exactly the held-out "
                    "fridge games; the algorithms differ mostly in whether a run breaks out of that habit.")
+    bal = res["algo_reward_balanced"]
+    habits = place_habits(bal)
+    if habits:
+        out.append(f"On the balanced games, where as many games keep the ingredient on the counter as in the fridge, "
+                   f"that shortcut is gone but habits are not: of the {len(bal)} runs, {habits['fridge only']} won "
+                   f"only fridge games and {habits['counter only']} only counter games, {habits['both']} won games "
+                   f"of both places and {habits['none']} won nothing.")
     by = {v.finding: v for v in rows}
-    sparse, grpo = by.get("PPO beats GRPO, sparse reward, on the shortcut games"), \
-        by.get("GRPO stays near its start, on the shortcut games")
+
+    def delta(text: str) -> str:
+        return text.split("; Δ ")[1].split(" (")[0]
+
+    told = []
+    for games in ("balanced games", "shortcut games"):
+        suffix = ", on balanced games" if games == "balanced games" else ", on the shortcut games"
+        sparse = by.get("PPO beats GRPO, sparse reward" + suffix)
+        grpo = by.get("GRPO stays near its start" + suffix)
+        if sparse and sparse.verdict in (AGREES, DISAGREES):
+            told.append(f"with a sparse reward PPO {'beat' if sparse.verdict == AGREES else 'lost to'} GRPO on the "
+                        f"{games} ({delta(sparse.ours)})")
+        if grpo and grpo.verdict.startswith(AGREES):
+            told.append(f"GRPO ended near its SFT start on the {games} ({delta(grpo.ours)}), as the paper's "
+                        "“GRPO ≈ base”")
     alone = by.get("SFT alone beats SFT then a little RL, in domain")
-    told = [f"with a sparse reward PPO beat GRPO ({sparse.ours.split('; Δ ')[1].split(' (')[0]})"
-            if sparse and sparse.verdict == AGREES else None,
-            f"GRPO ended near its SFT start ({grpo.ours.split('; Δ ')[1].split(' (')[0]}), as the paper's "
-            "“GRPO ≈ base”" if grpo and grpo.verdict.startswith(AGREES) else None,
-            f"SFT on 36 demonstrations alone beat SFT then 40 RL episodes on the same games "
-            f"({alone.ours.split('; ')[0].removeprefix('SFT alone ')} against "
-            f"{alone.ours.split('; ')[1].split(' episodes ')[1].split(' ')[0]}, {alone.ours.rsplit('; ', 1)[1]})"
-            if alone and alone.verdict == AGREES else None]
-    told = [t for t in told if t]
+    if alone and alone.verdict == AGREES:
+        told.append(f"SFT on 36 demonstrations alone beat SFT then 40 RL episodes on the same games "
+                    f"({alone.ours.split('; ')[0].removeprefix('SFT alone ')} against "
+                    f"{alone.ours.split('; ')[1].split(' episodes ')[1].split(' ')[0]}, "
+                    f"{alone.ours.rsplit('; ', 1)[1]})")
     if told:
         out.append("What does resolve: " + "; ".join(told) + ".")
-    dense = by.get("Dense turn rewards help PPO, on the shortcut games")
-    if dense and dense.area != "—" and not dense.area_verdict.startswith((CANNOT_TELL, NOT_RUN)):
-        out.append(f"Dense turn rewards did not help PPO here: on the learning-curve area dense minus sparse is "
-                   f"{dense.area.split('; Δ ')[1].split(' (')[0]}, against the paper's +17 points of held-out "
-                   "success.")
+    for games, suffix in (("balanced games", ", on balanced games"), ("shortcut games", ", on the shortcut games")):
+        dense = by.get("Dense turn rewards help PPO" + suffix)
+        if dense and dense.area != "—" and dense.area_verdict.startswith((AGREES, DISAGREES)):
+            out.append(f"Dense turn rewards {'helped' if dense.area_verdict.startswith(AGREES) else 'did not help'} "
+                       f"PPO on the {games}: on the learning-curve area dense minus sparse is {delta(dense.area)}, "
+                       "against the paper's +17 points of held-out success.")
     return " ".join(out)
 
 

@@ -569,3 +569,28 @@ def test_cost_counts_a_resumed_run_at_its_training_time():
     assert lib._cost([resumed] * 3)(3, 1) == "about 4.0 CPU h more here"   # 2 cells x 2 seeds x 1 h
     assert lib._cost([fresh] * 3)(3, 1) == "about 4.0 CPU h more here"
     assert lib._cost([{**resumed, "train_seconds": None}] * 3)(3, 1) == "about 0.4 CPU h more here"
+
+
+def test_place_habits_count_runs_by_the_places_they_won_and_lead_the_lessons():
+    """A run that wins only one place's held-out games has a habit; the lessons say how many runs of the balanced
+    sweep had which (control: a shortcut-sweep record set does not make the balanced sentence)."""
+    import unittest.mock as mock
+
+    places = {"f0": "fridge", "f1": "fridge", "c0": "counter", "c1": "counter"}
+
+    def run(seed, won):
+        return {"cell": {"algo": "ppo", "reward.kind": "sparse"}, "seed": seed, "base_hash": "b",
+                "config": {"train": {"eval_games": "games/planted"}, "env": {"games": "games/planted-train"}},
+                "eval": {"success_rate": len(won) / 4, "per_game": [[g, g in won, 5] for g in places]},
+                "steps": [{"step": 0, "success_rate": 0.5, "group_return_std": 0.3}]}
+
+    recs = [run(0, {"f0", "f1"}), run(1, {"c0"}), run(2, {"c1"}), run(3, {"f0", "c0"}), run(4, set())]
+    with mock.patch.object(lib, "game_places", lambda games: places):
+        assert lib.place_habits(recs) == {"fridge only": 1, "counter only": 2, "both": 1, "none": 1}
+        text = lib.lessons({"algo_reward_balanced": recs})
+        assert "of the 5 runs, 1 won only fridge games and 2 only counter games, 1 won games of both places and 1 " \
+               "won nothing" in text
+        assert "On the balanced games" not in lib.lessons({"algo_reward": recs})
+    with mock.patch.object(lib, "game_places", lambda games: {}):
+        assert lib.place_habits(recs) == {}   # places unknown: nothing counted
+    assert lib.place_habits([]) == {}
