@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import torch
 
 from .envs import family_names, get_family
-from .envs.pool import EnvFailure, EnvPool
+from .envs.pool import EnvPool
+from .envs.protocol import EnvFailure
 from .generation import Generator
 from .prompts import SYSTEM_PROMPT, ChatFormat, feedback_message, first_user_message, parse_reply
 
