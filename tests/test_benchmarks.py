@@ -3,6 +3,7 @@ in a subprocess (bench_sweep_step.py: its main() in this process): they finish, 
 its ratio fields and positive numbers; book/benchmarks.md's tables are report.py's. Timings are never asserted."""
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -11,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from experiments.benchmarks import results_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_STEP = ["--threads", "0", "--set", "train.games_per_step=1", "--set", "algo.group_size=2", "--set",
@@ -98,7 +101,7 @@ def test_bench_rollout_profile_sees_the_live_decode_loop(tmp_path, tiny_model_di
 
 
 @pytest.mark.subprocess
-def test_bench_rollout_profile_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_games):
+def test_bench_rollout_profile_tiny(tmp_path, tiny_model_dir, cooking_games):
     """The profile's parts add up to the rollout's wall time, every turn has a prefill and one decode forward per
     further sampled token step, and the idle share counts the row-steps past each row's reply."""
     res = run_script("bench_rollout_profile.py", ["--games", str(cooking_games.root), "--model", tiny_model_dir,
@@ -123,7 +126,7 @@ def test_bench_rollout_profile_tiny(monkeypatch, tmp_path, tiny_model_dir, cooki
     assert all(len(v) == 2 and positive(*v) for v in fixed["runs_ms"].values())
     assert list(fixed["concat_median_ms_by_rows"]) == ["16", "4", "1"]  # and with DynamicCache, as often
     assert all(len(v) == 2 and positive(*v) for v in fixed["concat_runs_ms"].values())
-    table = load_bench(monkeypatch, "report").rollout_profile_table(res)  # the book's table: one row per part
+    table = load_bench("report").rollout_profile_table(res)  # the book's table: one row per part
     assert [line.split("|")[3].strip() for line in table.splitlines() if line.startswith("| ") and "%" in line] == [
         f"**{res['median_shares'][k]:.0%}**" for k in res["median_parts"]]
 
@@ -153,10 +156,10 @@ def test_bench_peak_tiny(tmp_path, tiny_model_dir):
     assert res["config"]["rows"] == 2 and "cpu_flags" in res
 
 
-def test_peak_table_reads_the_bf16_share_from_the_numbers(monkeypatch):
+def test_peak_table_reads_the_bf16_share_from_the_numbers():
     """The sentence under the peak table follows the measured fractions: 'far smaller' only when bf16's share of its
     matmul throughput is well below fp32's (the AMX Xeon: 15% vs 67%), not where they are alike (AMD EPYC)."""
-    report = load_bench(monkeypatch, "report")
+    report = load_bench("report")
     line = {"rows": 4, "tokens": 480, "policy_tokens": 96, "update_flops": 1.24e12, "cpu": "a CPU", "cpu_flags": [],
             "matmul_gflops": {"float32": 128, "bfloat16": 203}, "bf16_speedup": 1.5,
             "update": {"float32": {"median_seconds": 15.0, "gflops": 82, "fraction_of_matmul_peak": 0.64},
@@ -169,12 +172,7 @@ def test_peak_table_reads_the_bf16_share_from_the_numbers(monkeypatch):
 def test_book_benchmark_tables_are_rendered_from_the_results_files():
     """book/benchmarks.md's tables are benchmarks/report.py's output on the committed results (no number typed by
     hand); after a new benchmark line, `python benchmarks/report.py --write`."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("report", ROOT / "benchmarks" / "report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
-    block = report.page_block()
+    block = load_bench("report").page_block()
     assert "| rollout, s |" in block and "vLLM / HF" in block  # the results files were read
     assert block in (ROOT / "book" / "benchmarks.md").read_text(), "book/benchmarks.md's tables are stale: python " \
         "benchmarks/report.py --write"
@@ -186,23 +184,19 @@ NUMBERED_PAGES = [("book/benchmarks.md", 30, "trl.step"), ("book/design.md", 30,
                   ("book/install.md", 10, "make.pytest"), ("book/the_book.md", 5, "book.pages")]
 
 
-def test_every_page_that_marks_a_number_is_checked(monkeypatch):
+def test_every_page_that_marks_a_number_is_checked():
     """The pages report.py --write finds markers in are the ones the test below checks (a page that gains markers
     joins NUMBERED_PAGES)."""
-    numbered = load_bench(monkeypatch, "report").numbered_pages()
+    numbered = load_bench("report").numbered_pages()
     assert {str(p.relative_to(ROOT)) for p in numbered} | {"book/benchmarks.md"} == {n for n, _, _ in NUMBERED_PAGES}
 
 
 @pytest.mark.parametrize("name, least, key", NUMBERED_PAGES)
 def test_book_page_numbers_are_the_results(name, least, key):
     """Every number that README.md's and the book pages' prose marks (<!-- n:KEY -->...<!-- /n -->) is
-    benchmarks/page_numbers.py's value from the committed results; negative controls: a planted stale number and an
-    unknown KEY are caught."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("page_numbers", ROOT / "benchmarks" / "page_numbers.py")
-    numbers = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(numbers)
+    experiments/benchmarks/page_numbers.py's value from the committed results; negative controls: a planted stale
+    number and an unknown KEY are caught."""
+    numbers = load_bench("page_numbers")
     page, values = (ROOT / name).read_text(), numbers.numbers()
     marked = {m.group(1): m.group(2) for m in numbers.MARK.finditer(page)}
     assert len(marked) >= least and key in marked
@@ -210,7 +204,7 @@ def test_book_page_numbers_are_the_results(name, least, key):
     assert not stale, f"{name} quotes stale numbers {stale}: python benchmarks/report.py --write"
     planted = page.replace(f"<!-- n:{key} -->" + values[key], f"<!-- n:{key} -->9.9×", 1)
     assert planted != page and numbers.with_numbers(planted) == page
-    with pytest.raises(ValueError, match="no number in benchmarks/page_numbers.py: no.such"):
+    with pytest.raises(ValueError, match="no number in experiments/benchmarks/page_numbers.py: no.such"):
         numbers.with_numbers(page + "<!-- n:no.such -->1<!-- /n -->")
 
 
@@ -239,15 +233,10 @@ def test_bench_update_memory_tiny(tmp_path, tiny_model_dir):
     assert res["config"]["budget"] == 40 and res["seed"] == 0
 
 
-def load_bench(monkeypatch, name: str):
-    """benchmarks/NAME.py as a module, with benchmarks/ on sys.path (as when it runs as a script)."""
-    import importlib.util
-
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def load_bench(name: str):
+    """experiments.benchmarks.NAME: the module behind benchmarks/NAME.py (report: the book's tables; bench_*: one
+    benchmark)."""
+    return importlib.import_module(f"experiments.benchmarks.{name}")
 
 
 SWEEP_STEP_TINY = ["--repeats", "1", "--warmup", "0", "--threads", "0", "--set", "train.games_per_step=1",
@@ -277,15 +266,15 @@ def test_bench_sweep_jobs_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_ga
     assert res["same_outcomes"] is (res["max_rel_diff"] == 0.0) and res["config"]["jobs"] == 2 and res["cpu"]
     if res["held_out"]["serial"] != res["held_out"]["parallel"]:
         assert not res["same_outcomes"]
-    report = load_bench(monkeypatch, "report")
-    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    report = load_bench("report")
+    monkeypatch.setattr(results_lines, "RESULTS", tmp_path)
     assert "## A sweep on a small CPU: runs one after another or several at once" in report.benchmark_tables()
 
 
-def test_bench_sweep_jobs_exactness_check_catches_a_difference(monkeypatch, tmp_path):
+def test_bench_sweep_jobs_exactness_check_catches_a_difference(tmp_path):
     """Negative control of the serial-vs-parallel comparison: a loss off in its 7th digit, a missing step or another
     held-out outcome counts as a difference; a step's timings do not."""
-    bench = load_bench(monkeypatch, "bench_sweep_jobs")
+    bench = load_bench("bench_sweep_jobs")
 
     def run(name: str, loss: float = 0.25, seconds: float = 90.0, steps: int = 2, won: bool = True) -> dict:
         d = tmp_path / name
@@ -304,9 +293,9 @@ def test_bench_sweep_jobs_exactness_check_catches_a_difference(monkeypatch, tmp_
     assert bench.max_rel_diff(a, run("lost", won=False)) > 0
 
 
-def test_env_step_table_splits_the_swe_steps_by_kind(monkeypatch):
+def test_env_step_table_splits_the_swe_steps_by_kind():
     """A family with swe's step kinds gets a line under the table; one without them does not (negative control)."""
-    report = load_bench(monkeypatch, "report")
+    report = load_bench("report")
     plain = {"step_ms_median": 3.0, "step_ms_p90": 5.0, "reset_ms_median": 18.0, "reset_ms_p90": 140.0}
     swe = {**plain, "command_ms": 41.2, "test_run_ms": 880.4, "submit_ms": 1510.0, "submit_memo_ms": 12.3,
            "noop_submit_ms": 9.9, "noop_uncached_ms": 1402.6}
@@ -318,10 +307,10 @@ def test_env_step_table_splits_the_swe_steps_by_kind(monkeypatch):
     assert "steps by kind" not in report.env_step_table({**line, "families": {"textworld": plain}})
 
 
-def test_rollout_table_shows_the_live_loop_and_whether_it_drew_generates_tokens(monkeypatch):
+def test_rollout_table_shows_the_live_loop_and_whether_it_drew_generates_tokens():
     """A batched,live line: the live row with its ratio, and the note that it sampled generate's tokens; a planted
     other hash in one repeat is named instead (negative control)."""
-    report = load_bench(monkeypatch, "report")
+    report = load_bench("report")
     run = {"tokens": 100, "tokens_per_s": 5.0, "sampled_hash": "aaaa"}
     line = {"episodes": 4, "max_turns": 2, "new_tokens": 4, "temperature": 0.7, "repeats": 1, "device": "cpu",
             "batched": {"runs": [run], "median_tokens_per_s": 5.0},
@@ -334,10 +323,10 @@ def test_rollout_table_shows_the_live_loop_and_whether_it_drew_generates_tokens(
     assert "**The live-row loop sampled other tokens than `generate` in 1 repeat(s).**" in report.rollout_table(line)
 
 
-def test_rollout_table_exactness_note_compares_sampled_tokens(monkeypatch):
+def test_rollout_table_exactness_note_compares_sampled_tokens():
     """The rollout table's note under the growing cache: the same hashes say "the same tokens"; a planted other hash
     with the same token count is caught (negative control); lines without hashes fall back to the counts."""
-    report = load_bench(monkeypatch, "report")
+    report = load_bench("report")
     run = {"tokens": 100, "tokens_per_s": 5.0, "sampled_hash": "aaaa"}
     line = {"episodes": 4, "max_turns": 2, "new_tokens": 4, "temperature": 0.7, "repeats": 1, "device": "cpu",
             "batched": {"runs": [run], "median_tokens_per_s": 5.0},
@@ -354,7 +343,7 @@ def test_bench_sweep_step_plan(monkeypatch):
     """Which settings run: baseline first; π_old from `generate`'s rollout only without a critic (the live decode
     loop keeps the hidden states for V_old: live+behaviour runs with one); bf16 only with bf16 hardware; a setting
     dropped when it repeats another setting's levers."""
-    bench = load_bench(monkeypatch, "bench_sweep_step")
+    bench = load_bench("bench_sweep_step")
     names = "exact,exact+behaviour,live,live+behaviour,grouped,bf16,all".split(",")
     run, skipped = bench.plan(names, critic=True, bf16_problem="no bf16 here")
     assert list(run) == ["baseline", "exact", "live", "live+behaviour", "grouped", "all"]
@@ -381,7 +370,7 @@ def test_bench_sweep_step_plan(monkeypatch):
 def test_bench_sweep_step_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_games):
     """One step per setting on a tiny model and real cooking games: the JSON line's fields, the exact lever sampled
     baseline's tokens with its first loss, and report.py renders the line into the book's table."""
-    bench = load_bench(monkeypatch, "bench_sweep_step")
+    bench = load_bench("bench_sweep_step")
     out = tmp_path / "sweep_step.jsonl"
     res = bench.main(["--init", tiny_model_dir, "--games", str(cooking_games.root), "--settings", "exact",
                       *SWEEP_STEP_TINY, "--out", str(out)])
@@ -399,8 +388,8 @@ def test_bench_sweep_step_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_ga
     assert positive(s["speedup"], s["cpu_speedup"], s["median_pair_speedup"]) and len(s["pair_speedups"]) == 1
     assert res["cpu"] and "cpu_flags" in res and res["commit"] and res["config"]["repeats"] == 1
     assert isinstance(res["load_before"], float) and res["bf16_hardware"] == (res["bf16_problem"] == "")
-    report = load_bench(monkeypatch, "report")
-    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    report = load_bench("report")
+    monkeypatch.setattr(results_lines, "RESULTS", tmp_path)
     tables = report.benchmark_tables()
     assert "## The whole sweep step: each lever and all together (PPO)" in tables
     assert "| exact | `GrowingKVCache`; `share_prefix` |" in tables and "the same" in tables.split("| exact |")[1]
@@ -408,11 +397,11 @@ def test_bench_sweep_step_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_ga
 
 @pytest.mark.trains
 @pytest.mark.subprocess
-def test_bench_sweep_step_live_levers_are_exact(monkeypatch, tiny_model_dir, cooking_games):
+def test_bench_sweep_step_live_levers_are_exact(tiny_model_dir, cooking_games):
     """PPO's step with the live decode loop, and with π_old / V_old from it: baseline's tokens and first loss (the
     exactness check), and with live+behaviour no no-grad pass. The control is live itself, whose π_old forward ran
     (a structural check, not a timing: on a tiny model both stages take ~0.02 s and a CI run once found them equal)."""
-    bench = load_bench(monkeypatch, "bench_sweep_step")
+    bench = load_bench("bench_sweep_step")
     res = bench.main(["--init", tiny_model_dir, "--games", str(cooking_games.root), "--settings",
                       "live,live+behaviour", *SWEEP_STEP_TINY, "--set", "env.process_pool=false",
                       "--set", "train.max_new_tokens=8"])
@@ -428,7 +417,7 @@ def test_bench_sweep_step_live_levers_are_exact(monkeypatch, tiny_model_dir, coo
 def test_bench_sweep_step_exactness_check_catches_other_tokens(monkeypatch, tiny_model_dir, cooking_games, capsys):
     """Negative control: a setting planted as exact that samples at another temperature fails the check, which
     names it and says why."""
-    bench = load_bench(monkeypatch, "bench_sweep_step")
+    bench = load_bench("bench_sweep_step")
     monkeypatch.setitem(bench.LEVERS, "planted", {"train.share_prefix": True, "train.temperature": 1.3})
     monkeypatch.setattr(bench, "EXACT", {"planted"})
     res = bench.main(["--init", tiny_model_dir, "--games", str(cooking_games.root), "--settings", "planted",
@@ -444,7 +433,7 @@ def test_bench_sweep_step_seed_per_repeat_pairs_over_seeds(monkeypatch, tmp_path
     """--seed-per-repeat: repeat r seeds train.seed + r, every setting of a repeat alike, so the exact lever still
     samples baseline's tokens seed by seed while the seeds sample other tokens; control: without the flag both
     repeats sample the same tokens. The report heads the table 'paired over seeds' and lists the tokens per seed."""
-    bench = load_bench(monkeypatch, "bench_sweep_step")
+    bench = load_bench("bench_sweep_step")
     tiny = [*SWEEP_STEP_TINY, "--repeats", "2", "--set", "env.process_pool=false", "--set", "train.seed=3"]  # last wins
     paired = bench.main(["--init", tiny_model_dir, "--games", str(cooking_games.root), "--settings", "exact",
                          *tiny, "--seed-per-repeat", "--out", str(tmp_path / "sweep_step.jsonl")])
@@ -454,19 +443,19 @@ def test_bench_sweep_step_seed_per_repeat_pairs_over_seeds(monkeypatch, tmp_path
     assert hashes[0][0] != hashes[0][1] and hashes[1][0] == hashes[1][1]
     assert hashes[0][0] == hashes[1][0]  # repeat 1 is seed 3 either way
     assert [x["sampled_hash"] for x in paired["runs"]["exact"]] == hashes[0]
-    report = load_bench(monkeypatch, "report")
-    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    report = load_bench("report")
+    monkeypatch.setattr(results_lines, "RESULTS", tmp_path)
     tables = report.benchmark_tables()
     assert "## The whole sweep step: each lever and all together (PPO; paired over seeds)" in tables
     assert "repeat r seeded 3 + r (seeds 3–4" in tables and "Sampled tokens, seed by seed: baseline " in tables
 
 
-def test_sweep_step_table_says_which_settings_sampled_other_tokens(monkeypatch):
+def test_sweep_step_table_says_which_settings_sampled_other_tokens():
     """The committed measurement: bf16 sampled other tokens than baseline's, so its row did other work, and the table
     says so; the control, the same line with bf16's and all's hashes set to baseline's, has no such note."""
     import copy
 
-    report = load_bench(monkeypatch, "report")
+    report = load_bench("report")
     line = [x for x in map(json.loads, (ROOT / "results" / "sweep_step.jsonl").read_text().splitlines())
             if "bf16" in x["settings"]][-1]
     base = line["runs"]["baseline"][0]
@@ -483,22 +472,22 @@ def test_sweep_step_table_says_which_settings_sampled_other_tokens(monkeypatch):
 def test_sweep_step_tables_one_per_algorithm_and_set_of_settings(monkeypatch, tmp_path):
     """A later sweep_step line that compares other settings (vLLM) gets its own table beside the earlier one of the
     same algorithm, instead of replacing it; a rerun of the same settings replaces its own (newest per key)."""
-    report = load_bench(monkeypatch, "report")
+    report = load_bench("report")
     line = [x for x in map(json.loads, (ROOT / "results" / "sweep_step.jsonl").read_text().splitlines())
             if "bf16" in x["settings"]][-1]
     old = {k: v for k, v in line.items() if k != "comparison"}  # written before the key existed
     vllm = {**line, "settings": ["baseline", "exact", "vllm"], "comparison": "baseline,exact,vllm"}
-    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    monkeypatch.setattr(results_lines, "RESULTS", tmp_path)
     (tmp_path / "sweep_step.jsonl").write_text("".join(json.dumps(x) + "\n" for x in (old, vllm, vllm)))
     headings = [h for h in report.benchmark_tables().splitlines() if h.startswith("## The whole sweep step")]
     assert headings == ["## The whole sweep step: each lever and all together (PPO)",
                         "## The whole sweep step: each lever and all together (PPO; rollouts from vLLM)"]
 
 
-def test_bf16_rollout_paired_difference_follows_the_steps(monkeypatch):
+def test_bf16_rollout_paired_difference_follows_the_steps():
     """bench_bf16_rollout's verdict comes from the per-step differences: bf16 replies longer at every step → "bf16
     higher"; differences of both signs → no difference (the negative control); one step → no interval."""
-    bench = load_bench(monkeypatch, "bench_bf16_rollout")
+    bench = load_bench("bench_bf16_rollout")
 
     def steps(pairs):
         return [{"no": {"tokens_per_turn": a}, "bf16": {"tokens_per_turn": b}} for a, b in pairs]
@@ -519,7 +508,7 @@ def test_bench_bf16_rollout_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_
 
     from agentrl_lib.hardware import bf16_problem
 
-    bench = load_bench(monkeypatch, "bench_bf16_rollout")
+    bench = load_bench("bench_bf16_rollout")
     args = ["--init", tiny_model_dir, "--games", str(cooking_games.root), "--steps", "2", *TINY_STEP,
             "--out", str(tmp_path / "bf16_rollout.jsonl")]
     if bf16_problem(torch.device("cpu")):
@@ -534,20 +523,20 @@ def test_bench_bf16_rollout_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_
         assert 0 < r["no"]["tokens_per_turn"] <= 4 and 0 < r["bf16"]["tokens_per_turn"] <= 4
     assert set(res["summary"]) == {"tokens_per_turn", "success_rate", "invalid_rate", "turns"}
     assert res["commit"] and res["config"]["steps"] == 2 and res["seed"] == 0
-    report = load_bench(monkeypatch, "report")
-    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    report = load_bench("report")
+    monkeypatch.setattr(results_lines, "RESULTS", tmp_path)
     table = report.benchmark_tables()
     assert "## Does bf16 change what the rollout samples?" in table and "| reply tokens / turn |" in table
     assert table.count("\n| 0 | ") == 1 and table.count("\n| 1 | ") == 1  # one row per step
 
 
-def test_bf16_weights_measure_counts_the_changes_a_bf16_cast_erases(monkeypatch, tmp_path, tiny_model_dir, tokenizer):
+def test_bf16_weights_measure_counts_the_changes_a_bf16_cast_erases(tmp_path, tiny_model_dir, tokenizer):
     """A fine-tune that moved every weight by 1e-5 of its size is invisible in bf16 (~all its changes lost); one that
     moved them by 5% is not (none lost: the negative control)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    bench = load_bench(monkeypatch, "bench_bf16_rollout")
+    bench = load_bench("bench_bf16_rollout")
 
     def moved(factor: float, name: str) -> str:
         model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
@@ -569,7 +558,7 @@ def test_demo_variants_table_pairs_each_variant_with_the_fp32_run_of_its_seed(mo
     """results/demo_variants.jsonl (`agentrl demo --record`) renders one table: each variant's RL result minus the fp32
     run's of the same seed, paired over the held-out games. bf16 lost 2 of 4 games that fp32 won → −50 pts; a LoRA
     run with fp32's outcomes → +0 (the negative control); a variant of a seed without an fp32 run says so."""
-    report = load_bench(monkeypatch, "report")
+    report = load_bench("report")
 
     def summary(variant, seed, rl_wins):
         games = [f"g{i}" for i in range(len(rl_wins))]
@@ -589,7 +578,7 @@ def test_demo_variants_table_pairs_each_variant_with_the_fp32_run_of_its_seed(mo
     assert rows[("bf16", "0")].startswith("-50 pts [")
     assert rows[("fp32, LoRA r16", "0")].startswith("+0 pts")
     assert rows[("bf16", "1")] == "no fp32 run of this seed"
-    monkeypatch.setattr(report, "RESULTS", tmp_path)  # one section, the newest run per (variant, seed)
+    monkeypatch.setattr(results_lines, "RESULTS", tmp_path)  # one section, the newest run per (variant, seed)
     rerun = summary("bf16", 0, [1, 1, 1, 0])  # a later bf16 seed-0 run replaces the first; seed 1 stays
     (tmp_path / "demo_variants.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines + [rerun]))
     page = report.benchmark_tables()
@@ -603,7 +592,7 @@ def test_demo_variants_table_pairs_each_variant_with_the_fp32_run_of_its_seed(mo
 
 
 @pytest.mark.subprocess
-def test_bench_lora_sft_lr_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_games):
+def test_bench_lora_sft_lr_tiny(tmp_path, tiny_model_dir, cooking_games):
     res = run_script("bench_lora_sft_lr.py", ["--model", tiny_model_dir, "--games-dir", str(cooking_games.root),
                                                "--lrs", "1e-3,1e-2", "--full-lr", "1e-4"], tmp_path / "lora.jsonl")
     assert [(s["kind"], s["rank"], s["lr"]) for s in res["settings"]] == [("full", 0, 1e-4), ("lora", 16, 1e-3),
@@ -612,11 +601,11 @@ def test_bench_lora_sft_lr_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_g
     for s in res["settings"]:  # every setting scores the same walkthrough tokens; a random 2-layer model is near ln V
         assert s["action_tokens"] == res["settings"][0]["action_tokens"] > 0
         assert 0.5 * math.log(49152) < s["nll"] < 2 * math.log(49152)
-    table = load_bench(monkeypatch, "report").lora_sft_lr_table({**res, "device": "x", "date": "", "commit": ""})
+    table = load_bench("report").lora_sft_lr_table({**res, "device": "x", "date": "", "commit": ""})
     assert table.count("| LoRA r16 |") == 2 and table.count("**") == 2  # the chosen rate in bold
 
 
-def test_walkthrough_nll_scores_the_action_tokens(monkeypatch, tiny_model_dir, cooking_games):
+def test_walkthrough_nll_scores_the_action_tokens(tiny_model_dir, cooking_games):
     """The bench's NLL against a hand-made one over the action tokens (each predicted from the tokens before it);
     control: the same sum over the mask not shifted (tokens one before each action) differs."""
     import torch
@@ -625,7 +614,7 @@ def test_walkthrough_nll_scores_the_action_tokens(monkeypatch, tiny_model_dir, c
     from agentrl_lib.prompts import ChatFormat
     from agentrl_lib.sft import expert_examples
 
-    nll, n = load_bench(monkeypatch, "bench_lora_sft_lr").walkthrough_nll(tiny_model_dir, cooking_games)
+    nll, n = load_bench("bench_lora_sft_lr").walkthrough_nll(tiny_model_dir, cooking_games)
     pol, tok = load_policy(tiny_model_dir)
     right = wrong = 0.0
     count = 0
@@ -643,7 +632,7 @@ def test_walkthrough_nll_scores_the_action_tokens(monkeypatch, tiny_model_dir, c
 
 
 @pytest.mark.subprocess
-def test_bench_sft_memory_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_games):
+def test_bench_sft_memory_tiny(tmp_path, tiny_model_dir, cooking_games):
     """Both settings train on the same walkthroughs and log the same losses (one step of 2 = two passes of 1)."""
     res = run_script("bench_sft_memory.py", ["--model", tiny_model_dir, "--games", str(cooking_games.root),
                                               "--demos", "2", "--batch-size", "2", "--micro", "2,1"],
@@ -652,12 +641,12 @@ def test_bench_sft_memory_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_ga
     assert (one["micro_batch_size"], micro["micro_batch_size"]) == (2, 1) and one["tokens"] == micro["tokens"] > 0
     assert positive(one["peak_rss_gb"], micro["memory_ratio"], micro["time_ratio"])
     assert micro["max_loss_diff"] < 1e-4 and len(one["train_loss"]) == len(micro["train_loss"]) == 1
-    table = load_bench(monkeypatch, "report").sft_memory_table(res)
+    table = load_bench("report").sft_memory_table(res)
     assert table.count("\n| ") == 3 and "| 1 |" in table
 
 
 @pytest.mark.trains
-def test_bench_bf16_guard_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_games):
+def test_bench_bf16_guard_tiny(tmp_path, tiny_model_dir, cooking_games):
     """The guard's reading for two starting models on one batch: a line per model with its gap in nats (a random
     tiny model's bf16 and fp32 log-probs differ, so > 0); the table marks the models above the limit. On a CPU
     without bf16 it is refused in one line."""
@@ -665,7 +654,7 @@ def test_bench_bf16_guard_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_ga
 
     from agentrl_lib.hardware import bf16_problem
 
-    bench = load_bench(monkeypatch, "bench_bf16_guard")
+    bench = load_bench("bench_bf16_guard")
     args = ["--models", f"{tiny_model_dir},{tiny_model_dir}", "--names", "a,b", "--games", str(cooking_games.root),
             *TINY_STEP, "--out", str(tmp_path / "guard.jsonl")]
     if bf16_problem(torch.device("cpu")):
@@ -676,14 +665,14 @@ def test_bench_bf16_guard_tiny(monkeypatch, tmp_path, tiny_model_dir, cooking_ga
     assert json.loads((tmp_path / "guard.jsonl").read_text()) == json.loads(json.dumps(res))
     a, b = res["models"]
     assert (a["name"], b["name"]) == ("a", "b") and a["gap"] == b["gap"] > 0 and a["action_tokens"] > 0
-    table = load_bench(monkeypatch, "report").bf16_guard_table({**res, "limit": a["gap"] / 2})
+    table = load_bench("report").bf16_guard_table({**res, "limit": a["gap"] / 2})
     assert table.count("above the limit") == 2
     with pytest.raises(SystemExit, match="one per model"):
         bench.main([*args[:3], "a", *args[4:]])
 
 
 @pytest.mark.subprocess
-def test_bench_env_pool_tiny(monkeypatch, tmp_path, cooking_games):
+def test_bench_env_pool_tiny(tmp_path, cooking_games):
     """Both pools play the same batches: the line has each pool's medians, the workers' memory, and its table."""
     res = run_script("bench_env_pool.py", ["--games", str(cooking_games.root), "--slots", "2", "--turns", "2",
                                             "--rounds", "1"], tmp_path / "pool.jsonl")
@@ -691,12 +680,12 @@ def test_bench_env_pool_tiny(monkeypatch, tmp_path, cooking_games):
     s, p = res["serial"], res["process"]
     assert positive(s["step_ms_per_episode_median"], p["step_ms_per_episode_median"], p["first_call_s"])
     assert len(p["worker_rss_mb"]) == 2 and positive(*p["worker_rss_mb"])
-    table = load_bench(monkeypatch, "report").env_pool_table(res)
+    table = load_bench("report").env_pool_table(res)
     assert "| in-process |" in table and "| worker processes |" in table
 
 
-def test_bench_make_test_parses_pytest_summaries(monkeypatch):
-    bench = load_bench(monkeypatch, "bench_make_test")
+def test_bench_make_test_parses_pytest_summaries():
+    bench = load_bench("bench_make_test")
     out = ("..... [100%]\n919 passed, 3 skipped, 2 warnings in 1236.12s (0:20:36)\nmake: ...\n"
            "10 passed in 65.01s (0:01:05)\n===== 1 failed, 5 passed, 1 error in 3.2s =====\n")
     assert bench.pytest_summaries(out) == [{"passed": 919, "skipped": 3, "warnings": 2, "seconds": 1236.12},

@@ -14,7 +14,6 @@ of them the browser tests skip with one message.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -29,10 +28,9 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-c
 
 
 def _build_module():
-    spec = importlib.util.spec_from_file_location("book_build", ROOT / "book" / "build.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from experiments import book_build
+
+    return book_build
 
 
 def chromium_path() -> str | None:

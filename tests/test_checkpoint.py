@@ -210,7 +210,6 @@ def test_disk_full_during_a_checkpoint(run, scripted, monkeypatch, capsys):
 
 FAULT_SCRIPT = textwrap.dedent("""
     import os, signal, sys
-    sys.path.insert(0, {tests!r})
     import torch
     from agentrl_lib import trainer as trainer_mod
     from agentrl_lib.cli import main
@@ -284,9 +283,9 @@ def _same_run(a: Path, b: Path) -> bool:
 @pytest.mark.parametrize("fault", ["ctrl-c", "kill-9-in-checkpoint"])
 def test_an_interrupted_run_resumes_bit_identically(fault, fault_flags, uninterrupted, tmp_path, scripted):
     run = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-c", FAULT_SCRIPT.format(tests=str(ROOT / "tests"), fault=fault),
+    proc = subprocess.run([sys.executable, "-c", FAULT_SCRIPT.format(fault=fault),
                            "train", "--out", str(run), *fault_flags], capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "tests")}, timeout=300)  # helpers.py
     if fault == "ctrl-c":  # one line, exit 130, no traceback; step 3 not logged; step 2's checkpoint intact
         assert proc.returncode == 130, proc.stderr[-2000:]
         assert "Traceback" not in proc.stderr

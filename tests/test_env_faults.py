@@ -158,8 +158,6 @@ def test_hang_and_segfault_under_the_process_pool_end_one_episode_each(capfd):
 
 
 _SERIAL_SCRIPT = """
-import sys
-sys.path[:0] = [{tests!r}, {repo!r}]
 from test_env_faults import FaultEnv
 from agentrl_lib.envs.pool import SerialPool
 pool = SerialPool(2, factory=FaultEnv, timeout_s={timeout})
@@ -171,8 +169,11 @@ print("not reached", flush=True)
 
 
 def _run_serial(timeout, limit):
-    script = _SERIAL_SCRIPT.format(tests=str(REPO / "tests"), repo=str(REPO), timeout=timeout)
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=limit)
+    script = _SERIAL_SCRIPT.format(timeout=timeout)
+    # the child imports this file (test_env_faults.py) from tests/; agentrl_lib is the installed one
+    path = os.pathsep.join(filter(None, [str(REPO / "tests"), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=limit, env=env)
 
 
 @pytest.mark.subprocess

@@ -1,17 +1,15 @@
 """The "Findings at small scale" tables of book/findings.md and README.md are computed from results/*.jsonl
 (results/findings.py over agentrl_lib.findings, whose rows the chapters end with): the committed tables equal a fresh
 computation, and the verdicts follow the bootstrap intervals (negative controls included)."""
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from agentrl_lib import findings as lib
+from agentrl_lib import judge, stats
+from experiments import findings_page as findings
+
 ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("findings", ROOT / "results" / "findings.py")
-findings = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(findings)
-from agentrl_lib import findings as lib  # noqa: E402
-from agentrl_lib import judge, stats  # noqa: E402
 
 
 def test_book_table_is_the_one_the_results_give():

@@ -1,18 +1,25 @@
-"""The library's layout, read from its source with `ast` (nothing is imported): no import cycle between agentrl_lib's
-modules, counting every import — at module level, inside functions, under TYPE_CHECKING —, no module over
-MAX_LINES lines (docstrings included) unless LONG_MODULES says why, and every module named in the book's
-file-by-file tree (book/design.md) and on its API page (book/api.md). Each exception must still be needed: a cycle that
-is gone or a module back under the limit fails until its entry is deleted."""
+"""The repository's layout, read from its source with `ast` (nothing is imported): no import cycle between the modules
+of agentrl_lib and experiments, counting every import — at module level, inside functions, under TYPE_CHECKING —, the
+core library importing nothing of the experiments, no module of agentrl_lib over MAX_LINES lines (docstrings included)
+unless LONG_MODULES says why, and every module of both packages named in the book's file-by-file tree (book/design.md)
+and on its API page (book/api.md). Over the whole tree (git ls-files): no sys.path manipulation and no module loaded
+from a file path, in any .py file or chapter source. Each exception must still be needed: a cycle that is gone or a
+module back under the limit fails until its entry is deleted."""
 from __future__ import annotations
 
 import ast
 import re
+import subprocess
 from pathlib import Path
 
+import pytest
+
 import agentrl_lib
+import experiments
 
 PACKAGE = Path(agentrl_lib.__file__).resolve().parent
-ROOT = PACKAGE.parent
+EXPERIMENTS = Path(experiments.__file__).resolve().parent
+ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 450
 
 KNOWN_CYCLES: list[tuple[str, ...]] = []
@@ -92,9 +99,21 @@ def line_count(path: Path) -> int:
     return len(path.read_text().splitlines())
 
 
+def repository_graph() -> dict[str, set[str]]:
+    """The import graph of agentrl_lib and experiments together (a cycle through both packages counts)."""
+    return import_graph({**module_files(PACKAGE), **module_files(EXPERIMENTS)})
+
+
+def core_imports_of_experiments(graph: dict[str, set[str]]) -> list[str]:
+    """'A → B' for every module A of agentrl_lib that imports a module B of experiments: the core library must not
+    depend on what the workbook does with it."""
+    return [f"{a} → {b}" for a, deps in sorted(graph.items()) if a.split(".")[0] == "agentrl_lib"
+            for b in sorted(deps) if b.split(".")[0] == "experiments"]
+
+
 # ------------------------------------------------------------------------------------------------------ the checks
 def test_no_import_cycle_between_library_modules():
-    found = cycles(import_graph(module_files()))
+    found = cycles(repository_graph())
     new = sorted(found - set(KNOWN_CYCLES))
     assert not new, "import cycles (each module imports the next, the last the first): " + "; ".join(
         " → ".join(c + (c[0],)) for c in new)
@@ -133,32 +152,68 @@ def test_control_a_planted_cycle_is_reported(tmp_path):
 
 def test_control_the_library_graph_is_read():
     """The checks see real edges: a module known to import another does, so an empty graph cannot pass silently."""
-    graph = import_graph(module_files())
+    graph = repository_graph()
     assert "agentrl_lib.config" in graph["agentrl_lib.trainer"]
     assert "agentrl_lib.advantages" in graph["agentrl_lib.config_pillars"]  # an import inside a method
     assert line_count(module_files()["agentrl_lib.envs.swe_tasks"]) > MAX_LINES  # a long module is seen as long
+    # the experiments' edges: report → page_numbers and both → results_lines (the cycle report ⇄ page_numbers that
+    # this split removed), findings_page → regenerate inside a function, and into the core library
+    assert {"experiments.benchmarks.page_numbers", "experiments.benchmarks.results_lines"} <= \
+        graph["experiments.benchmarks.report"]
+    assert "experiments.benchmarks.results_lines" in graph["experiments.benchmarks.page_numbers"]
+    assert {"experiments.regenerate", "agentrl_lib.findings"} <= graph["experiments.findings_page"]
+
+
+def test_the_core_library_imports_nothing_of_the_experiments():
+    problems = core_imports_of_experiments(repository_graph())
+    assert not problems, "agentrl_lib imports the experiments: " + "; ".join(problems)
+
+
+def test_control_a_core_module_importing_the_experiments_is_named(tmp_path):
+    """A planted agentrl_lib module that imports experiments.regenerate inside a function is named; the reverse edge
+    (the experiments importing the core) is not."""
+    core, exp = tmp_path / "agentrl_lib", tmp_path / "experiments"
+    for pkg in (core, exp):
+        pkg.mkdir()
+        (pkg / "__init__.py").write_text("")
+    (core / "plots.py").write_text("def f():\n    from experiments import regenerate\n")
+    (exp / "regenerate.py").write_text("from agentrl_lib import plots\n")
+    graph = import_graph({**module_files(core), **module_files(exp)})
+    assert core_imports_of_experiments(graph) == ["agentrl_lib.plots → experiments.regenerate"]
+    (core / "plots.py").write_text("X = 1\n")
+    assert core_imports_of_experiments(import_graph({**module_files(core), **module_files(exp)})) == []
 
 
 COMMAND_LINE = {"cli", "commands", "flags"}   # the `agentrl` command's internals: book/cli.md documents the command
 PRIVATE = {"_forkserver_warm"}                 # imported by the env pools' forkserver only
 
 
-def undocumented(modules: set[str], design: str, api: str) -> list[str]:
-    """The modules that book/design.md's file-by-file tree (`name.py`) or book/api.md (`agentrl_lib.<dotted>`) does
-    not name; api.md may leave out the command line's internals and private modules."""
+def undocumented(modules: set[str], design: str, api: str, package: str = "agentrl_lib") -> list[str]:
+    """The modules of `package` that book/design.md's file-by-file tree (`name.py`, in the text `design`) or
+    book/api.md (`<package>.<dotted>`) does not name; api.md may leave out the command line's internals and private
+    modules."""
     out = []
     for dotted in sorted(modules):
         name = dotted.rsplit(".", 1)[-1]
         if not re.search(rf"(?<![\w]){re.escape(name)}\.py", design):
             out.append(f"{dotted}: not in book/design.md's file-by-file tree")
-        if name not in COMMAND_LINE | PRIVATE and f"`agentrl_lib.{dotted}`" not in api:
+        if name not in COMMAND_LINE | PRIVATE and f"`{package}.{dotted}`" not in api:
             out.append(f"{dotted}: no section in book/api.md")
     return out
 
 
-def library_modules() -> set[str]:
-    return {str(p.relative_to(PACKAGE).with_suffix("")).replace("/", ".") for p in PACKAGE.rglob("*.py")
+def library_modules(package: Path = PACKAGE) -> set[str]:
+    """The dotted names of `package`'s modules, relative to it (e.g. envs.base); no __init__.py."""
+    return {str(p.relative_to(package).with_suffix("")).replace("/", ".") for p in package.rglob("*.py")
             if p.name != "__init__.py"}
+
+
+def experiments_tree(design: str) -> str:
+    """The lines of book/design.md's file-by-file tree from `experiments/` to the end of its code block ('' when there
+    is none): the experiments' modules are looked for there only, since several share a name with a library module
+    (report.py)."""
+    found = re.search(r"^experiments/.*?(?=^```)", design, re.M | re.S)
+    return found.group(0) if found else ""
 
 
 def test_every_library_module_is_in_the_design_tree_and_the_api_page():
@@ -173,3 +228,89 @@ def test_control_a_module_missing_from_the_pages_is_named():
     assert undocumented({"hardware", "brand_new"}, design, "`agentrl_lib.hardware`") == [
         "brand_new: not in book/design.md's file-by-file tree", "brand_new: no section in book/api.md",
         "hardware: not in book/design.md's file-by-file tree"]
+
+
+def test_every_experiments_module_is_in_the_design_tree_and_the_api_page():
+    """The experiments package beside the library: each module in design.md's tree under experiments/ and named on
+    the API page (`experiments.<dotted>`)."""
+    design = (ROOT / "book" / "design.md").read_text()
+    api = (ROOT / "book" / "api.md").read_text()
+    problems = undocumented(library_modules(EXPERIMENTS), experiments_tree(design), api, package="experiments")
+    assert not problems, "\n".join(problems)
+
+
+def test_control_an_experiments_module_only_in_the_library_tree_is_named():
+    """report.py is in the library's part of the tree: an experiments module of that name missing from the
+    experiments/ part is still named (and nothing is found in a page with no experiments/ tree)."""
+    design = (ROOT / "book" / "design.md").read_text()
+    tree = experiments_tree(design)
+    assert "regenerate.py" in tree and "rundir.py" not in tree  # the library's part is left out
+    api = "`experiments.benchmarks.report`"
+    assert undocumented({"benchmarks.report"}, tree.replace("report.py", "tables.py"), api, package="experiments") == [
+        "benchmarks.report: not in book/design.md's file-by-file tree"]
+    assert experiments_tree(design.replace("\nexperiments/", "\nexp/")) == ""
+
+
+# ------------------------------------------------------------------------- sys.path and modules loaded by path
+PATH_HACKS = re.compile(r"sys\.path\.(?:insert|append|extend)\s*\(|sys\.path\s*(?:\[[^\]\n]*\])?\s*\+?=(?!=)"
+                        r"|syspath_prepend\s*\(|spec_from_file_location\s*\(|SourceFileLoader\s*\(|run_path\s*\("
+                        r"|addsitedir\s*\(")
+"""A line that changes sys.path (insert, append, extend, assignment, pytest's syspath_prepend, site.addsitedir) or
+loads a module from its file (importlib's spec_from_file_location, SourceFileLoader, runpy.run_path): the code is
+imported by name instead, from the installed packages (agentrl_lib, experiments). Prose that names such a call without
+its parenthesis (agentrl_lib/envs/process_pool.py) is not a call."""
+
+
+def tracked(patterns: list[str], root: Path = ROOT) -> dict[str, str]:
+    """{path: text} of the files `git ls-files` lists under `root` for `patterns`; skips the test outside a git
+    checkout (a copy without .git)."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--", *patterns], cwd=root, capture_output=True, text=True,
+                             check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        pytest.skip(f"git ls-files failed in {root} ({e}): not a git checkout")
+    return {p: (root / p).read_text() for p in out.split("\0") if p and (root / p).is_file()}
+
+
+def path_hacks(files: dict[str, str]) -> list[str]:
+    """'path:line: text' for every line of `files` ({path: text}) that PATH_HACKS matches."""
+    return [f"{path}:{i}: {line.strip()}" for path, text in sorted(files.items())
+            for i, line in enumerate(text.splitlines(), 1) if PATH_HACKS.search(line)]
+
+
+def test_no_sys_path_change_or_load_by_path_in_any_python_file():
+    files = tracked(["*.py"])
+    assert "experiments/regenerate.py" in files and "tests/test_layout.py" in files  # the tree was read
+    found = path_hacks(files)
+    assert not found, "import these by name (installed packages; a child process gets PYTHONPATH):\n" + \
+        "\n".join(found)
+
+
+def test_no_sys_path_change_in_the_chapters():
+    """The chapters' sources (notebooks/*.md; the paired .ipynb follow them): a chapter imports tests/helpers.py's
+    and the library's code by name too."""
+    files = tracked(["notebooks/*.md"])
+    assert "notebooks/00_quickstart.md" in files
+    found = path_hacks(files)
+    assert not found, "\n".join(found)
+
+
+def test_control_planted_sys_path_changes_and_loads_by_path_are_named(tmp_path):
+    """Each form PATH_HACKS stands for, planted in a tracked .py file and a chapter of a throwaway git repository, is
+    named with its line; prose naming a call, a comparison with sys.path and an untracked file are not."""
+    sp = "sys" + ".path"  # not written whole here, or this file would hold what it forbids
+    planted = {"a.py": f"import sys\n{sp}.insert(0, 'x')\n{sp}.append('y')\n{sp}[:0] = ['z']\n"
+                       f"{sp} += ['w']\nprint({sp} == [])\n# a notebook's {sp}.insert would be lost\n",
+               "tests/b.py": "import importlib.util\nspec = importlib.util.spec_" + "from_file_location('m', 'm.py')\n"
+                             "def t(monkeypatch):\n    monkeypatch.syspath_" + "prepend('x')\n",
+               "notebooks/01_x.md": f"```{{code-cell}}\n{sp}.insert(0, str(REPO / 'tests'))\n```\n",
+               "untracked.py": f"{sp}.insert(0, 'u')\n"}
+    for name, text in planted.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "add", "a.py", "tests/b.py", "notebooks/01_x.md"], cwd=tmp_path, check=True)
+    assert [x.split(": ", 1)[0] for x in path_hacks(tracked(["*.py"], tmp_path))] == [
+        "a.py:2", "a.py:3", "a.py:4", "a.py:5", "tests/b.py:2", "tests/b.py:4"]
+    assert path_hacks(tracked(["notebooks/*.md"], tmp_path)) == [
+        f"notebooks/01_x.md:2: {sp}.insert(0, str(REPO / 'tests'))"]

@@ -1,7 +1,6 @@
 """The metrics schema (agentrl_lib/metrics.py): every key a training step logs is declared in METRICS, every key that
 applies to the estimator is logged, every metrics.jsonl row has every key, and the book's glossary page is the
 rendered one."""
-import importlib.util
 import json
 import re
 import warnings
@@ -118,9 +117,8 @@ def test_glossary_renders_one_row_per_key():
 def test_book_glossary_page_is_the_rendered_glossary():
     """The glossary is rendered when the book is built (book/build.py), never pasted: the page holds
     glossary_markdown(), and the command-line page, where README's copy of the table was, links to it."""
-    spec = importlib.util.spec_from_file_location("book_build", BOOK / "build.py")
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
+    from experiments import book_build as build
+
     assert glossary_markdown() in build.generated_pages(set())["glossary"]
     assert "glossary" in build.BACK_MATTER
     assert "](glossary.md)" in (BOOK / "command_line.md").read_text()

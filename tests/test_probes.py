@@ -732,16 +732,6 @@ def test_control_the_old_readers_recurse_or_pass_the_bomb():
 
 
 # ------------------------------------------------------------------------------------------------ results scripts
-def _script(name):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"probe_{name}", Path(__file__).resolve().parents[1] / "results" /
-                                                  f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture
 def results_copy(tmp_path, monkeypatch):
     """A copy of results/*.jsonl that records.load_results reads instead of the checkout's."""
@@ -757,7 +747,8 @@ def test_findings_on_a_garbage_line_is_one_line(results_copy, monkeypatch, capsy
     path = results_copy / "algo_reward.jsonl"
     lines = path.read_text().splitlines(keepends=True)
     path.write_text(lines[0] + "garbage\n" + "".join(lines[1:]))
-    findings = _script("findings")
+    from experiments import findings_page as findings
+
     monkeypatch.setattr(sys, "argv", ["findings.py"])
     with pytest.raises(SystemExit) as e:
         findings.main()
@@ -771,7 +762,8 @@ def test_findings_on_a_garbage_line_is_one_line(results_copy, monkeypatch, capsy
 def test_findings_write_checks_both_pages_before_writing_either(tmp_path, monkeypatch, capsys):
     """`findings.py --write` with a README that lacks its markers: one line naming README.md, and book/findings.md
     is left as it was (both pages are checked before either is written)."""
-    findings = _script("findings")
+    from experiments import findings_page as findings
+
     page, readme = tmp_path / "findings.md", tmp_path / "README.md"
     shutil.copy(findings.PAGE, page)
     readme.write_text("# a README without the findings markers\n")
@@ -793,7 +785,8 @@ def test_findings_counts_a_repeated_record_once(results_copy, capsys):
     path = results_copy / "algo_reward.jsonl"
     first = path.read_text().splitlines(keepends=True)[0]
     path.write_text(path.read_text() + first)
-    findings = _script("findings")
+    from experiments import findings_page as findings
+
     once = findings.load_results("algo_reward")
     assert "algo_reward: 1 record(s) repeat a run already recorded" in capsys.readouterr().err
     twice = records.load_results("algo_reward")

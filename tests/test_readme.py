@@ -1,7 +1,6 @@
 """README.md as a front page: short, its links and picture resolve, its picture is chapter 00's stored output, and its
 `run_rl` example runs as written (with a tiny random model, 2 games and 1 step instead of the embedded model's 12)."""
 import dataclasses
-import importlib.util
 import re
 from pathlib import Path
 
@@ -15,10 +14,9 @@ README = ROOT / "README.md"
 
 
 def _build_module():
-    spec = importlib.util.spec_from_file_location("book_build", ROOT / "book" / "build.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from experiments import book_build
+
+    return book_build
 
 
 def test_readme_is_a_front_page():

@@ -1,8 +1,7 @@
-"""results/regenerate.py: the pilot's rule for the number of seeds (seeds_for), the collection of stage evaluations
-and the swe part's evaluation command (`agentrl eval --max-new-tokens`)."""
+"""results/regenerate.py (experiments.regenerate): the pilot's rule for the number of seeds (seeds_for), the
+collection of stage evaluations and the swe part's evaluation command (`agentrl eval --max-new-tokens`)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,14 +9,17 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from experiments import regenerate
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def load_regenerate():
-    spec = importlib.util.spec_from_file_location("regenerate", ROOT / "results" / "regenerate.py")
-    regen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(regen)
-    return regen
+@pytest.fixture(autouse=True)
+def flags_restored(monkeypatch):
+    """regenerate.main() sets the module's ENV, DRY_RUN and RESULTS from its flags, and the module is imported once
+    per session: each test gets them back as they were."""
+    for name in ("ENV", "DRY_RUN", "RESULTS"):
+        monkeypatch.setattr(regenerate, name, getattr(regenerate, name))
 
 
 def interval_half_width(a, b) -> float:
@@ -29,7 +31,7 @@ def interval_half_width(a, b) -> float:
 @pytest.mark.parametrize("n", [3, 4, 5, 6])
 def test_half_width_is_scipys_two_sample_interval(n):
     """Two cells of n seeds whose pooled sd is the pilot's: scipy's interval has the half-width seeds_for predicts."""
-    regen = load_regenerate()
+    regen = regenerate
     pilot = [[0.30, 0.52], [0.61, 0.47]]
     got = regen.seeds_for(pilot)
     sd = got["pooled_sd"]
@@ -49,7 +51,7 @@ def test_a_planted_formula_error_is_caught():
 
 
 def test_seed_count_rule():
-    regen = load_regenerate()
+    regen = regenerate
     assert regen.seeds_for([[0.50, 0.60], [0.40, 0.45]])["n_seeds"] == 3          # small spread: the minimum
     wide = regen.seeds_for([[0.10, 0.60], [0.40, 0.80]])
     assert wide["n_seeds"] == regen.MAX_SEEDS and not wide["met"]                # capped, and it says so
@@ -66,7 +68,7 @@ def test_collect_evals_appends_each_finished_evaluation_once(tmp_path, monkeypat
     with their config; an evaluation whose result file is missing (still running) is not collected."""
     import json
 
-    regen = load_regenerate()
+    regen = regenerate
     monkeypatch.setattr(regen, "ROOT", tmp_path)
     monkeypatch.setattr(regen, "RESULTS", tmp_path / "results")
     (tmp_path / "results").mkdir()
@@ -104,7 +106,7 @@ def test_explore_evals_evaluate_each_run_here_at_each_temperature_and_keep_the_e
 
     from agentrl_lib import cli
 
-    regen = load_regenerate()
+    regen = regenerate
     for name, value in [("ROOT", tmp_path), ("RESULTS", tmp_path / "results"), ("DRY_RUN", False)]:
         monkeypatch.setattr(regen, name, value)
     (tmp_path / "results").mkdir()
@@ -151,7 +153,7 @@ def test_swe_stage_eval_is_agentrl_eval_with_the_swe_configs_budget(tmp_path, mo
     from agentrl_lib.config import EnvConfig
     from agentrl_lib.flags import section_args
 
-    regen = load_regenerate()
+    regen = regenerate
     monkeypatch.setattr(regen, "ROOT", tmp_path)
     monkeypatch.setattr(regen, "DRY_RUN", dry_run)
     (tmp_path / "configs").mkdir()
@@ -180,7 +182,7 @@ def test_behaviour_part_samples_each_candidate_as_its_first_rollouts_would(tmp_p
 
     from agentrl_lib import cli
 
-    regen = load_regenerate()
+    regen = regenerate
     results = tmp_path / "results"
     results.mkdir()
     monkeypatch.setattr(regen, "ROOT", tmp_path)
@@ -217,7 +219,7 @@ def test_choose_by_behaviour_takes_the_sampled_success_nearest_the_target(tmp_pa
     second call keeps the choice. Negative control: with no candidate inside the band the choice stops, naming them."""
     import json
 
-    regen = load_regenerate()
+    regen = regenerate
     monkeypatch.setattr(regen, "RESULTS", tmp_path)
     monkeypatch.setattr(regen, "SFT_CANDIDATES", ((64, 6.5e-6), (64, 7e-6), (64, 8e-6), (64, 9e-6)))
 
@@ -244,7 +246,7 @@ def test_choose_seeds_counts_only_pilot_records_with_the_configs_probe_settings(
     advantages) must not complete the pilot (planted: the same four runs at either leave it unfinished)."""
     import json
 
-    regen = load_regenerate()
+    regen = regenerate
     monkeypatch.setattr(regen, "RESULTS", tmp_path)
 
     def write(lr, whiten=False):
@@ -290,7 +292,7 @@ def test_all_runs_the_pilot_before_it_chooses_the_main_sweeps_seeds(tmp_path, mo
     import subprocess
     import sys
 
-    regen = load_regenerate()
+    regen = regenerate
     calls = []
     monkeypatch.setattr(regen, "parallel", lambda jobs, n: calls.append([name for name, _ in jobs]) or [])
     monkeypatch.setattr(regen, "choose_sft", lambda jobs: "runs/sft/chosen")
@@ -316,7 +318,7 @@ def test_only_the_smallest_worlds_complexity_runs_are_evaluated_on_the_larger_wo
     """The transfer finding reads `evals.w8` of the w2-o3-q4 runs: their sweep command evaluates the larger levels'
     held-out games at the training max turns; a larger level's runs get no extra evaluation (each would cost ~10 CPU
     minutes and answer nothing)."""
-    regen = load_regenerate()
+    regen = regenerate
     assert regen.transfer_evals("w2-o3-q4") == ["--also-eval", "w4=games/w4-o6-q4-heldout@10",
                                                 "w8=games/w8-o12-q4-heldout@10"]
     assert regen.transfer_evals("w4-o6-q4") == regen.transfer_evals("w8-o12-q4") == []
@@ -327,7 +329,7 @@ def test_only_the_smallest_worlds_complexity_runs_are_evaluated_on_the_larger_wo
 
 
 def test_game_sets_lists_each_cooking_games_ingredient_places_in_sft_order(tmp_path, monkeypatch):
-    regen = load_regenerate()
+    regen = regenerate
     monkeypatch.setattr(regen, "ROOT", tmp_path)
     monkeypatch.setattr(regen, "RESULTS", tmp_path / "results")
     (tmp_path / "results").mkdir()
@@ -381,7 +383,7 @@ def test_balanced_games_take_as_many_fridge_as_counter_games_interleaved(tmp_pat
     raise (the control: a pool that would give 3 fridge games and 1 counter game is refused, not written)."""
     from agentrl_lib.envs.base import load_game_set
 
-    regen = load_regenerate()
+    regen = regenerate
     monkeypatch.setattr(regen, "ROOT", tmp_path)
     monkeypatch.setattr(regen, "BALANCED", {"bal": ("pool", 2), "short": ("pool2", 2)})
     _pool(tmp_path / "games" / "pool", ["fridge", "fridge", "fridge", "counter", "fridge", "counter", "counter"])
@@ -403,13 +405,13 @@ def test_seeds_for_paired_takes_out_the_seed_effect():
     noise = [[0.01, -0.02], [0.0, 0.02], [-0.01, 0.0]]
     seed_effect = [0.3, -0.3]
     table = {f"c{i}": {s: 0.5 + 0.1 * i + seed_effect[s] + noise[i][s] for s in (0, 1)} for i in range(3)}
-    got = load_regenerate().seeds_for_paired(table)
+    got = regenerate.seeds_for_paired(table)
     assert got["n_seeds"] == 3 and got["met"] and got["residual_sd"] < 0.03
     scrambled = {f"c{i}": {s: 0.5 + 0.1 * i + seed_effect[(s + i) % 2] for s in (0, 1)} for i in range(3)}
-    bad = load_regenerate().seeds_for_paired(scrambled)
+    bad = regenerate.seeds_for_paired(scrambled)
     assert bad["residual_sd"] > 0.2 and not bad["met"] and bad["n_seeds"] == 6
     with pytest.raises(ValueError, match="at least 2 cells with 2 common seeds"):
-        load_regenerate().seeds_for_paired({"c0": {0: 0.1, 1: 0.2}})
+        regenerate.seeds_for_paired({"c0": {0: 0.1, 1: 0.2}})
 
 
 @pytest.mark.parametrize("argv,line", [(["main", "--jobs", "0"], "--jobs 0: run at least 1 command"),
@@ -418,7 +420,7 @@ def test_bad_flags_get_one_line(argv, line, monkeypatch, capsys):
     """A bad --jobs or --results: argparse's one line (exit 2), nothing run, no traceback."""
     import sys
 
-    regen = load_regenerate()
+    regen = regenerate
     monkeypatch.setattr(sys, "argv", ["regenerate.py", *argv])
     monkeypatch.chdir(ROOT)
     with pytest.raises(SystemExit) as stop:

@@ -5,7 +5,6 @@ sweep); `results/regenerate.py swe --dry-run` plans the part within its budget w
 SFT and evaluations with the sweep's turns and tokens; and results/findings.py's SWE row follows the interval."""
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -19,13 +18,6 @@ from agentrl_lib.config import ConfigError, EnvConfig, RewardConfig, RunConfig
 from helpers import assert_one_clear_error, console
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _module(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _return(kind: str, p: float, won: bool = False) -> float:
@@ -176,8 +168,8 @@ def _records(pass_ratio, resolved):
 ])
 def test_findings_swe_row_follows_the_interval(pass_ratio, resolved, verdict):
     from agentrl_lib import findings as lib
+    from experiments import findings_page as findings
 
-    findings = _module("findings", ROOT / "results" / "findings.py")
     row = lib.verdicts("06_swe", results={"swe": _records(pass_ratio, resolved)})[0]
     assert row.verdict.startswith(verdict)
     line = next(ln for ln in findings.findings_table().splitlines() if ln.startswith("| SWE:"))

@@ -241,12 +241,10 @@ def test_committed_stability_records_are_the_runs_regenerate_plans():
     """results/stability*.jsonl were written before several config fields existed: the plan `regenerate.py
     stability` makes today finds every one of them recorded (none would be rerun)."""
     import dataclasses
-    import importlib.util
+
+    from experiments import regenerate as regen
 
     root = Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location("regenerate", root / "results" / "regenerate.py")
-    regen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(regen)
     init = regen.sft_dir("bandit-train+bandit-reversed-train", regen.STABILITY_SFT["demos"], 1.0,
                          regen.STABILITY_SFT["seed"])
     base = RunConfig.load(root / "configs" / "bandit.yaml")

@@ -1,6 +1,5 @@
 """What every side-by-side benchmark records next to its numbers: the machine, the library versions, the commit, the
-load, the peak memory; and how a result line is written. Imported by the bench_*.py scripts
-(run as scripts, this folder is on sys.path)."""
+load, the peak memory; and how a result line is written. Imported by the bench_*.py modules beside it."""
 from __future__ import annotations
 
 import datetime

@@ -14,11 +14,8 @@ from __future__ import annotations
 import json
 import re
 import statistics
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # report.py beside it, also when this file is loaded by path
-from report import all_lines, demo_runs, newest_per, rl_step_medians, seeded_per_repeat
+from experiments.benchmarks.results_lines import all_lines, demo_runs, newest_per, rl_step_medians, seeded_per_repeat
 
 MARK = re.compile(r"<!-- n:([\w.-]+) -->(.*?)<!-- /n -->", re.S)
 """One marked number: group 1 its KEY, group 2 the number as the page shows it."""
@@ -283,9 +280,9 @@ def chapter_numbers() -> dict[str, str]:
     """results/chapter_costs.json (agentrl_lib.notebook.ChapterCost; `make chapter-costs` and `make
     execute-notebooks`): each chapter's last measured wall time in full and fast mode and its full-mode peak memory,
     for the README's chapter table (keys chapter.<name>.full / .fast / .peak)."""
-    from report import RESULTS
+    from experiments.benchmarks import results_lines
 
-    path = RESULTS / "chapter_costs.json"
+    path = results_lines.RESULTS / "chapter_costs.json"
     out = {}
     for chapter, modes in (json.loads(path.read_text()) if path.exists() else {}).items():
         for mode, got in modes.items():
@@ -307,5 +304,5 @@ def with_numbers(text: str, values: dict[str, str] | None = None) -> str:
     values = numbers() if values is None else values
     unknown = sorted({m.group(1) for m in MARK.finditer(text)} - set(values))
     if unknown:
-        raise ValueError(f"markers with no number in benchmarks/page_numbers.py: {', '.join(unknown)}")
+        raise ValueError(f"markers with no number in experiments/benchmarks/page_numbers.py: {', '.join(unknown)}")
     return MARK.sub(lambda m: f"<!-- n:{m.group(1)} -->{values[m.group(1)]}<!-- /n -->", text)
