@@ -132,8 +132,8 @@ BANDIT_WHY = "10 steps × 16 episodes (RAGEN: 200 steps × 128); 135M model (RAG
 BAL_WHY = ("135M model (paper 1.5B / 7B); 5-command cooking games, as many with the ingredient in the fridge as on "
            "the counter, in training, validation and held-out games alike (chapter 01 §5c); 400 episodes at lr 1e-5 "
            "(paper: actor 1e-6)")
-BAL_RLOO_WHY = ("; RLOO ran the pilot's 2 seeds only: a run took ~52 min, not the planned 32, and the budget dropped "
-                "cells before seeds (results/seeds_choice_balanced.json)")
+BAL_RLOO_WHY = ("; RLOO ran the pilot's 2 seeds only: a run took nearly twice the planned 32 min, and the budget "
+                "dropped cells before seeds (results/seeds_choice_balanced.json)")
 GPU_RUN_MINUTES = 4.0
 """A cooking run of configs/cooking.yaml's shape on an H100 (results/algo_reward_first_design.jsonl: 25 steps in
 126-394 s, median ~4 min): what the seeds-needed figure of a cooking row costs on a GPU."""

@@ -194,6 +194,12 @@ def balanced_status() -> str:
                      f"{100 * held['paired_diff_sd']:.1f} of held-out success → {s['n_seeds']} seeds (half-width "
                      f"of a paired difference of the area {100 * half:.0f} points"
                      + ("" if s["met"] else ": **the ±15 points are not met**") + ").")
+        if s.get("budget"):
+            b = s["budget"]
+            lines.append(f"\nBudget: a pilot run took a median {b['median_run_cpu_hours']:g} CPU hours, so every cell "
+                         f"at {s['n_seeds']} seeds would take {b['all_cells_cpu_hours']:g} CPU hours; past the pilot "
+                         f"only {', '.join(b['later_cells'])} run ({b['later_runs']} runs, "
+                         f"{b['planned_cpu_hours']:g} CPU hours in all with the pilot's {b['pilot_cpu_hours']:g}).")
     runs = find("algo_reward_balanced.jsonl")
     recs = load_results(runs) if runs else []
     if recs:

@@ -723,8 +723,8 @@ BAL_MAX_SEEDS = 6
 says what half-width that buys."""
 BAL_LATER_CELLS = [c for c in BAL_CELLS if c[0] != "algo=rloo"]
 """The cells that go on past the pilot. Planned at ~32 min a run (6 cells x 6 seeds ~19 CPU hours, the issue's budget
-~20), a pilot run took about 52 min (seeds_choice_balanced.json's "budget" has the measured numbers): every cell at 6
-seeds would be ~33 CPU hours. The issue's rule is to drop cells before seeds: RLOO's two cells stop at
+~20), a pilot run took nearly twice that (seeds_choice_balanced.json's "budget": median 0.95 CPU hours, every cell
+at 6 seeds 35 CPU hours). The issue's rule is to drop cells before seeds: RLOO's two cells stop at
 the pilot's seeds, and PPO (GAE) and GRPO x sparse, dense (the papers' ranking, and the pair whose "GRPO ~ its start"
 finding the shortcut sweep left open) go on to the seeds the pilot sets."""
 

@@ -530,6 +530,14 @@ def test_balanced_status_reads_the_running_sweeps_files(tmp_path, monkeypatch):
         "heldout": {"paired_diff_sd": 0.2}}))
     assert "paired-difference sd 8.0 points of the learning-curve area, 20.0 of held-out success → 4 seeds" in \
         findings.balanced_status()
+    assert "Budget:" not in findings.balanced_status()   # a choice written before the budget was recorded
+    choice = json.loads((inc / "seeds_choice_balanced.json").read_text())
+    (inc / "seeds_choice_balanced.json").write_text(json.dumps({**choice, "budget": {
+        "median_run_cpu_hours": 0.95, "all_cells_cpu_hours": 34.9, "later_cells": ["algo=ppo", "algo=grpo"],
+        "later_runs": 16, "planned_cpu_hours": 27.3, "pilot_cpu_hours": 12.1}}))
+    assert ("Budget: a pilot run took a median 0.95 CPU hours, so every cell at 4 seeds would take 34.9 CPU hours; "
+            "past the pilot only algo=ppo, algo=grpo run (16 runs, 27.3 CPU hours in all with the pilot's 12.1)."
+            ) in findings.balanced_status()
 
 
 def test_balanced_rows_read_the_balanced_sweep_only():
