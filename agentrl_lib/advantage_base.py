@@ -38,8 +38,8 @@ class AdvantageInputs:
 
 class AlgoFields(Protocol):
     """The `algo` an estimator is called with: the run's config.AlgoConfig, of which the built-in estimators read these
-    fields. Declared here rather than imported: config's validation looks estimators up in advantages.ESTIMATORS, so
-    neither module may import config (an import cycle)."""
+    fields. A Protocol rather than the config class: an estimator depends on these six fields only, and a test or a
+    notebook may call one with any object that has them."""
 
     gamma: float
     gamma_token: float

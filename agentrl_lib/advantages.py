@@ -69,11 +69,12 @@ from .advantage_base import (
     turns_to_tokens,
     whiten,
 )
+from .config_values import ConfigError
 
 __all__ = [  # with the names re-exported from advantage_base.py
     "ESTIMATORS", "AdvantageInputs", "AlgoFields", "Estimator", "FunctionEstimator", "bilevel_gae",
-    "broadcast_to_tokens", "discounted_turn_returns", "dr_grpo_advantages", "estimator", "gae", "gigpo_advantages",
-    "group_advantages", "grpo_advantages", "register_estimator", "reward_to_go", "rloo_advantages",
+    "broadcast_to_tokens", "discounted_turn_returns", "dr_grpo_advantages", "estimator", "gae", "get_estimator",
+    "gigpo_advantages", "group_advantages", "grpo_advantages", "register_estimator", "reward_to_go", "rloo_advantages",
     "singleton_groups", "top_std_groups", "turn_gae", "turn_slices", "turns_to_tokens", "whiten",
 ]
 
@@ -95,6 +96,27 @@ def register_estimator(estimator: Estimator, replace: bool = False) -> Estimator
         raise ValueError(f"min_group_size must be >= 1 (got {estimator.min_group_size})")
     ESTIMATORS[estimator.name] = estimator
     return estimator
+
+
+def get_estimator(name: str, group_size: int | None = None) -> Estimator:
+    """ESTIMATORS[name], checked where it is looked up (verl's get_adv_estimator_fn): the config does not import this
+    registry, so an estimator registered after the config was built is found. With `group_size` (algo.group_size),
+    also checks the estimator's min_group_size.
+
+    Raises:
+        ConfigError: `name` is not registered (the message lists the registered names and how to add one), or
+            group_size < min_group_size (a group baseline of one episode is its own return: every advantage 0).
+    """
+    if name not in ESTIMATORS:
+        raise ConfigError(f"algo.advantage must be one of {sorted(ESTIMATORS)} (got {name!r}); register a new one "
+                          "with advantages.register_estimator")
+    est = ESTIMATORS[name]
+    if group_size is not None and group_size < est.min_group_size:
+        raise ConfigError(
+            f"algo.advantage {name!r} needs algo.group_size >= {est.min_group_size} (got {group_size}): with one "
+            "episode per game the group baseline equals the episode's own return and every advantage is 0. Use "
+            "--group-size 4.")
+    return est
 
 
 def estimator(name: str, needs_critic: bool = False, min_group_size: int = 1):

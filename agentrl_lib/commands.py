@@ -218,8 +218,9 @@ def cmd_train(a) -> None:
 
 
 def _check_train_inputs(a, cfg: RunConfig):
-    """What `train` would otherwise find out only after training: the held-out games (train.eval_games), --out, the
-    device / dtype and a model path that does not exist. Returns the loaded eval GameSet, or None."""
+    """What `train` would otherwise find out only after training: the registry names, the held-out games
+    (train.eval_games), --out, the device / dtype and a model path that does not exist. Returns the loaded eval
+    GameSet, or None."""
     from .envs import get_family
     from .envs.base import load_game_set
     from .envs.pool import check_family_options
@@ -228,9 +229,11 @@ def _check_train_inputs(a, cfg: RunConfig):
     from .hardware import pick_device
     from .model_paths import resolve_model_path
     from .models import check_init_lora, pick_dtype
+    from .parts import run_parts
     from .rundir import check_not_sft_output, check_unambiguous_model
     from .tracking import check_tracker_output
 
+    run_parts(cfg)  # the config file's registry names (estimator and group size, backend, stop kinds)
     check_out_path("--out", a.out, is_dir=True)
     check_tracker_output(cfg.train.report_to, a.out)  # e.g. RUN/tensorboard, before the model loads
     check_pool_size(cfg.train.games_per_step * cfg.algo.group_size, cfg.env.process_pool)

@@ -3,8 +3,9 @@ the model and the training budget, with YAML in/out and validation whose errors 
 
 The sections live in config_pillars.py (EnvConfig, RewardConfig, AlgoConfig, ALGO_PRESETS) and config_training.py
 (ModelConfig, TrainConfig, and SFTConfig for `agentrl sft`), the values they take in config_values.py (ConfigError,
-CHOICES, SEED_MAX, ...); this module composes them into RunConfig, reads and writes it, parses a field's value
-(`parse_field`, for config files, command-line flags and sweep grids alike) and re-exports all of them:
+the closed sets' Literal types, SEED_MAX, ...); this module composes them into RunConfig, derives CHOICES, reads and
+writes it, parses a field's value (`parse_field`, for config files, command-line flags and sweep grids alike) and
+re-exports all of them:
 `from agentrl_lib.config import AlgoConfig` is the one import a user needs. The command-line flags generated from
 these dataclasses are in flags.py.
 
@@ -24,7 +25,6 @@ from .config_pillars import ALGO_PRESETS, AlgoConfig, EnvConfig, RewardConfig
 from .config_training import ModelConfig, SFTConfig, TrainConfig
 from .config_values import (
     ACTION_FORMATS,
-    CHOICES,
     DEVICE_PATTERN,
     DTYPES,
     EPISODES_PER_STEP_MAX,
@@ -41,6 +41,7 @@ from .config_values import (
     TIS_MODES,
     ConfigError,
     check_context_room,
+    closed_fields,
 )
 
 __all__ = [  # the names other modules import from here, wherever they are defined
@@ -49,7 +50,7 @@ __all__ = [  # the names other modules import from here, wherever they are defin
     "MAX_TURNS_MAX", "MIXED_PRECISIONS", "OLD_LOGPROBS", "REPORT_TO", "REWARDS", "SECTIONS", "SEED_MAX", "SWE_REWARDS",
     "TIS_MODES", "AlgoConfig", "ConfigError", "DuplicateKeyError", "EnvConfig", "ModelConfig", "RewardConfig",
     "YAMLBoundError", "load_yaml",
-    "RunConfig", "SFTConfig", "TrainConfig", "check_context_room", "choices_for", "parse_field", "upgrade_legacy_keys",
+    "RunConfig", "SFTConfig", "TrainConfig", "check_context_room", "parse_field", "upgrade_legacy_keys",
 ]
 
 
@@ -240,19 +241,11 @@ SECTIONS = {f.name: f.default_factory for f in fields(RunConfig)}  # type: ignor
 """RunConfig's sections in order: name → dataclass (env, reward, algo, model, train)."""
 
 
-def choices_for(key: str) -> tuple[str, ...] | None:
-    """The values the field `key` ('section.field') accepts, or None for an open field: CHOICES, and for
-    algo.advantage / model.generator the keys of advantages.ESTIMATORS / generation.GENERATORS at call time (so a
-    registered estimator or backend is a valid choice)."""
-    if key == "algo.advantage":
-        from .advantages import ESTIMATORS
-
-        return tuple(ESTIMATORS)
-    if key == "model.generator":
-        from .generation import GENERATORS
-
-        return tuple(GENERATORS)
-    return CHOICES.get(key)
+CHOICES = {f"{section}.{name}": values for section, cls in {**SECTIONS, "sft": SFTConfig}.items()
+           for name, values in closed_fields(cls).items()}
+"""Fields that take one of a closed set of values (`section.field` → values), derived from their Literal annotations
+(config_values.closed_fields): the CLI offers them as choices. algo.advantage's and model.generator's sets are
+registries: see flags.choices_for."""
 
 
 BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}

@@ -8,15 +8,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config_values import (
-    ACTION_FORMATS,
     EPISODES_PER_STEP_MAX,
-    LOSS_AGGS,
     MAX_TURNS_MAX,
-    OLD_LOGPROBS,
-    REWARDS,
-    SWE_REWARDS,
-    TIS_MODES,
+    ActionFormat,
     ConfigError,
+    LossAgg,
+    OldLogprobs,
+    RewardKind,
+    SweReward,
+    TisMode,
+    check_closed,
 )
 
 ALGO_PRESETS: dict[str, dict[str, Any]] = {
@@ -66,7 +67,7 @@ class EnvConfig:
     check_games: bool = True
     """Check every game before a run uses it: reset it and replay its walkthrough to a win, through the run's envs
     (~2-5 s for 16 TextWorld games; cached next to manifest.json, so a second run over an unchanged set is instant)."""
-    action_format: str = "plain"
+    action_format: ActionFormat = "plain"
     """How a reply becomes an action (prompts.ACTION_FORMATS): 'plain', the reply's first non-empty line; 'ragen',
     RAGEN's `<think>...</think><answer>a1 || a2</answer>` (a reply without an <answer> is an invalid turn: format
     penalty). The system prompt states the format in use; use the same setting for SFT, RL and evaluation."""
@@ -77,16 +78,14 @@ class EnvConfig:
     env as is (so a plain 'Left || Up' is two moves for those envs). There is no cap per episode: max_turns × this
     bounds an episode's actions (and those envs end an episode at 100 moves). RAGEN's max_actions_per_traj (10, with
     5 turns × 5) is a tighter budget; max_turns × max_actions_per_turn = 10 (e.g. 5 × 2) gives the same total."""
-    swe_reward: str = ""
+    swe_reward: SweReward = ""
     """swe games only: the reward kind of this run, '' (the task set's kind, `make-games swe --swe-reward`), 'relative'
     (the pass ratio above the unpatched baseline: a no-op earns 0), 'pass_ratio' (passing / listed tests: the
     Practitioner's Guide's) or 'resolved' (1 if every listed test passes, else 0), e.g. --swe-reward resolved. All
     three are logged per episode whatever the kind; with reward.kind = sparse the run trains on 'resolved' anyway."""
 
     def validate(self) -> None:
-        if self.action_format not in ACTION_FORMATS:
-            raise ConfigError(f"env.action_format must be one of {ACTION_FORMATS} (got {self.action_format!r}); "
-                              "'ragen' is <think>...</think><answer>a1 || a2</answer>")
+        check_closed("env", self)
         if not (isinstance(self.max_actions_per_turn, int) and self.max_actions_per_turn >= 1):
             raise ConfigError(f"env.max_actions_per_turn must be an integer >= 1 (got {self.max_actions_per_turn!r});"
                               " RAGEN uses 5 for Sokoban and FrozenLake, 1 for Bandit")
@@ -95,9 +94,6 @@ class EnvConfig:
                               "uses 8-12 for small TextWorld games")
         if not self.step_timeout_s > 0:
             raise ConfigError(f"env.step_timeout_s must be > 0 seconds (got {self.step_timeout_s}); 30 is the default")
-        if self.swe_reward not in ("", *SWE_REWARDS):
-            raise ConfigError(f"env.swe_reward must be '' (the task set's kind) or one of {SWE_REWARDS} (got "
-                              f"{self.swe_reward!r}); e.g. --swe-reward resolved")
         if not 0.0 <= self.max_env_error_frac <= 1.0:
             raise ConfigError(f"env.max_env_error_frac must be in [0, 1] (got {self.max_env_error_frac}); 0.5 stops a "
                               "run when more than half of a step's episodes fail, 1 never stops")
@@ -107,7 +103,7 @@ class EnvConfig:
 class RewardConfig:
     """Reward pillar: how the game's outcome becomes turn-level rewards (see agentrl_lib/rewards.py)."""
 
-    kind: str = "dense"
+    kind: RewardKind = "dense"
     """'sparse' (1 on the last turn if won, else 0), 'dense' (each turn's score increment / max score: a won game
     sums to 1) or 'env' (each turn's reward exactly as the environment gives it: RAGEN's rewards for bandit's random
     payout, Sokoban's −0.1 per move / ±1 / +10; unscaled, so a won game need not out-score a lost one)."""
@@ -116,8 +112,7 @@ class RewardConfig:
     (RAGEN uses 0.1; 0 disables it)."""
 
     def validate(self) -> None:
-        if self.kind not in REWARDS:
-            raise ConfigError(f"reward.kind must be one of {REWARDS} (got {self.kind!r})")
+        check_closed("reward", self)
         if not 0.0 <= self.format_penalty <= 1.0:
             raise ConfigError(f"reward.format_penalty must be in [0, 1] (got {self.format_penalty}); 0 disables it")
 
@@ -154,11 +149,11 @@ class AlgoConfig:
     dual_clip: float = 0.0
     """Dual clip c > 1 for negative advantages: the objective is bounded below by c·A (Ye et al. 2020 use 3.0);
     0 = off."""
-    tis: str = "auto"
+    tis: TisMode = "auto"
     """Truncated importance sampling between the rollout's and the trainer's log-probs (Yao et al. 2025): 'on', 'off',
     or 'auto' (on when the policy runs in bf16/fp16, where the two differ; off in fp32 on a CPU, where they agree to
     ~1e-6)."""
-    old_logprobs: str = "recompute"
+    old_logprobs: OldLogprobs = "recompute"
     """Where π_old, the denominator of the clipped ratio, comes from: 'recompute' (a no-grad forward of the trainer
     over the rollout batch before the update: the first ratio is exactly 1 whatever the rollout's kernels or
     precision; verl's and TRL's default) or 'behaviour' (the log-probs the rollout sampled with, the behaviour
@@ -186,7 +181,7 @@ class AlgoConfig:
     keep_top_std: float = 1.0
     """StarPO-S filter: fraction of groups kept, those with the highest within-group return std, in (0, 1]; 1.0
     keeps all (RAGEN: 0.25)."""
-    loss_agg: str = "token_mean"
+    loss_agg: LossAgg = "token_mean"
     """How the clipped surrogate averages over tokens: 'token_mean' (over the minibatch's policy tokens; DAPO, TRL) or
     'seq_mean_token_sum_norm' (token sum / (episodes × max_turns × max_new_tokens), a constant; Dr. GRPO, Liu et al.
     2025). The latter's steps are smaller by about mean episode tokens / (max_turns × max_new_tokens) at the same lr;
@@ -214,20 +209,15 @@ class AlgoConfig:
         return max(matching)[2] if matching else self.advantage
 
     def validate(self) -> None:
-        from .advantages import ESTIMATORS  # imported here: `import agentrl_lib.config` stays free of torch
-
-        if self.advantage not in ESTIMATORS:
-            raise ConfigError(f"algo.advantage must be one of {sorted(ESTIMATORS)} (got {self.advantage!r}); register "
-                              "a new one with advantages.register_estimator")
+        """The checks this section can make alone; algo.advantage is a registry name, checked where it is looked up
+        with the group size it needs (advantages.get_estimator, called by parts.run_parts)."""
+        check_closed("algo", self)
+        if not (isinstance(self.advantage, str) and self.advantage):
+            raise ConfigError(f"algo.advantage must name an estimator of advantages.ESTIMATORS (got "
+                              f"{self.advantage!r}); e.g. gae, grpo, rloo")
         if not 1 <= self.group_size <= EPISODES_PER_STEP_MAX:
             raise ConfigError(f"algo.group_size (--group-size) must be in [1, {EPISODES_PER_STEP_MAX}] (got "
                               f"{self.group_size}): episodes per game in one step; RAGEN uses 4-16")
-        need = ESTIMATORS[self.advantage].min_group_size
-        if self.group_size < need:
-            raise ConfigError(
-                f"algo.advantage {self.advantage!r} needs algo.group_size >= {need} (got {self.group_size}): with one "
-                "episode per game the group baseline equals the episode's own return and every advantage is 0. Use "
-                "--group-size 4.")
         for name in ("gamma", "gamma_token", "lam"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
@@ -242,12 +232,6 @@ class AlgoConfig:
                               "which is 0 for a group of one episode: use --group-size 4 (RAGEN) or keep_top_std 1")
         if self.dual_clip != 0 and not self.dual_clip > 1:
             raise ConfigError(f"algo.dual_clip must be 0 (off) or > 1 (got {self.dual_clip}); Ye et al. 2020 use 3")
-        if self.loss_agg not in LOSS_AGGS:
-            raise ConfigError(f"algo.loss_agg must be one of {LOSS_AGGS} (got {self.loss_agg!r})")
-        if self.tis not in TIS_MODES:
-            raise ConfigError(f"algo.tis must be one of {TIS_MODES} (got {self.tis!r})")
-        if self.old_logprobs not in OLD_LOGPROBS:
-            raise ConfigError(f"algo.old_logprobs must be one of {OLD_LOGPROBS} (got {self.old_logprobs!r})")
         if self.old_logprobs == "behaviour" and self.tis == "on":
             raise ConfigError("algo.tis 'on' corrects π_old (the trainer's) for the rollout's log-probs, and "
                               "algo.old_logprobs 'behaviour' makes π_old the rollout's: the weights would all be 1. "

@@ -10,14 +10,15 @@ from dataclasses import dataclass
 
 from .config_values import (
     DEVICE_PATTERN,
-    DTYPES,
     EPISODES_PER_STEP_MAX,
     LORA_ALPHA_MAX,
     MAX_NEW_TOKENS_MAX,
-    MIXED_PRECISIONS,
-    REPORT_TO,
     SEED_MAX,
     ConfigError,
+    Dtype,
+    MixedPrecision,
+    ReportTo,
+    check_closed,
 )
 
 
@@ -30,7 +31,7 @@ class ModelConfig:
     (e.g. Qwen/Qwen2.5-0.5B-Instruct), a local dir, an SFT output or a run dir."""
     device: str = "auto"
     """'auto' (CUDA if available, else CPU), 'cpu', 'cuda', 'cuda:1', 'mps'."""
-    dtype: str = "auto"
+    dtype: Dtype = "auto"
     """Weights' dtype: 'auto' (bf16 on CUDA, fp32 on CPU), 'float32', 'bfloat16', 'float16'."""
     lora_rank: int = 0
     """LoRA rank via peft (0 = full fine-tuning; 4-64 with LoRA). LoRA saves little on CPU for a 135M model; it helps
@@ -47,17 +48,16 @@ class ModelConfig:
     registered. 'hf' and 'hf-live' sample the same tokens: records.base_key counts them as one."""
 
     def validate(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"model.dtype must be auto, float32, bfloat16 or float16 (got {self.dtype!r})")
+        """The checks this section can make alone; model.generator is a registry name, checked where it is looked up
+        (generation.get_generator)."""
+        check_closed("model", self)
         if self.lora_rank < 0:
             raise ConfigError(f"model.lora_rank must be >= 0 (got {self.lora_rank})")
         if not re.fullmatch(DEVICE_PATTERN, self.device):
             raise ConfigError(f"model.device must be auto, cpu, cuda, cuda:N or mps (got {self.device!r})")
-        from .generation import GENERATORS  # imported here: `import agentrl_lib.config` stays free of torch
-
-        if self.generator not in GENERATORS:
-            raise ConfigError(f"model.generator must be one of {sorted(GENERATORS)} (got {self.generator!r}); register "
-                              "a new backend in generation.GENERATORS")
+        if not (isinstance(self.generator, str) and self.generator):
+            raise ConfigError(f"model.generator must name a backend of generation.GENERATORS (got "
+                              f"{self.generator!r}); e.g. hf-live, hf, vllm")
         if self.lora_rank > 0 and not 0 < self.lora_alpha <= LORA_ALPHA_MAX:
             raise ConfigError(f"model.lora_alpha (--lora-alpha) must be in (0, {LORA_ALPHA_MAX}] with LoRA (got "
                               f"{self.lora_alpha:g}): the adapter's scale is alpha / rank; 16-64 is typical, 32 the "
@@ -95,7 +95,7 @@ class TrainConfig:
     distinct context once too (generation.HFGenerator). The same numbers up to float rounding; ~45% fewer token
     positions for a group of 4 cooking episodes (benchmarks/bench_update_speed.py, bench_rollout.py). The update
     shares only within a minibatch: see group_minibatches. Off under gradient checkpointing (the update only)."""
-    mixed_precision: str = "no"
+    mixed_precision: MixedPrecision = "no"
     """'no' (every forward in float32, the dtype training weights load in whatever model.dtype says, unless
     model.dtype asks bf16: precision.training_precision) or 'bf16': rollouts, the no-grad passes and the update's
     forward run under torch.autocast in bfloat16 while the weights and AdamW stay float32 (precision.TRAINING_WEIGHTS).
@@ -159,12 +159,15 @@ class TrainConfig:
     eval_games: str = ""
     """Optional held-out games directory (e.g. games/heldout) evaluated at the end of training into eval.json; '' =
     none."""
-    report_to: str = "none"
+    report_to: ReportTo = "none"
     """Where the metrics rows also go, besides metrics.jsonl: 'none', or 'tensorboard' (every numeric key of every
     row as a scalar, tag = the key, global step = the row's step, in RUN_DIR/tensorboard/; view with `tensorboard
     --logdir runs`). Written by the main process only; a resume appends (and hides the events of steps it redoes)."""
 
     def validate(self) -> None:
+        """The checks this section can make alone; train.stop_kinds names alert kinds, checked where they are looked up
+        (diagnostics.stopping_kinds)."""
+        check_closed("train", self)
         for name in ("steps", "games_per_step", "epochs", "minibatch_size", "max_new_tokens", "checkpoint_every",
                      "keep_checkpoints", "max_nonfinite_steps"):
             if getattr(self, name) < 1:
@@ -172,9 +175,6 @@ class TrainConfig:
         if self.games_per_step > EPISODES_PER_STEP_MAX:
             raise ConfigError(f"train.games_per_step (--games-per-step) must be in [1, {EPISODES_PER_STEP_MAX}] (got "
                               f"{self.games_per_step}): games sampled per step; 2-8 on a CPU")
-        if self.mixed_precision not in MIXED_PRECISIONS:
-            raise ConfigError(f"train.mixed_precision (--mixed-precision) must be one of {', '.join(MIXED_PRECISIONS)} "
-                              f"(got {self.mixed_precision!r}); bf16 needs a GPU or a CPU with avx512_bf16 / amx_bf16")
         if self.max_new_tokens > MAX_NEW_TOKENS_MAX:
             raise ConfigError(f"train.max_new_tokens (--max-new-tokens) must be in [1, {MAX_NEW_TOKENS_MAX}] (got "
                               f"{self.max_new_tokens}): tokens per reply; 16-32 suit one action")
@@ -198,25 +198,6 @@ class TrainConfig:
                               "0 = log only)")
         if self.eval_temperature < 0:
             raise ConfigError(f"train.eval_temperature must be >= 0 (got {self.eval_temperature}; 0 = greedy)")
-        if self.report_to not in REPORT_TO:
-            raise ConfigError(f"train.report_to (--report-to) must be one of {REPORT_TO} (got {self.report_to!r})")
-        from .diagnostics import KINDS  # pure Python: config stays free of torch
-
-        names = self._stop_kind_names()
-        if not names or not names <= {*KINDS, "all"}:
-            unknown = f"; unknown: {', '.join(sorted(names - {*KINDS, 'all'}))}" if names else ""
-            raise ConfigError(f"train.stop_kinds (--stop-kinds) must be 'all' or alert kinds joined by commas, from "
-                              f"{', '.join(KINDS)} (got {self.stop_kinds!r}{unknown}); e.g. "
-                              "reward_std_collapse,grad_norm_spike. To never stop, turn train.stop_on_collapse off")
-
-    def _stop_kind_names(self) -> set[str]:
-        return {k.strip() for k in str(self.stop_kinds).split(",") if k.strip()}
-
-    def stops_on(self, kind: str) -> bool:
-        """Whether an alert of `kind` (diagnostics.KINDS) stops the run: stop_on_collapse on and `kind` in
-        stop_kinds ('all': every kind)."""
-        names = self._stop_kind_names()
-        return self.stop_on_collapse and (kind in names or "all" in names)
 
 
 @dataclass
@@ -243,7 +224,7 @@ class SFTConfig:
     """Seed of the SFT trainer (0 to 2**32 - 1)."""
     demos: int | None = None
     """Use the walkthroughs of the first N games only (N >= 1, e.g. 12; default: every game of --games)."""
-    mixed_precision: str = "no"
+    mixed_precision: MixedPrecision = "no"
     """'no' or 'bf16', as the RL run's train.mixed_precision: 'bf16' trains under bfloat16 autocast over fp32
     weights and AdamW (TRL's bf16=True; precision.training_precision), never bf16 weights updated in place. Refused on
     a CPU without avx512_bf16 / amx_bf16 (emulated there: slower, not faster)."""
@@ -251,6 +232,7 @@ class SFTConfig:
     def validate(self) -> None:
         """Raises: ConfigError naming the field and its flag. `demos` is checked against the game set when it loads
         (the command's --demos must not exceed its size)."""
+        check_closed("sft", self)
         if not (math.isfinite(self.epochs) and self.epochs > 0):
             raise ConfigError(f"sft.epochs (--epochs) must be > 0 (got {self.epochs}); 1 is the warm-up the "
                               "Practitioner's Guide uses")
@@ -266,6 +248,3 @@ class SFTConfig:
             raise ConfigError(f"sft.max_turns (--max-turns) must be >= 1 (got {self.max_turns})")
         if not 0 <= self.seed <= SEED_MAX:
             raise ConfigError(f"sft.seed (--seed) must be in [0, {SEED_MAX}] (got {self.seed})")
-        if self.mixed_precision not in MIXED_PRECISIONS:
-            raise ConfigError(f"sft.mixed_precision (--mixed-precision) must be one of {', '.join(MIXED_PRECISIONS)} "
-                              f"(got {self.mixed_precision!r})")

@@ -1,32 +1,87 @@
-"""The values config fields may take, below every config dataclass: ConfigError, the closed sets (CHOICES), the
-numeric bounds (SEED_MAX, ...) and the context check; and ModelLoadError, the error of a model, device or dtype that
-cannot be used (raised by hardware, model_paths, precision and models alike). It imports nothing of agentrl_lib, so the
-modules the config's validation reaches (models, through generation) can import it without an import cycle;
-config.py re-exports all of it but ModelLoadError.
+"""The values config fields may take, below every config dataclass: ConfigError, the closed sets typed once (each a
+`Literal` that the field is annotated with; its values tuple, REWARDS etc., is derived from it, and so are the
+config's checks, config.CHOICES and the CLI's choices: `closed_fields`, `check_closed`), the numeric bounds
+(SEED_MAX, ...) and the context check; and ModelLoadError, the error of a model, device or dtype that cannot be used
+(raised by hardware, model_paths, precision and models alike). It imports nothing of agentrl_lib: it is the ground
+floor every module may stand on. config.py re-exports all of it but ModelLoadError.
+
+The open sets are registries and are checked where they are looked up, not here (parts.py: algo.advantage in
+advantages.ESTIMATORS, model.generator in generation.GENERATORS, train.stop_kinds in diagnostics.KINDS).
 """
 from __future__ import annotations
 
-REWARDS = ("sparse", "dense", "env")
+import dataclasses
+import functools
+import typing
+from typing import Literal, get_args
+
+RewardKind = Literal["sparse", "dense", "env"]
+"""reward.kind: how the game's outcome becomes turn rewards (rewards.py)."""
+ActionFormat = Literal["plain", "ragen"]
+"""env.action_format: how a reply becomes an action (prompts.ACTION_FORMATS acts on these)."""
+SweReward = Literal["", "relative", "pass_ratio", "resolved"]
+"""env.swe_reward: '' (the task set's kind) or a reward kind of envs.swe (envs.swe.REWARD_KINDS)."""
+Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+"""model.dtype."""
+TisMode = Literal["auto", "on", "off"]
+"""algo.tis (precision.tis_applies acts on these)."""
+OldLogprobs = Literal["recompute", "behaviour"]
+"""algo.old_logprobs."""
+ReportTo = Literal["none", "tensorboard"]
+"""train.report_to (tracking.TRACKERS is keyed by these)."""
+LossAgg = Literal["token_mean", "seq_mean_token_sum_norm"]
+"""algo.loss_agg (losses.policy_loss acts on these)."""
+MixedPrecision = Literal["no", "bf16"]
+"""train.mixed_precision and sft.mixed_precision."""
+
+REWARDS: tuple[str, ...] = get_args(RewardKind)
 """reward.kind's values."""
-ACTION_FORMATS = ("plain", "ragen")
-"""EnvConfig.action_format values (prompts.ACTION_FORMATS, kept here so config imports no env module)."""
-SWE_REWARDS = ("relative", "pass_ratio", "resolved")
-"""EnvConfig.swe_reward's values besides '' (envs.swe.REWARD_KINDS, kept here so config imports no env module)."""
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+ACTION_FORMATS: tuple[str, ...] = get_args(ActionFormat)
+"""EnvConfig.action_format values."""
+SWE_REWARDS: tuple[str, ...] = get_args(SweReward)[1:]
+"""EnvConfig.swe_reward's values besides '' (envs.swe.REWARD_KINDS)."""
+DTYPES: tuple[str, ...] = get_args(Dtype)
 """model.dtype's values."""
-TIS_MODES = ("auto", "on", "off")
+TIS_MODES: tuple[str, ...] = get_args(TisMode)
 """algo.tis's values."""
-OLD_LOGPROBS = ("recompute", "behaviour")
+OLD_LOGPROBS: tuple[str, ...] = get_args(OldLogprobs)
 """algo.old_logprobs's values."""
-REPORT_TO = ("none", "tensorboard")
-"""train.report_to's values (tracking.TRACKERS, repeated here: `import agentrl_lib.config` stays free of torch)."""
-LOSS_AGGS = ("token_mean", "seq_mean_token_sum_norm")
-"""algo.loss_agg's values (losses.LOSS_AGGS, repeated here so that `import agentrl_lib.config` stays free of torch)."""
-CHOICES = {"reward.kind": REWARDS, "env.action_format": ACTION_FORMATS, "algo.tis": TIS_MODES,
-           "model.dtype": DTYPES, "algo.loss_agg": LOSS_AGGS,
-           "algo.old_logprobs": OLD_LOGPROBS, "train.report_to": REPORT_TO}
-"""Fields that take one of a closed set of values (`section.field` → values): the CLI offers them as choices.
-algo.advantage's and model.generator's sets are registries: see `choices_for`."""
+REPORT_TO: tuple[str, ...] = get_args(ReportTo)
+"""train.report_to's values (tracking.TRACKERS's keys)."""
+LOSS_AGGS: tuple[str, ...] = get_args(LossAgg)
+"""algo.loss_agg's values (losses.LOSS_AGGS is this tuple)."""
+MIXED_PRECISIONS: tuple[str, ...] = get_args(MixedPrecision)
+"""Values of train.mixed_precision and sft.mixed_precision."""
+CLOSED_HINTS = {
+    "env.action_format": "'ragen' is <think>...</think><answer>a1 || a2</answer>",
+    "env.swe_reward": "'' is the task set's kind; e.g. --swe-reward resolved",
+    "train.mixed_precision": "bf16 needs a GPU or a CPU with avx512_bf16 / amx_bf16",
+}
+"""A sentence the closed-set error adds for a field (`section.field` → text), where the values alone do not say
+enough."""
+
+
+@functools.cache
+def closed_fields(cls: type) -> dict[str, tuple]:
+    """The fields of the config dataclass `cls` annotated with a Literal, name → the values it allows, in declaration
+    order: the one place a closed set is written is the annotation."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: get_args(hints[f.name]) for f in dataclasses.fields(cls)
+            if typing.get_origin(hints[f.name]) is Literal}
+
+
+def check_closed(section: str, obj) -> None:
+    """Refuse a value outside its field's Literal, for every closed field of the config dataclass `obj`.
+
+    Raises: ConfigError `section.field must be one of (...) (got ...)` and the field's CLOSED_HINTS sentence."""
+    for name, values in closed_fields(type(obj)).items():
+        value = getattr(obj, name)
+        if value not in values:
+            hint = CLOSED_HINTS.get(f"{section}.{name}")
+            raise ConfigError(f"{section}.{name} must be one of {values} (got {value!r})"
+                              + (f"; {hint}" if hint else ""))
+
+
 DEVICE_PATTERN = r"auto|(cpu|cuda|mps)(:\d+)?"
 """Device names accepted by model.device / --device (hardware.pick_device also checks the machine has the device)."""
 SEED_MAX = 2**32 - 1
@@ -34,8 +89,6 @@ SEED_MAX = 2**32 - 1
 MAX_TURNS_MAX = 10_000
 """Largest env.max_turns: each turn adds at least a reply token and a feedback message (~10 tokens), so more turns
 than this outgrow any model's context; the trainer also checks max_turns against the loaded model's context."""
-MIXED_PRECISIONS = ("no", "bf16")
-"""Values of train.mixed_precision."""
 EPISODES_PER_STEP_MAX = 4096
 """Most episodes in one rollout batch: algo.group_size, train.games_per_step and their product (issue 52:
 `--group-size 100000` started 100,000 env workers with no output). Each episode of a batch is one env slot (a

@@ -40,6 +40,8 @@ from itertools import combinations
 from pathlib import Path
 from typing import Iterable
 
+from .config_values import ConfigError
+
 KINDS = {
     "reward_std_collapse": "within-group return std near 0 for a window of steps while success has not converged",
     "grad_norm_spike": "grad_norm above spike_factor × its running median",
@@ -47,6 +49,22 @@ KINDS = {
     "repetition_rising": "repetition rate rising over a window",
 }
 """Alert kinds and what each means."""
+
+
+def stopping_kinds(stop_on_collapse: bool, stop_kinds: str) -> frozenset[str]:
+    """The alert kinds that stop a run: train.stop_kinds (alert kinds joined by commas, or 'all') when
+    train.stop_on_collapse is on, else none. Checked here, where the names are looked up, not by the config.
+
+    Raises: ConfigError naming train.stop_kinds, its unknown names and the KINDS to choose from."""
+    names = {k.strip() for k in str(stop_kinds).split(",") if k.strip()}
+    if not names or not names <= {*KINDS, "all"}:
+        unknown = f"; unknown: {', '.join(sorted(names - {*KINDS, 'all'}))}" if names else ""
+        raise ConfigError(f"train.stop_kinds (--stop-kinds) must be 'all' or alert kinds joined by commas, from "
+                          f"{', '.join(KINDS)} (got {stop_kinds!r}{unknown}); e.g. "
+                          "reward_std_collapse,grad_norm_spike. To never stop, turn train.stop_on_collapse off")
+    if not stop_on_collapse:
+        return frozenset()
+    return frozenset(KINDS) if "all" in names else frozenset(names)
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import torch
 from .config import EnvConfig, check_context_room
 from .envs.pool import EnvPool, open_pool
 from .envs.protocol import GameSet
-from .generation import GENERATORS
+from .generation import get_generator
 from .prompts import ChatFormat, first_user_message, system_prompt_for
 from .rollout import rollout
 
@@ -57,7 +57,7 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
     seed = seed if temperature > 0 else None  # greedy decoding draws nothing: no seed to use or record
     rng = torch.random.fork_rng(devices=[]) if seed is not None else contextlib.nullcontext()
     try:
-        gen = GENERATORS[generator](model, tokenizer)  # one backend for every chunk (vLLM: one weight sync)
+        gen = get_generator(generator)(model, tokenizer)  # one backend for every chunk (vLLM: one weight sync)
         if getattr(gen, "context_limit", None):
             check_context_room(max_new_tokens, max_turns, gen.context_limit, where="eval")
         with rng:

@@ -1,7 +1,7 @@
 """Command-line flags generated from the config dataclasses: every field of a section is a flag whose name is the
 field's in kebab case (a few keep older spellings, FLAG_NAMES), whose help is the field's docstring (unit, typical
 range; read with `ast`, field_docs), whose type is the field's and whose value is read by config.parse_field, the
-parser of config files and sweep grids too. Bools are `--x/--no-x`, closed sets (config.choices_for) are choices, and
+parser of config files and sweep grids too. Bools are `--x/--no-x`, closed sets (choices_for) are choices, and
 an absent flag keeps the value of --config / the resumed run (`agentrl train`) or the dataclass default (`eval`, `sft`).
 `agentrl train` takes every RunConfig section (config.SECTIONS), `agentrl sft` config.SFTConfig (SFT_SECTIONS).
 
@@ -20,7 +20,7 @@ import typing
 from dataclasses import dataclass, fields
 from typing import Any, Callable
 
-from .config import ALGO_PRESETS, SECTIONS, ConfigError, RunConfig, SFTConfig, choices_for, parse_field
+from .config import ALGO_PRESETS, CHOICES, SECTIONS, ConfigError, RunConfig, SFTConfig, parse_field
 
 FLAG_NAMES = {"env.step_timeout_s": ("--step-timeout", "--step-timeout-s"), "reward.kind": ("--reward",),
               "model.name": ("--init", "--model"), "model.generator": ("--generator", "--backend")}
@@ -46,9 +46,25 @@ class ConfigFlag:
     """The dataclass default (shown in the help, unless None; the flag itself defaults to None = keep the config's
     value)."""
     choices: tuple | None
-    """The values it accepts (config.choices_for), or None."""
+    """The values it accepts (choices_for), or None."""
     help: str
     """The field's docstring, '%' escaped for argparse."""
+
+
+def choices_for(key: str) -> tuple[str, ...] | None:
+    """The values the field `key` ('section.field') accepts on the command line and in a sweep grid, or None for an
+    open field: config.CHOICES (the Literal-typed fields), and for algo.advantage / model.generator the keys of
+    advantages.ESTIMATORS / generation.GENERATORS at call time (so a registered estimator or backend is a valid
+    choice; the config itself does not import the registries: parts.run_parts checks a config file's names)."""
+    if key == "algo.advantage":
+        from .advantages import ESTIMATORS
+
+        return tuple(ESTIMATORS)
+    if key == "model.generator":
+        from .generation import GENERATORS
+
+        return tuple(GENERATORS)
+    return CHOICES.get(key)
 
 
 def field_docs(cls: type) -> dict[str, str]:

@@ -23,11 +23,12 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
+from .config_values import ConfigError
 from .generation_protocol import Generator, TurnSample
 from .models import CACHE_ARG, base_model
 
 __all__ = ["GENERATORS", "Generator", "HFGenerator", "LiveRowsGenerator", "TurnSample", "check_generator",
-           "distinct_rows", "sampling_config"]
+           "distinct_rows", "get_generator", "sampling_config"]
 
 
 def _left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -432,3 +433,15 @@ GENERATORS = {"hf": HFGenerator, "hf-live": LiveRowsGenerator, "vllm": vllm_gene
 'hf-live' (LiveRowsGenerator, model.generator's default) decodes only the rows still writing, with `generate`'s own
 draws, and keeps the hidden states that sampled; 'hf' (HFGenerator) is transformers' `generate` itself;
 'vllm' is a factory that imports vLLM only when called (generation_vllm.py; optional, `make vllm`)."""
+
+
+def get_generator(name: str):
+    """GENERATORS[name], the backend class (or factory) built as cls(model, tokenizer); checked where it is looked
+    up, so a backend added to GENERATORS after the config was built is found.
+
+    Raises: ConfigError listing the registered names and how to add one."""
+    if name not in GENERATORS:
+        raise ConfigError(f"model.generator must be one of {sorted(GENERATORS)} (got {name!r}); register a new "
+                          "backend in generation.GENERATORS")
+    return GENERATORS[name]
+

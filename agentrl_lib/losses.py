@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from .config_values import LOSS_AGGS  # algo.loss_agg's values, typed once (config_values.LossAgg); see below
+
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, count: float | None = None) -> torch.Tensor:
     """Mean of x over entries where mask is 1 (0 if the mask is empty): Σ m·x / Σ m.
@@ -22,18 +24,17 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, count: float | None = None)
     return (x * m).sum() / (m.sum().clamp(min=1.0) if count is None else count)
 
 
-LOSS_AGGS = ("token_mean", "seq_mean_token_sum_norm")
-"""How policy_loss aggregates the per-token objective J_t (algo.loss_agg):
-
-    token_mean:               L = −Σ_{i,t} m_{i,t} J_{i,t} / Σ_{i,t} m_{i,t}     (DAPO, Yu et al. 2025; TRL's default)
-    seq_mean_token_sum_norm:  L = −Σ_{i,t} m_{i,t} J_{i,t} / (B · L_max)        (Dr. GRPO, Liu et al. 2025, §3.1)
-
-Neither divides a response by its own length, the 1/|o_i| of the original GRPO objective that Dr. GRPO removes (with
-it, a long wrong answer is penalised less per token than a short one). token_mean weighs every token of a minibatch
-alike, but its denominator is the minibatch's token count, so a token's weight still depends on how long the other
-episodes of the minibatch were; seq_mean_token_sum_norm divides by a constant: B (the minibatch's episodes) times
-L_max, the most policy tokens an episode can have (the trainer passes max_turns × max_new_tokens). Its updates are
-smaller by about mean episode tokens / L_max at the same learning rate."""
+# LOSS_AGGS (config_values.LossAgg, algo.loss_agg): how policy_loss aggregates the per-token objective J_t:
+#
+#     token_mean:               L = −Σ_{i,t} m_{i,t} J_{i,t} / Σ_{i,t} m_{i,t}     (DAPO, Yu et al. 2025; TRL's default)
+#     seq_mean_token_sum_norm:  L = −Σ_{i,t} m_{i,t} J_{i,t} / (B · L_max)        (Dr. GRPO, Liu et al. 2025, §3.1)
+#
+# Neither divides a response by its own length, the 1/|o_i| of the original GRPO objective that Dr. GRPO removes (with
+# it, a long wrong answer is penalised less per token than a short one). token_mean weighs every token of a minibatch
+# alike, but its denominator is the minibatch's token count, so a token's weight still depends on how long the other
+# episodes of the minibatch were; seq_mean_token_sum_norm divides by a constant: B (the minibatch's episodes) times
+# L_max, the most policy tokens an episode can have (the trainer passes max_turns × max_new_tokens). Its updates are
+# smaller by about mean episode tokens / L_max at the same learning rate.
 
 
 def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,

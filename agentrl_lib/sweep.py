@@ -1,8 +1,8 @@
 """Sweeps: every cell of a grid of config values × every seed, trained and evaluated by `run.run_rl` (the function
 behind `agentrl train`), one JSON record per finished run appended to a results file (agentrl_lib/records.py);
 agentrl_lib/report.py turns the records into mean ± std over seeds with bootstrap intervals, per cell and per
-difference between cells. This module: the grid (parse_grid, grid_cells, cell_config), the plan (plan_sweep) and
-the running of a sweep (run_sweep, behind `agentrl sweep`).
+difference between cells. This module: the grid (parse_grid, grid_cells, cell_config), the plan (plan_sweep) and the
+running of a sweep (run_sweep, behind `agentrl sweep`).
 
     agentrl sweep --base configs/tw.yaml --grid algo.advantage=gae,grpo,rloo reward.kind=sparse,dense \\
         --seeds 0,1,2 --init runs/sft --eval-games games/heldout --out results/algo_reward.jsonl
@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .checkpoint import prune_training_state
-from .config import ALGO_PRESETS, SECTIONS, SEED_MAX, ConfigError, RunConfig, choices_for, parse_bool, parse_field
+from .config import ALGO_PRESETS, SECTIONS, SEED_MAX, ConfigError, RunConfig, parse_field
+from .flags import choices_for
 from .paths import git_commit
 from .records import (
     EXECUTION_FIELDS,
@@ -78,13 +79,8 @@ def parse_value(key: str, text: str) -> Any:
         if text not in ALGO_PRESETS:
             raise ConfigError(f"grid axis algo: {text!r} is not a preset; presets: {', '.join(ALGO_PRESETS)}")
         return text
-    default = _field_default(key)
-    if isinstance(default, bool):
-        if parse_bool(text) is None:
-            raise ConfigError(f"grid axis {key}: {text!r} is not true/false")
-        return parse_bool(text)
-    try:
-        value = parse_field(key, default, text)
+    try:  # parse_field reads booleans too (config.parse_bool)
+        value = parse_field(key, _field_default(key), text)
     except ConfigError as e:
         raise ConfigError(f"grid axis {key}: {e}") from None
     choices = choices_for(key)
@@ -199,7 +195,7 @@ def cell_slug(cell: dict[str, Any]) -> str:
 
 
 def cell_config(base: RunConfig, cell: dict[str, Any], seed: int) -> RunConfig:
-    """`base` with the cell's values (a preset axis first, then the fields) and train.seed = seed.
+    """`base` with the cell's values (a preset axis first, then the fields) and train.seed = seed, names looked up.
 
     Raises: ConfigError naming the cell when the combination is invalid (e.g. grpo with algo.group_size 1).
     """
@@ -211,8 +207,11 @@ def cell_config(base: RunConfig, cell: dict[str, Any], seed: int) -> RunConfig:
             section, _, name = key.partition(".")
             data[section][name] = value
     data["train"]["seed"] = seed
+    from .parts import run_parts  # the registries import torch; the rest of sweep planning does not need it
     try:
-        return RunConfig.from_dict(data)
+        config = RunConfig.from_dict(data)
+        run_parts(config)  # its registry names (e.g. grpo with algo.group_size 1): before anything runs
+        return config
     except ConfigError as e:
         raise ConfigError(f"grid cell {cell_text(cell)} (seed {seed}): {e}") from None
 

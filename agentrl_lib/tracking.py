@@ -83,7 +83,8 @@ class TensorBoardTracker:
 
 
 TRACKERS = {"none": NoTracker, "tensorboard": TensorBoardTracker}
-"""report_to value → tracker class (config.REPORT_TO lists the same names)."""
+"""report_to value → tracker class, keyed by the names config_values.ReportTo types train.report_to with (a test holds
+the two equal)."""
 
 
 def check_tracker_output(report_to: str, run_dir: str | Path) -> None:

@@ -43,7 +43,7 @@ import torch
 
 from . import checkpoint as ckpt_lib
 from . import rundir
-from .advantages import ESTIMATORS, AdvantageInputs, top_std_groups
+from .advantages import AdvantageInputs, top_std_groups
 from .config import ConfigError, RunConfig, check_context_room
 from .diagnostics import CollapseDetector, CollapseError, DivergenceGuard
 from .distributed import data_parallel
@@ -51,11 +51,11 @@ from .envs import get_family
 from .envs.base import check_env_errors, load_game_set
 from .envs.pool import EnvPool, open_pool
 from .envs.protocol import GameSet
-from .generation import GENERATORS
 from .hardware import bf16_problem, pick_device
 from .losses import masked_mean, truncated_is_weights
 from .metrics import complete_row, step_row
 from .models import base_model, disable_dropout, enable_gradient_checkpointing, load_start_policy, reference_policy
+from .parts import run_parts
 from .policy import TokenModel, ValueHead, prompt_groups, values_at
 from .precision import TRAINING_WEIGHTS, bf16_logprob_gap, precision_label, tis_applies, training_precision
 from .prompts import ChatFormat, system_prompt_for
@@ -97,6 +97,7 @@ class Trainer:
     def __init__(self, config: RunConfig, run_dir: str | Path, init: str | None = None, resume: bool = False,
                  pool: EnvPool | None = None, progress: bool = True):
         config.validate()
+        run_parts(config)  # its registry names (estimator, backend, stop kinds): checked before any lock, pool or model
         games = load_game_set(config.env.games)  # its manifest: the family's checks come before any lock or model
         get_family(games.family).check_reward(config.reward.kind)  # e.g. swe refuses dense (EnvFamily.refused_rewards)
         run_dir = Path(run_dir)
@@ -118,7 +119,8 @@ class Trainer:
         self.detector = CollapseDetector()  # Echo-Trap alerts over the metrics rows (diagnostics.py)
         self.divergence = DivergenceGuard(config.train.max_nonfinite_steps)  # NaN/inf steps in a row
         self.tracker = open_tracker(config.train.report_to, run_dir, self.is_main)  # plumbing: tracking.py
-        mc, self.estimator = config.model, ESTIMATORS[config.algo.advantage]
+        parts = run_parts(config)  # of the config in effect (a resume's saved one, with the flags it may change)
+        mc, self.estimator, self.stop_kinds = config.model, parts.estimator, parts.stop_kinds
         # plumbing: the run's precision (precision.training_precision): float32 master weights whatever model.dtype
         # says, bf16 as autocast over them (an AdamW updating bf16 weights in place loses most small updates)
         self.autocast_dtype = training_precision(mc.dtype, config.train.mixed_precision, pick_device(mc.device))
@@ -140,7 +142,7 @@ class Trainer:
         self.last_step = self.start_step
         self.device = next(self.policy.parameters()).device
         self.chat = ChatFormat(self.tok)
-        self.generator = GENERATORS[mc.generator](self.policy, self.tok)  # the backend (generation.py)
+        self.generator = parts.generator(self.policy, self.tok)  # the backend (generation.py)
         if hasattr(self.generator, "share_prefix"):  # HF: each group's first context encoded once
             self.generator.share_prefix = config.train.share_prefix
         if getattr(self.generator, "context_limit", None):  # before any rollout: a budget the context cannot hold
@@ -217,7 +219,7 @@ class Trainer:
             for a in alerts:
                 log.warning("%s", a.message)
             self.divergence.update(row, cfg.train.lr, self.last_checkpoint, self.run_dir)
-            stopping = [a for a in alerts if cfg.train.stops_on(a.kind)]  # train.stop_on_collapse, train.stop_kinds
+            stopping = [a for a in alerts if a.kind in self.stop_kinds]  # train.stop_on_collapse, train.stop_kinds
             if stopping or step + 1 == cfg.train.steps or ((step + 1) % cfg.train.checkpoint_every == 0
                                                        and not self.divergence.streak):  # keep the pre-divergence ones
                 self.save_checkpoint(step + 1)

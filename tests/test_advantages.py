@@ -16,6 +16,7 @@ from agentrl_lib.advantages import (
     broadcast_to_tokens,
     dr_grpo_advantages,
     gae,
+    get_estimator,
     gigpo_advantages,
     group_advantages,
     grpo_advantages,
@@ -39,6 +40,7 @@ from agentrl_lib.config import (
     TrainConfig,
 )
 from agentrl_lib.envs.pool import SerialPool
+from agentrl_lib.parts import run_parts
 from agentrl_lib.trainer import Trainer
 
 from helpers import CoinEnv, coin_games
@@ -443,7 +445,7 @@ def test_presets_reach_every_estimator_and_labels_name_them():
     for name, est in ESTIMATORS.items():
         if est.min_group_size > 1:
             with pytest.raises(ConfigError, match=f"'{name}' needs algo.group_size >= 2"):
-                AlgoConfig(advantage=name, group_size=1).validate()
+                get_estimator(name, group_size=1)
     with pytest.raises(ConfigError, match="keep_top_std 0.25 ranks groups"):
         AlgoConfig.from_preset("starpo_s", group_size=1).validate()
 
@@ -612,11 +614,13 @@ def test_every_registered_estimator_round_trips_through_config_validation(tmp_pa
         cfg = RunConfig(algo=AlgoConfig(advantage=name, group_size=est.min_group_size))
         cfg.save(tmp_path / f"{name}.yaml")
         assert RunConfig.load(tmp_path / f"{name}.yaml") == cfg
-        if est.min_group_size > 1:  # the registry's min_group_size is what validation enforces
+        assert run_parts(cfg).estimator is est
+        if est.min_group_size > 1:  # the registry's min_group_size is what the lookup enforces
             with pytest.raises(ConfigError, match=f"'{name}' needs algo.group_size >= {est.min_group_size}"):
-                AlgoConfig(advantage=name, group_size=est.min_group_size - 1).validate()
+                run_parts(RunConfig(algo=AlgoConfig(advantage=name, group_size=est.min_group_size - 1)))
+    AlgoConfig(advantage="reinforce").validate()  # the config alone cannot know the registry: the lookup refuses it
     with pytest.raises(ConfigError, match=r"algo.advantage must be one of \['bilevel_gae', 'dr_grpo', 'gae', 'gigpo'"):
-        AlgoConfig(advantage="reinforce").validate()
+        run_parts(RunConfig(algo=AlgoConfig(advantage="reinforce")))
 
 
 def test_presets_labels_and_a_registered_estimator(registry):
@@ -627,8 +631,9 @@ def test_presets_labels_and_a_registered_estimator(registry):
         AlgoConfig.from_preset("dpo")
     register_estimator(Reinforce(min_group_size=3))
     assert AlgoConfig(advantage="reinforce", group_size=3).label == "reinforce"
+    assert get_estimator("reinforce", group_size=3).name == "reinforce"  # registered after the config module loaded
     with pytest.raises(ConfigError, match="'reinforce' needs algo.group_size >= 3"):
-        AlgoConfig(advantage="reinforce", group_size=2).validate()
+        get_estimator("reinforce", group_size=2)
     with pytest.raises(ValueError, match="exists"):
         register_estimator(Reinforce())
 

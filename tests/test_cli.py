@@ -232,7 +232,8 @@ ROWS = [
     ("sft-out-is-file", ["sft", "--games", "{games}", "--out", "{tmp}/a_file"], None, ["a_file", "is a file"], True,
      ()),
     ("sft-dtype-fp8", SFT + ["--dtype", "fp8"], None, ["--dtype fp8", "float32"], True, ()),
-    ("sft-mixed-precision-fp8", SFT + ["--mixed-precision", "fp8"], None, ["--mixed-precision", "no, bf16"], True, ()),
+    ("sft-mixed-precision-fp8", SFT + ["--mixed-precision", "fp8"], None, ["--mixed-precision", "'no', 'bf16'"], True,
+     ()),
     ("sft-max-actions-per-turn-0", SFT + ["--action-format", "ragen", "--max-actions-per-turn", "0"], None,
      ["env.max_actions_per_turn", ">= 1"], True, ()),
     # --- eval flags and --out (checked before the model loads)

@@ -8,21 +8,24 @@ import yaml
 
 from agentrl_lib import rundir
 from agentrl_lib.checkpoint import CheckpointError
-from agentrl_lib.config import AlgoConfig, ConfigError, EnvConfig, RunConfig, TrainConfig
+from agentrl_lib.config import AlgoConfig, ConfigError, EnvConfig, ModelConfig, RunConfig, TrainConfig
 from agentrl_lib.envs.base import GameSetError, load_game_set
 from agentrl_lib.model_paths import resolve_model_path
+from agentrl_lib.parts import run_parts
 
 
 @pytest.mark.parametrize("algo", ["grpo", "rloo"])
 def test_group_baselines_need_two_episodes_per_group(algo):
     with pytest.raises(ConfigError, match="group_size >= 2"):
-        RunConfig(algo=AlgoConfig.from_preset(algo, group_size=1))
-    RunConfig(algo=AlgoConfig.from_preset("ppo", group_size=1))  # PPO's critic needs no group
+        run_parts(RunConfig(algo=AlgoConfig.from_preset(algo, group_size=1)))
+    run_parts(RunConfig(algo=AlgoConfig.from_preset("ppo", group_size=1)))  # PPO's critic needs no group
 
 
 def test_unknown_algorithm_and_reward_and_turns():
     with pytest.raises(ConfigError, match="algo.advantage must be one of"):
-        RunConfig(algo=AlgoConfig(advantage="dpo"))
+        run_parts(RunConfig(algo=AlgoConfig(advantage="dpo")))
+    with pytest.raises(ConfigError, match=r"model.generator must be one of \['hf', 'hf-live', 'vllm'\]"):
+        run_parts(RunConfig(model=ModelConfig(generator="hf_live")))
     with pytest.raises(ConfigError, match="reward.kind"):
         RunConfig.from_dict({"reward": {"kind": "shaped"}})
     with pytest.raises(ConfigError, match="max_turns must be >= 1"):
@@ -116,3 +119,65 @@ def test_each_closed_set_the_config_checks_is_the_registry_it_names():
     assert swe.REWARD_KINDS == config_values.SWE_REWARDS and prompts.ACTION_FORMATS == config_values.ACTION_FORMATS
     with pytest.raises(ConfigError, match=r"algo.tis must be one of \('auto', 'on', 'off'\)"):
         AlgoConfig(tis="sometimes").validate()
+
+
+def test_closed_sets_are_typed_once_and_everything_else_derives_from_the_annotation():
+    """Each closed field is annotated with a Literal of config_values; its values tuple, its check (check_closed),
+    config.CHOICES and the CLI's choices are all read from that annotation."""
+    import dataclasses
+    from typing import Literal, get_args, get_origin
+
+    from agentrl_lib import config, config_values, flags
+
+    aliases = {n for n in dir(config_values) if get_origin(getattr(config_values, n)) is Literal}
+    typed = {f"{s}.{f.name}" for s, cls in {**config.SECTIONS, "sft": config.SFTConfig}.items()
+             for f in dataclasses.fields(cls) if f.type in aliases}  # annotations are strings (PEP 563)
+    assert set(config.CHOICES) == {"env.action_format", "env.swe_reward", "reward.kind", "algo.tis",
+                                   "algo.old_logprobs", "algo.loss_agg", "model.dtype", "train.mixed_precision",
+                                   "train.report_to", "sft.mixed_precision"}
+    assert typed == set(config.CHOICES)
+    assert config.CHOICES["reward.kind"] == config_values.REWARDS == get_args(config_values.RewardKind)
+    assert config.CHOICES["env.swe_reward"] == ("", *config_values.SWE_REWARDS)
+    for key, values in config.CHOICES.items():
+        assert flags.choices_for(key) == values, key  # the CLI and sweep grids offer exactly these
+        section, _, name = key.partition(".")
+        cls = {**config.SECTIONS, "sft": config.SFTConfig}[section]
+        for value in values:  # every value passes the derived check ...
+            config_values.check_closed(section, dataclasses.replace(cls(), **{name: value}))
+        with pytest.raises(ConfigError, match=rf"^{key} must be one of"):  # ... and one outside fails it
+            config_values.check_closed(section, dataclasses.replace(cls(), **{name: "typo"}))
+    # negative control: a field typed str, not Literal, has no closed set, so nothing checks it
+    @dataclasses.dataclass
+    class Loose:
+        kind: str = "dense"
+    assert config_values.closed_fields(Loose) == {}
+    config_values.check_closed("loose", Loose(kind="typo"))
+
+
+def test_the_config_stands_on_the_ground_floor():
+    """The config modules import nothing of the library but each other and config_values, which imports nothing of
+    it: a registry imports the config's values, never the reverse (parts.run_parts looks the names up). Checked on
+    the source, with a planted import as the negative control."""
+    import ast
+    from pathlib import Path
+
+    import agentrl_lib
+
+    root = Path(agentrl_lib.__file__).parent
+    floor = {"config", "config_pillars", "config_training", "config_values"}
+
+    def imports(text: str) -> set[str]:
+        out = set()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                out |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("agentrl_lib"):
+                out.add((node.module.split(".") + [""])[1])
+        return out
+
+    for name in floor:
+        text = (root / f"{name}.py").read_text()
+        assert imports(text) <= floor - {name}, (name, imports(text) - floor)
+    assert imports((root / "config_values.py").read_text()) == set()
+    planted = (root / "config_pillars.py").read_text() + "\n    from .advantages import ESTIMATORS\n"
+    assert imports(planted) - floor == {"advantages"}

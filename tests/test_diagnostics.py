@@ -25,8 +25,10 @@ from agentrl_lib.diagnostics import (
     input_dependence,
     read_alerts,
     repetition_rate,
+    stopping_kinds,
 )
 from agentrl_lib.envs.pool import SerialPool
+from agentrl_lib.parts import run_parts
 from agentrl_lib.trainer import Trainer
 
 from helpers import ParityEnv, scripted_games
@@ -391,14 +393,17 @@ def test_a_lone_grad_norm_spike_stops_the_run_only_when_its_kind_is_selected(tin
 def test_stop_kinds_select_the_alerts_that_stop_and_bad_ones_are_refused():
     from agentrl_lib.config import ConfigError
 
-    default = TrainConfig(stop_on_collapse=True)
-    assert [k for k in KINDS if default.stops_on(k)] == ["reward_std_collapse"]
-    assert all(TrainConfig(stop_on_collapse=True, stop_kinds="all").stops_on(k) for k in KINDS)
-    assert not any(TrainConfig(stop_kinds="all").stops_on(k) for k in KINDS)  # stop_on_collapse off: never
-    assert RunConfig.from_dict({"train": {"stop_on_collapse": True}}).train.stops_on("grad_norm_spike") is False
+    def stops(train: TrainConfig) -> frozenset[str]:
+        return run_parts(RunConfig(train=train)).stop_kinds
+
+    assert stops(TrainConfig(stop_on_collapse=True)) == {"reward_std_collapse"}
+    assert stops(TrainConfig(stop_on_collapse=True, stop_kinds="all")) == set(KINDS)
+    assert stops(TrainConfig(stop_kinds="all")) == set()  # stop_on_collapse off: never
+    assert stopping_kinds(True, " grad_norm_spike, invalid_rising ") == {"grad_norm_spike", "invalid_rising"}
     for bad, says in (("grad_norm", "unknown: grad_norm"), ("", "got ''"), ("all,bogus", "unknown: bogus")):
-        with pytest.raises(ConfigError, match="train.stop_kinds") as err:
-            RunConfig(train=TrainConfig(stop_kinds=bad))
+        RunConfig(train=TrainConfig(stop_kinds=bad))  # the config alone does not know the alert kinds ...
+        with pytest.raises(ConfigError, match="train.stop_kinds") as err:  # ... their lookup refuses it, on or off
+            run_parts(RunConfig(train=TrainConfig(stop_kinds=bad)))
         assert says in str(err.value) and "reward_std_collapse,grad_norm_spike" in str(err.value)
 
 
@@ -409,7 +414,6 @@ def test_stop_on_collapse_is_a_train_flag():
     assert flags.build_config(a).train.stop_on_collapse is False
     assert flags.build_config(a).train.stop_kinds == "reward_std_collapse"
     a = cli.build_parser().parse_args(["train", "--out", "o", "--stop-kinds", "grad_norm_spike,invalid_rising"])
-    assert flags.build_config(a).train.stops_on("invalid_rising") is False  # the kinds alone do not turn stopping on
+    assert run_parts(flags.build_config(a)).stop_kinds == set()  # the kinds alone do not turn stopping on
     a = cli.build_parser().parse_args(["train", "--out", "o", "--stop-on-collapse", "--stop-kinds", "invalid_rising"])
-    assert flags.build_config(a).train.stops_on("invalid_rising") and not flags.build_config(a).train.stops_on(
-        "reward_std_collapse")
+    assert run_parts(flags.build_config(a)).stop_kinds == {"invalid_rising"}

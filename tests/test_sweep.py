@@ -43,7 +43,7 @@ def test_grid_values_take_the_fields_types():
     (["reward.kind=sparse,dnse"], "reward.kind: 'dnse'"),
     (["algo.group_size=2.5"], "algo.group_size must be an integer"),
     (["train.lr=fast"], "train.lr must be a number"),
-    (["env.show_admissible=maybe"], "env.show_admissible: 'maybe'"),
+    (["env.show_admissible=maybe"], "env.show_admissible must be true/false, got 'maybe'"),
     (["reward.kind"], "'reward.kind' has no values"),
     (["reward.kind=sparse,"], "reward.kind: empty value"),
     (["reward.kind=sparse,sparse"], "reward.kind: a value is repeated"),

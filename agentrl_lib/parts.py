@@ -1,0 +1,41 @@
+"""The registered parts a run config names, looked up where a run needs them: the advantage estimator
+(advantages.ESTIMATORS), the generation backend (generation.GENERATORS) and the alert kinds that stop it
+(diagnostics.KINDS).
+
+The config checks what it can see alone (types, ranges, the closed sets typed as Literal in config_values); a registry
+name is checked where it is looked up, as verl's `get_adv_estimator_fn` does, so the config imports no registry and an
+estimator or backend registered after a config was built is found. The Trainer calls `run_parts` before it takes a
+lock, opens an env pool or loads a model, and a sweep calls it for every cell before its first run
+(sweep.cell_config): a misspelt name in a config file still costs nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .advantages import Estimator, get_estimator
+from .config import RunConfig
+from .diagnostics import stopping_kinds
+from .generation import get_generator
+
+
+@dataclass(frozen=True)
+class RunParts:
+    """What a RunConfig's registry names resolve to."""
+
+    estimator: Estimator
+    """advantages.ESTIMATORS[algo.advantage], whose min_group_size algo.group_size meets."""
+    generator: Callable[[Any, Any], Any]
+    """generation.GENERATORS[model.generator]: built as generator(model, tokenizer)."""
+    stop_kinds: frozenset[str]
+    """The alert kinds that stop the run (empty unless train.stop_on_collapse)."""
+
+
+def run_parts(config: RunConfig) -> RunParts:
+    """Look up every registry name of `config`.
+
+    Raises: ConfigError naming the field, its value and the registered names (advantages.get_estimator,
+    generation.get_generator, diagnostics.stopping_kinds)."""
+    return RunParts(estimator=get_estimator(config.algo.advantage, config.algo.group_size),
+                    generator=get_generator(config.model.generator),
+                    stop_kinds=stopping_kinds(config.train.stop_on_collapse, config.train.stop_kinds))
