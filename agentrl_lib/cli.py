@@ -27,8 +27,8 @@ import sys
 
 from . import commands
 from .commands import MAKE_GAMES_N_MAX
-from .config import ALGO_PRESETS, CHOICES, MIXED_PRECISIONS, SECTIONS, ConfigError, ModelConfig
-from .flags import SFT_SECTIONS, add_config_flags, field_docs, join_negative_numbers
+from .config import ALGO_PRESETS, MIXED_PRECISIONS, SECTIONS, ConfigError, ModelConfig
+from .flags import SFT_SECTIONS, add_config_flags, choices_for, field_docs, join_negative_numbers
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default="runs/demo")
     d.add_argument("--fast", action="store_true", help="tiny budget (also AGENTRL_FAST=1)")
     d.add_argument("--algo", default="ppo", choices=tuple(ALGO_PRESETS))
-    d.add_argument("--reward", default="dense", choices=CHOICES["reward.kind"])
+    d.add_argument("--reward", default="dense", choices=choices_for("reward.kind"))
     d.add_argument("--model", default="embedded")
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--rl-steps", type=int)

@@ -35,7 +35,6 @@ from .config_values import (
     MIXED_PRECISIONS,
     OLD_LOGPROBS,
     REPORT_TO,
-    REWARDS,
     SEED_MAX,
     SWE_REWARDS,
     TIS_MODES,
@@ -47,7 +46,7 @@ from .config_values import (
 __all__ = [  # the names other modules import from here, wherever they are defined
     "ACTION_FORMATS", "ALGO_PRESETS", "CHOICES", "DEVICE_PATTERN", "DTYPES", "EPISODES_PER_STEP_MAX",
     "LORA_ALPHA_MAX", "LOSS_AGGS", "MAX_NEW_TOKENS_MAX",
-    "MAX_TURNS_MAX", "MIXED_PRECISIONS", "OLD_LOGPROBS", "REPORT_TO", "REWARDS", "SECTIONS", "SEED_MAX", "SWE_REWARDS",
+    "MAX_TURNS_MAX", "MIXED_PRECISIONS", "OLD_LOGPROBS", "REPORT_TO", "SECTIONS", "SEED_MAX", "SWE_REWARDS",
     "TIS_MODES", "AlgoConfig", "ConfigError", "DuplicateKeyError", "EnvConfig", "ModelConfig", "RewardConfig",
     "YAMLBoundError", "load_yaml",
     "RunConfig", "SFTConfig", "TrainConfig", "check_context_room", "parse_field", "upgrade_legacy_keys",
@@ -244,8 +243,8 @@ SECTIONS = {f.name: f.default_factory for f in fields(RunConfig)}  # type: ignor
 CHOICES = {f"{section}.{name}": values for section, cls in {**SECTIONS, "sft": SFTConfig}.items()
            for name, values in closed_fields(cls).items()}
 """Fields that take one of a closed set of values (`section.field` → values), derived from their Literal annotations
-(config_values.closed_fields): the CLI offers them as choices. algo.advantage's and model.generator's sets are
-registries: see flags.choices_for."""
+(config_values.closed_fields): the CLI offers them as choices. reward.kind's, algo.advantage's and model.generator's
+sets are registries: see flags.choices_for."""
 
 
 BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}

@@ -14,7 +14,6 @@ from .config_values import (
     ConfigError,
     LossAgg,
     OldLogprobs,
-    RewardKind,
     SweReward,
     TisMode,
     check_closed,
@@ -103,16 +102,20 @@ class EnvConfig:
 class RewardConfig:
     """Reward pillar: how the game's outcome becomes turn-level rewards (see agentrl_lib/rewards.py)."""
 
-    kind: RewardKind = "dense"
-    """'sparse' (1 on the last turn if won, else 0), 'dense' (each turn's score increment / max score: a won game
-    sums to 1) or 'env' (each turn's reward exactly as the environment gives it: RAGEN's rewards for bandit's random
-    payout, Sokoban's −0.1 per move / ±1 / +10; unscaled, so a won game need not out-score a lost one)."""
+    kind: str = "dense"
+    """A key of rewards.REWARD_KINDS: 'sparse' (1 on the last turn if won, else 0), 'dense' (each turn's score
+    increment / max score: a won game sums to 1), 'env' (each turn's reward exactly as the environment gives it:
+    RAGEN's rewards for bandit's random payout, Sokoban's −0.1 per move / ±1 / +10; unscaled, so a won game need not
+    out-score a lost one), or one you registered."""
     format_penalty: float = 0.1
     """Subtracted from a turn's reward when the action is not admissible/understood, in reward units, in [0, 1]
     (RAGEN uses 0.1; 0 disables it)."""
 
     def validate(self) -> None:
-        check_closed("reward", self)
+        """The checks this section can make alone; reward.kind is a registry name, checked where it is looked up
+        (rewards.get_reward)."""
+        if not (isinstance(self.kind, str) and self.kind):
+            raise ConfigError(f"reward.kind must name a kind of rewards.REWARD_KINDS (got {self.kind!r}); e.g. dense")
         if not 0.0 <= self.format_penalty <= 1.0:
             raise ConfigError(f"reward.format_penalty must be in [0, 1] (got {self.format_penalty}); 0 disables it")
 

@@ -1,12 +1,13 @@
 """The values config fields may take, below every config dataclass: ConfigError, the closed sets typed once (each a
-`Literal` that the field is annotated with; its values tuple, REWARDS etc., is derived from it, and so are the
+`Literal` that the field is annotated with; its values tuple, TIS_MODES etc., is derived from it, and so are the
 config's checks, config.CHOICES and the CLI's choices: `closed_fields`, `check_closed`), the numeric bounds
 (SEED_MAX, ...) and the context check; and ModelLoadError, the error of a model, device or dtype that cannot be used
 (raised by hardware, model_paths, precision and models alike). It imports nothing of agentrl_lib: it is the ground
 floor every module may stand on. config.py re-exports all of it but ModelLoadError.
 
-The open sets are registries and are checked where they are looked up, not here (parts.py: algo.advantage in
-advantages.ESTIMATORS, model.generator in generation.GENERATORS, train.stop_kinds in diagnostics.KINDS).
+The open sets are registries and are checked where they are looked up, not here (parts.py: reward.kind in
+rewards.REWARD_KINDS, algo.advantage in advantages.ESTIMATORS, model.generator in generation.GENERATORS,
+train.stop_kinds in diagnostics.KINDS).
 """
 from __future__ import annotations
 
@@ -15,8 +16,6 @@ import functools
 import typing
 from typing import Literal, get_args
 
-RewardKind = Literal["sparse", "dense", "env"]
-"""reward.kind: how the game's outcome becomes turn rewards (rewards.py)."""
 ActionFormat = Literal["plain", "ragen"]
 """env.action_format: how a reply becomes an action (prompts.ACTION_FORMATS acts on these)."""
 SweReward = Literal["", "relative", "pass_ratio", "resolved"]
@@ -34,8 +33,6 @@ LossAgg = Literal["token_mean", "seq_mean_token_sum_norm"]
 MixedPrecision = Literal["no", "bf16"]
 """train.mixed_precision and sft.mixed_precision."""
 
-REWARDS: tuple[str, ...] = get_args(RewardKind)
-"""reward.kind's values."""
 ACTION_FORMATS: tuple[str, ...] = get_args(ActionFormat)
 """EnvConfig.action_format values."""
 SWE_REWARDS: tuple[str, ...] = get_args(SweReward)[1:]

@@ -1,10 +1,10 @@
-"""The registered parts a run config names, looked up where a run needs them: the advantage estimator
-(advantages.ESTIMATORS), the generation backend (generation.GENERATORS) and the alert kinds that stop it
-(diagnostics.KINDS).
+"""The registered parts a run config names, looked up where a run needs them: the reward kind
+(rewards.REWARD_KINDS), the advantage estimator (advantages.ESTIMATORS), the generation backend
+(generation.GENERATORS) and the alert kinds that stop it (diagnostics.KINDS).
 
 The config checks what it can see alone (types, ranges, the closed sets typed as Literal in config_values); a registry
 name is checked where it is looked up, as verl's `get_adv_estimator_fn` does, so the config imports no registry and an
-estimator or backend registered after a config was built is found. The Trainer calls `run_parts` before it takes a
+kind, estimator or backend registered after a config was built is found. The Trainer calls `run_parts` before it takes a
 lock, opens an env pool or loads a model, and a sweep calls it for every cell before its first run
 (sweep.cell_config): a misspelt name in a config file still costs nothing.
 """
@@ -17,11 +17,15 @@ from .advantages import Estimator, get_estimator
 from .config import RunConfig
 from .diagnostics import stopping_kinds
 from .generation import get_generator
+from .rewards import get_reward
 
 
 @dataclass(frozen=True)
 class RunParts:
     """What a RunConfig's registry names resolve to."""
+
+    reward: Callable[[list[float], float, bool], list[float]]
+    """rewards.REWARD_KINDS[reward.kind]: fn(increments, max_score, won) -> each turn's outcome reward."""
 
     estimator: Estimator
     """advantages.ESTIMATORS[algo.advantage], whose min_group_size algo.group_size meets."""
@@ -34,8 +38,9 @@ class RunParts:
 def run_parts(config: RunConfig) -> RunParts:
     """Look up every registry name of `config`.
 
-    Raises: ConfigError naming the field, its value and the registered names (advantages.get_estimator,
-    generation.get_generator, diagnostics.stopping_kinds)."""
-    return RunParts(estimator=get_estimator(config.algo.advantage, config.algo.group_size),
+    Raises: ConfigError naming the field, its value and the registered names (rewards.get_reward,
+    advantages.get_estimator, generation.get_generator, diagnostics.stopping_kinds)."""
+    return RunParts(reward=get_reward(config.reward.kind),
+                    estimator=get_estimator(config.algo.advantage, config.algo.group_size),
                     generator=get_generator(config.model.generator),
                     stop_kinds=stopping_kinds(config.train.stop_on_collapse, config.train.stop_kinds))

@@ -1,13 +1,19 @@
-"""Turn-level rewards: sparse, dense or the environment's own, a format penalty for invalid actions, and their placement
-on the token that ends each turn.
+"""Turn-level rewards: the reward kinds (REWARD_KINDS, the registry reward.kind names: sparse, dense or the
+environment's own), a format penalty for invalid actions, and their placement on the token that ends each turn.
+
+A new kind is a function `fn(increments, max_score, won) -> one float per turn` (the outcome part, before the format
+penalty) and one line, `REWARD_KINDS["mine"] = fn` (book/extending.md); `--reward mine` is then valid.
 
 Introduced in notebooks/00_quickstart.md §3.
 """
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
+
+from .config_values import ConfigError
 
 
 def sparse_turn_rewards(n_turns: int, won: bool) -> list[float]:
@@ -55,10 +61,36 @@ def dense_turn_rewards(increments: list[float], max_score: float, won: bool) -> 
     return rewards
 
 
+def env_turn_rewards(increments: list[float], max_score: float, won: bool) -> list[float]:
+    """The environment's own reward of each turn, as given (reward.kind 'env': RAGEN trains on these, e.g. bandit's
+    random payout, Sokoban's −0.1 per move / ±1 / +10); unscaled, so a won episode need not out-score a lost one.
+    `max_score` and `won` are unused."""
+    return [float(d) for d in increments]
+
+
+REWARD_KINDS: dict[str, Callable[[list[float], float, bool], list[float]]] = {
+    "sparse": lambda increments, max_score, won: sparse_turn_rewards(len(increments), won),
+    "dense": dense_turn_rewards,
+    "env": env_turn_rewards,
+}
+"""reward.kind → fn(increments, max_score, won), the outcome reward of each turn of an episode (per-turn game score
+increments, the game's max score, whether it was won) before the format penalty; looked up by get_reward."""
+
+
+def get_reward(kind: str) -> Callable[[list[float], float, bool], list[float]]:
+    """REWARD_KINDS[kind], checked where it is looked up (parts.run_parts, turn_rewards).
+
+    Raises: ConfigError listing the registered kinds and how to add one."""
+    if kind not in REWARD_KINDS:
+        raise ConfigError(f"reward.kind must be one of {sorted(REWARD_KINDS)} (got {kind!r}); register a new kind in "
+                          "rewards.REWARD_KINDS")
+    return REWARD_KINDS[kind]
+
+
 def turn_rewards(kind: str, increments: list[float], max_score: float, won: bool, valid: list[bool],
                  format_penalty: float = 0.0) -> list[float]:
-    """Rewards of each turn: sparse, dense or the env's own (kind 'env': `increments` as given, RAGEN's rewards),
-    minus `format_penalty` on each turn whose action was not admissible.
+    """Rewards of each turn: REWARD_KINDS[kind] (sparse, dense or the env's own: kind 'env', `increments` as given,
+    RAGEN's rewards), minus `format_penalty` on each turn whose action was not admissible.
 
     The penalty comes on top of the outcome reward (RAGEN's −0.1 per invalid answer), so a won episode with many
     invalid turns can total less than a non-won one with none: on a real cooking game (max score 3) a win in 3 valid
@@ -67,18 +99,11 @@ def turn_rewards(kind: str, increments: list[float], max_score: float, won: bool
     format_penalty=0 for that strict ordering of whole returns.
 
     Raises:
-        ValueError: unknown kind, or len(valid) != len(increments).
+        ConfigError (a ValueError): unknown kind.  ValueError: len(valid) != len(increments).
     """
     if len(valid) != len(increments):
         raise ValueError(f"valid has {len(valid)} entries for {len(increments)} turns")
-    if kind == "sparse":
-        rewards = sparse_turn_rewards(len(increments), won)
-    elif kind == "dense":
-        rewards = dense_turn_rewards(increments, max_score, won)
-    elif kind == "env":  # the environment's own rewards, as RAGEN trains on them (bandit payout, Sokoban's shaping)
-        rewards = [float(d) for d in increments]
-    else:
-        raise ValueError(f"unknown reward kind {kind!r}; use 'sparse', 'dense' or 'env'")
+    rewards = get_reward(kind)(increments, max_score, won)
     return [r - (format_penalty if not ok else 0.0) for r, ok in zip(rewards, valid)]
 
 

@@ -26,8 +26,8 @@ def test_unknown_algorithm_and_reward_and_turns():
         run_parts(RunConfig(algo=AlgoConfig(advantage="dpo")))
     with pytest.raises(ConfigError, match=r"model.generator must be one of \['hf', 'hf-live', 'vllm'\]"):
         run_parts(RunConfig(model=ModelConfig(generator="hf_live")))
-    with pytest.raises(ConfigError, match="reward.kind"):
-        RunConfig.from_dict({"reward": {"kind": "shaped"}})
+    with pytest.raises(ConfigError, match=r"reward.kind must be one of \['dense', 'env', 'sparse'\]"):
+        run_parts(RunConfig.from_dict({"reward": {"kind": "shaped"}}))
     with pytest.raises(ConfigError, match="max_turns must be >= 1"):
         RunConfig(env=EnvConfig(max_turns=0))
     with pytest.raises(ConfigError, match="train.steps"):
@@ -132,11 +132,11 @@ def test_closed_sets_are_typed_once_and_everything_else_derives_from_the_annotat
     aliases = {n for n in dir(config_values) if get_origin(getattr(config_values, n)) is Literal}
     typed = {f"{s}.{f.name}" for s, cls in {**config.SECTIONS, "sft": config.SFTConfig}.items()
              for f in dataclasses.fields(cls) if f.type in aliases}  # annotations are strings (PEP 563)
-    assert set(config.CHOICES) == {"env.action_format", "env.swe_reward", "reward.kind", "algo.tis",
-                                   "algo.old_logprobs", "algo.loss_agg", "model.dtype", "train.mixed_precision",
-                                   "train.report_to", "sft.mixed_precision"}
+    assert set(config.CHOICES) == {"env.action_format", "env.swe_reward", "algo.tis", "algo.old_logprobs",
+                                   "algo.loss_agg", "model.dtype", "train.mixed_precision", "train.report_to",
+                                   "sft.mixed_precision"}
     assert typed == set(config.CHOICES)
-    assert config.CHOICES["reward.kind"] == config_values.REWARDS == get_args(config_values.RewardKind)
+    assert config.CHOICES["algo.tis"] == config_values.TIS_MODES == get_args(config_values.TisMode)
     assert config.CHOICES["env.swe_reward"] == ("", *config_values.SWE_REWARDS)
     for key, values in config.CHOICES.items():
         assert flags.choices_for(key) == values, key  # the CLI and sweep grids offer exactly these

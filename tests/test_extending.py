@@ -1,6 +1,6 @@
-"""The book's "Extending" page (book/extending.md): the three examples there (an advantage estimator, an env family,
-a generation backend) are executed from the page itself, registered, and train one RL step together through run_rl with
-a tiny model."""
+"""The book's "Extending" page (book/extending.md): the four examples there (an advantage estimator, an env family, a
+reward kind, a generation backend) are executed from the page itself, registered, and train one RL step together
+through run_rl with a tiny model."""
 from __future__ import annotations
 
 import re
@@ -13,6 +13,7 @@ import agentrl_lib.run
 from agentrl_lib.advantages import ESTIMATORS
 from agentrl_lib.envs import FAMILIES
 from agentrl_lib.generation import GENERATORS
+from agentrl_lib.rewards import REWARD_KINDS
 
 pytestmark = pytest.mark.trains
 
@@ -25,9 +26,9 @@ def page_examples() -> list[str]:
 
 @pytest.fixture
 def registries():
-    saved = dict(ESTIMATORS), dict(FAMILIES), dict(GENERATORS)
+    saved = dict(ESTIMATORS), dict(FAMILIES), dict(GENERATORS), dict(REWARD_KINDS)
     yield
-    for reg, old in zip((ESTIMATORS, FAMILIES, GENERATORS), saved):
+    for reg, old in zip((ESTIMATORS, FAMILIES, GENERATORS, REWARD_KINDS), saved):
         reg.clear()
         reg.update(old)
 
@@ -35,11 +36,18 @@ def registries():
 def run_examples(tiny_model_dir, tmp_path, monkeypatch, patch=None) -> tuple[dict, dict]:
     """Execute the page's blocks in one namespace; the last one trains (with the tiny model, in tmp_path)."""
     blocks = page_examples()
-    assert len(blocks) == 4, "book/extending.md: estimator, env family, backend, a run"
+    assert len(blocks) == 5, "book/extending.md: estimator, env family, reward kind, backend, a run"
     ns: dict = {"__name__": "readme_extending"}
-    for block in blocks[:3]:
+    for block in blocks[:4]:
         exec(compile(block, str(PAGE), "exec"), ns)
-    calls = {"estimator": 0, "generate": 0}
+    calls = {"estimator": 0, "generate": 0, "reward": 0}
+    reward = REWARD_KINDS["sparse_step_cost"]
+
+    def counted_reward(*a):
+        calls["reward"] += 1
+        return reward(*a)
+
+    REWARD_KINDS["sparse_step_cost"] = counted_reward
     est_call, gen_call = ns["BatchMeanReinforce"].__call__, ns["LoopGenerator"].generate
 
     def counted_est(self, *a):
@@ -58,16 +66,20 @@ def run_examples(tiny_model_dir, tmp_path, monkeypatch, patch=None) -> tuple[dic
                         lambda config, run_dir, **kw: real_run_rl(config, run_dir, init=tiny_model_dir,
                                                                   progress=False, **kw))
     monkeypatch.chdir(tmp_path)
-    exec(compile(blocks[3], str(PAGE), "exec"), ns)
+    exec(compile(blocks[4], str(PAGE), "exec"), ns)
     return ns, calls
 
 
 def test_page_extensions_train_one_step_together(registries, tiny_model_dir, tmp_path, monkeypatch):
     ns, calls = run_examples(tiny_model_dir, tmp_path, monkeypatch)
     (row,) = ns["summary"]["rows"]
-    assert calls["estimator"] == 1 and calls["generate"] >= 1, calls
+    assert calls["estimator"] == 1 and calls["generate"] >= 1 and calls["reward"] == 4, calls  # one per episode
     saved = yaml.safe_load((tmp_path / "runs/guess/config.yaml").read_text())
     assert saved["algo"]["advantage"] == "reinforce_batch" and saved["model"]["generator"] == "loop"
+    assert saved["reward"]["kind"] == "sparse_step_cost"
+    # the registered kind's returns: a win's 1, minus 0.05 a turn (the kind) and 0.1 an invalid turn (format_penalty)
+    per_turn = 0.05 + 0.1 * row["invalid_rate"]  # invalid_rate: invalid turns / turns, so the means compose exactly
+    assert row["return_mean"] == pytest.approx(row["success_rate"] - per_turn * row["mean_turns"], abs=1e-6), row
     assert row["episodes"] == 4 and row["env_errors"] == 0 and row["policy_tokens"] > 0
     assert row["explained_variance"] is None  # no critic: the critic's keys are null (metrics.complete_row)
     # the backend's log-probs are those of the distribution it sampled: the training forward agrees to float error

@@ -41,7 +41,7 @@ def test_dense_same_scale_for_partial_progress():
 def test_format_penalty_on_invalid_turns_and_bad_kind():
     r = turn_rewards("sparse", [0, 0, 0], 1, True, [True, False, True], format_penalty=0.1)
     assert r == pytest.approx([0, -0.1, 1.0])
-    with pytest.raises(ValueError, match="unknown reward kind"):
+    with pytest.raises(ValueError, match="reward.kind must be one of"):
         turn_rewards("shaped", [0], 1, True, [True])
 
 
