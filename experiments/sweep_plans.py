@@ -205,8 +205,9 @@ def load_plans(plan_dir: Path = PLAN_DIR) -> dict[str, dict[str, Any]]:
     plan_dir = Path(plan_dir)
     for path in sorted(plan_dir.glob("*.yaml")):
         if path.stem not in PLAN_KEYS:
-            raise PlanError(f"sweep plan {shown(path)} is no part's plan (the plans: "
-                            f"{', '.join(f'{p}.yaml' for p in PLAN_KEYS)}): rename it or move it out of {shown(plan_dir)}")
+            names = ", ".join(f"{p}.yaml" for p in PLAN_KEYS)
+            raise PlanError(f"sweep plan {shown(path)} is no part's plan (the plans: {names}): rename it or move it "
+                            f"out of {shown(plan_dir)}")
     plans = {name: load_plan(plan_dir / f"{name}.yaml", keys) for name, keys in PLAN_KEYS.items()}
     for part, key, sweep, of in [("pilot", "cells", "main", "cells"), ("balanced", "later_cells", "balanced", "cells")]:
         for i, cell in enumerate(plans[part][key]):
