@@ -68,6 +68,9 @@ from experiments import ROOT  # the checkout: experiments.checkout_root
 from experiments.sweep_plans import load_plans
 
 AGENTRL = [sys.executable, "-m", "agentrl_lib.cli"]
+PARTS = ("pilot", "probe", "behaviour", "main", "explore", "split", "complexity", "evals", "stability", "swe",
+         "balanced")
+"""The parts of the command line (and `all`); each one's plan is configs/sweeps/PART.yaml."""
 PLANS = load_plans()
 """Every part's plan, read and checked at import (experiments.sweep_plans): configs/sweeps/PART.yaml, and games.yaml
 for the game sets the parts share. The names below are their values as the parts use them (chapters, tests and
@@ -979,8 +982,7 @@ def main() -> None:
 
 def _main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("part", choices=["all", "pilot", "probe", "behaviour", "main", "explore", "split", "complexity",
-                                      "evals", "stability", "swe", "balanced"])
+    p.add_argument("part", choices=["all", *PARTS])
     p.add_argument("--jobs", type=int, default=1,
                    help="commands at once, each with cores // jobs threads (OMP_NUM_THREADS). On a 2-core CPU 2 runs "
                         "at 1 thread each did the same runs faster than 1 at a time at 2 threads, but computed other "

@@ -70,6 +70,13 @@ def text(value: Any, key: str) -> str:
     return value
 
 
+def config_file(value: Any, key: str) -> str:
+    """A run config of this checkout, relative to it (e.g. configs/cooking.yaml): the file must exist."""
+    _must(isinstance(value, str) and value != "" and (ROOT / value).is_file(), key,
+          "a run config file of this checkout (e.g. configs/cooking.yaml)", value)
+    return value
+
+
 def list_of(check: Check, what: str, into: type = list, length: int | None = None) -> Check:
     """A non-empty list (of `length` items when given) whose items pass `check`, returned as `into` (list or tuple);
     `what` names it in errors."""
@@ -144,26 +151,26 @@ PLAN_KEYS: dict[str, dict[str, Check]] = {
                             "a mapping of game set name: {family, n, seed}"),
     },
     "behaviour": {"candidates": CANDIDATES},
-    "probe": {"config": text, "grid": GRID, "seed": integer, "eval_games": text},
+    "probe": {"config": config_file, "grid": GRID, "seed": integer, "eval_games": text},
     "pilot": {"cells": CELLS, "seeds": SEEDS},
-    "main": {"config": text, "cells": CELLS, "max_seeds": integer, "seeds_before_pilot": SEEDS},
-    "explore": {"config": text, "cell": GRID, "max_turns": INTS, "steps": integer, "seeds": SEEDS,
+    "main": {"config": config_file, "cells": CELLS, "max_seeds": integer, "seeds_before_pilot": SEEDS},
+    "explore": {"config": config_file, "cell": GRID, "max_turns": INTS, "steps": integer, "seeds": SEEDS,
                 "eval_temperatures": list_of(number, "a list of temperatures, e.g. [0.0, 0.7]", tuple)},
-    "split": {"config": text, "budget": integer, "units_per_demo": integer, "demos": INTS, "seeds": SEEDS,
+    "split": {"config": config_file, "budget": integer, "units_per_demo": integer, "demos": INTS, "seeds": SEEDS,
               "games_per_step": integer, "hard_games": text, "hard_turns": integer},
-    "complexity": {"config": text, "sft": fields(demos=integer, epochs=number), "seeds": SEEDS, "steps": integer,
+    "complexity": {"config": config_file, "sft": fields(demos=integer, epochs=number), "seeds": SEEDS, "steps": integer,
                    "max_turns": integer},
     "evals": {"heldout_turns": integer},
-    "stability": {"config": text, "sft_games": list_of(text, "a list of game set names", tuple),
+    "stability": {"config": config_file, "sft_games": list_of(text, "a list of game set names", tuple),
                   "sft": fields(demos=integer, seed=integer), "seeds": SEEDS,
                   "sweeps": list_of(GRID, "a list of grids, each a list of key=value strings", tuple),
                   "last": GRID, "more": GRID, "long": GRID, "long_seed": integer},
-    "swe": {"config": text, "packages": text, "levels": INTS,
+    "swe": {"config": config_file, "packages": text, "levels": INTS,
             "train_games": fields(n=integer, seed=integer, level=integer),
             "heldout_games": fields(n=integer, seed=integer, split=text),
             "sft": fields(demos=integer, epochs=number, seed=integer), "seeds": SEEDS,
             "rewards": list_of(text, "a list of env.swe_reward values", tuple), "level_seeds": SEEDS},
-    "balanced": {"config": text, "sft_candidates": CANDIDATES, "cells": CELLS, "pilot_seeds": SEEDS,
+    "balanced": {"config": config_file, "sft_candidates": CANDIDATES, "cells": CELLS, "pilot_seeds": SEEDS,
                  "max_seeds": integer, "later_cells": CELLS},
 }
 """Each plan file (configs/sweeps/NAME.yaml) and its keys: every key is required, none other is allowed."""
@@ -188,7 +195,11 @@ def load_plan(path: Path, keys: dict[str, Check]) -> dict[str, Any]:
     try:
         data = load_yaml(path.read_text())
     except (ValueError, yaml.YAMLError) as e:  # DuplicateKeyError, YAMLBoundError, UnicodeDecodeError: ValueErrors
-        raise PlanError(f"sweep plan {shown(path)} is not valid YAML: {' '.join(str(e).split())}") from None
+        why = " ".join(str(e).split()).replace('in "<unicode string>", ', "")
+        raise PlanError(f"sweep plan {shown(path)} is not valid YAML: {why}") from None
+    if data is None:
+        raise PlanError(f"sweep plan {shown(path)} is empty: write its keys {sorted(keys)} (git show HEAD:"
+                        f"{shown(path)} prints the committed one)")
     try:
         _must(isinstance(data, dict), "the file", f"a mapping of the keys {sorted(keys)}", data)
         _known(data, keys)
