@@ -2,7 +2,8 @@
 pages that quote them. The core library is agentrl_lib (what a run is); this package is what the workbook does with
 it (which runs, which measurements, which tables). Its modules are run through the thin scripts the book types:
 
-    python results/regenerate.py ...     experiments.regenerate      the sweep plan and its job runner
+    python results/regenerate.py ...     experiments.regenerate      the sweeps' job runner (experiments.sweep_plans
+                                                                     reads their plans, configs/sweeps/PART.yaml)
     python results/findings.py --write   experiments.findings_page   the findings tables of book/findings.md, README
     python benchmarks/bench_*.py ...     experiments.benchmarks      the side-by-side benchmarks, their tables
     python benchmarks/report.py --write                              (report) and the pages' numbers (page_numbers)

@@ -3,11 +3,20 @@
     python results/regenerate.py all            # games, SFT models, evaluations, the probe, pilot and sweeps
     python results/regenerate.py main --jobs 8  # one part; --jobs runs that many commands at once (a GPU machine)
 
+What each part runs is its plan, a YAML file beside the run configs: configs/sweeps/PART.yaml (the cells, seeds,
+SFT candidates, step counts and base config of that sweep, each file's header naming the results file it writes),
+and configs/sweeps/games.yaml (the game sets the parts share). experiments.sweep_plans reads and checks them at
+import: a missing or malformed plan, an unknown key or a wrong type stops the command with one line naming the file
+and the key. What stays here is how a part runs: the rules that choose (choose_sft, choose_seeds and seeds_for,
+choose_balanced_start and seeds_for_paired, with their numbers: SFT_BAND, TARGET_SFT_SUCCESS, BEHAVIOUR_T,
+MAX_DIFF_HALF_WIDTH), the naming of SFT dirs and runs (sft_dir, SFT_LR, sweep), the job runner and the --dry-run cost
+model. Edit a plan, then `python results/regenerate.py PART --dry-run` prints what the edit would run.
+
 Parts (each a results file; the commands it runs are printed, and are ordinary `agentrl` commands):
 - pilot       the main sweep's PPO-dense and RLOO-dense cells x seeds 0-1 (results/algo_reward.jsonl); their
               seed-to-seed spread sets the main sweep's number of seeds (results/seeds_choice.json; seeds_for).
 - probe       results/ppo_probe.jsonl: PPO dense seed 0 from the chosen start at lr 1e-5 / 3e-5, with and without
-              whitened advantages, evaluated on the VALIDATION games (PPO_PROBE: why configs/cooking.yaml uses lr
+              whitened advantages, evaluated on the VALIDATION games (probe.yaml: why configs/cooking.yaml uses lr
               1e-5 and no whitening).
 - behaviour   results/sft_behaviour.json: every SFT candidate plays the validation games once at the RL sampling
               temperature (0.7, seed 0), as its first rollouts would; the greedy numbers of the SFT rounds beside.
@@ -26,11 +35,14 @@ Parts (each a results file; the commands it runs are printed, and are ordinary `
 - swe         results/swe.jsonl (chapter 06): swe tasks (toolz + boltons, one planted bug each; 32 training tasks,
               8 held-out tasks of other functions at statement levels 1-3), SFT on the 32 walkthroughs, then GRPO
               (configs/swe.yaml) with the paper's pass-ratio reward vs the binary resolved reward, seeds 0-2; the
-              base and SFT models on each level into results/stage_evals.jsonl (SWE_* below: sizes and costs).
+              base and SFT models on each level into results/stage_evals.jsonl (swe.yaml; SWE_COST: its cost model).
 - stability   results/stability.jsonl (chapter 05): RAGEN's bandit (configs/bandit.yaml) from a format-only SFT warm-up,
               the estimators {PPO (GAE), GRPO, RLOO} without filtering, GRPO with StarPO-S filtering (keep 75 / 50 /
               25% of groups), StarPO-S itself (GAE + keep 25%), then Dr. GRPO, REINFORCE++ and GiGPO without
               filtering, seeds 0-2.
+- balanced    results/algo_reward_balanced.jsonl (chapters 02-03): the main sweep's cells again on cooking games that
+              hold the ingredient as often in the fridge as on the counter (configs/cooking_balanced.yaml), from its
+              own RL start; a pilot of every cell's first seeds sets the seeds of the cells that go on.
 Every part first makes the game sets it needs (games/, cached) and writes results/game_sets.json: each cooking
 game's walkthrough length and ingredient place, in the order `agentrl sft --demos d` takes them.
 Nothing here is tuned on held-out games: the only choice (the SFT strength) is made on the validation games.
@@ -53,61 +65,47 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from experiments import ROOT  # the checkout: experiments.checkout_root
+from experiments.sweep_plans import load_plans
 
 AGENTRL = [sys.executable, "-m", "agentrl_lib.cli"]
-COOKING = ["--challenge", "tw-cooking", "--challenge-args"]
-GAMES = {  # name: make-games flags (textworld); game i has seed `--seed` + i
-    "cooking-train": [*COOKING, "--recipe 1 --take 1 --go 1", "--n", "64", "--seed", "0"],
-    "cooking-valid": [*COOKING, "--recipe 1 --take 1 --go 1", "--n", "32", "--seed", "200000"],
-    "cooking-heldout": [*COOKING, "--recipe 1 --take 1 --go 1", "--n", "64", "--seed", "100000"],
-    "cooking2-heldout": [*COOKING, "--recipe 2 --take 2 --go 1", "--n", "64", "--seed", "100000"],
-}
-BALANCED = {  # name: (pool game set, games per ingredient place); see balanced_games
-    "cooking-bal-train": ("cooking-pool-train", 32),
-    "cooking-bal-valid": ("cooking-pool-valid", 16),
-    "cooking-bal-heldout": ("cooking-pool-heldout", 32),
-}
-"""The balanced cooking sets of the `balanced` part: as many games that keep the ingredient in the fridge as on the
-counter (the first of each place in seed order, interleaved fridge, counter, fridge, ... so that `agentrl sft --demos
-d` takes them balanced too), drawn from pools made with the same flags and seed ranges as the shortcut sets above
-(training 0..., validation 200000..., held-out 100000...: disjoint). Why: the shortcut sets keep the ingredient in the
-fridge in 52 of 64 training games against 37 of 64 held-out games, so `take X from fridge` wins most training
-episodes whatever the observation says, and 18 of the main sweep's 36 runs ended on that habit (chapter 03 §6)."""
-BALANCED_PLACES = ("fridge", "counter")
-"""The ingredient places a one-ingredient cooking game of these flags uses (records.take_places); a pool game with
-another place would be left out and named."""
-GAMES.update({  # the pools (one-ingredient games hold the ingredient in the fridge 19-42% of the time)
-    "cooking-pool-train": [*COOKING, "--recipe 1 --take 1 --go 1", "--n", "256", "--seed", "0"],
-    "cooking-pool-valid": [*COOKING, "--recipe 1 --take 1 --go 1", "--n", "96", "--seed", "200000"],
-    "cooking-pool-heldout": [*COOKING, "--recipe 1 --take 1 --go 1", "--n", "112", "--seed", "100000"],
-})
-LEVELS = {"w2-o3-q4": (2, 3, 4), "w4-o6-q4": (4, 6, 4), "w8-o12-q4": (8, 12, 4)}
-"""Complexity levels: (world size, objects, quest length); the paper's PPO: 88% at w2-o3-q4, 51% at w8-o12-q4."""
-OTHER_GAMES = {  # name: (family, make-games flags) of the RAGEN families (games are seeds)
-    "bandit-train": ("bandit", ["--n", "64", "--seed", "0"]),
-    "bandit-reversed-train": ("bandit-reversed", ["--n", "64", "--seed", "0"]),
-    "bandit-heldout": ("bandit", ["--n", "64", "--seed", "100000"]),
-}
+PARTS = ("pilot", "probe", "behaviour", "main", "explore", "split", "complexity", "evals", "stability", "swe",
+         "balanced")
+"""The parts of the command line (and `all`); each one's plan is configs/sweeps/PART.yaml."""
+PLANS = load_plans()
+"""Every part's plan, read and checked at import (experiments.sweep_plans): configs/sweeps/PART.yaml, and games.yaml
+for the game sets the parts share. The names below are their values as the parts use them (chapters, tests and
+book/findings.md's tables import some of them); the why of each value is written beside it in its plan file."""
+
+
+def make_games_flags(spec: dict) -> list[str]:
+    """`agentrl make-games` flags of a game set's plan entry, in the entry's order: {n: 64, seed: 0} -> ["--n", "64",
+    "--seed", "0"]."""
+    return [x for name, value in spec.items() for x in (f"--{name}", str(value))]
+
+
+GAMES = {name: make_games_flags(spec) for name, spec in PLANS["games"]["textworld"].items()}
+"""name: make-games textworld flags (games.yaml's textworld sets, then each level's training and held-out set); game i
+has seed `--seed` + i."""
+BALANCED = {name: (s["pool"], s["per_place"]) for name, s in PLANS["games"]["balanced"].items()}
+"""name: (pool game set, games per ingredient place) of the balanced sets (games.yaml; balanced_games)."""
+BALANCED_PLACES = PLANS["games"]["balanced_places"]
+LEVELS = PLANS["games"]["levels"]
+"""Complexity levels: name: (world size, objects, quest length)."""
+OTHER_GAMES = {name: (s["family"], make_games_flags({"n": s["n"], "seed": s["seed"]}))
+               for name, s in PLANS["games"]["other"].items()}
+"""name: (family, make-games flags) of the RAGEN families (games are seeds)."""
 for _lvl, (_w, _o, _q) in LEVELS.items():
     _knobs = ["--world-size", str(_w), "--nb-objects", str(_o), "--quest-length", str(_q)]
-    GAMES[f"{_lvl}-train"] = [*_knobs, "--n", "32", "--seed", "0"]
-    GAMES[f"{_lvl}-heldout"] = [*_knobs, "--n", "64", "--seed", "100000"]
+    for _split, _set in PLANS["games"]["level_sets"].items():
+        GAMES[f"{_lvl}-{_split}"] = [*_knobs, *make_games_flags(_set)]
 
-SEEDS = (0, 1, 2)
+SEEDS = PLANS["main"]["seeds_before_pilot"]
+"""The main sweep's seeds that a dry run plans before the pilot has set them."""
 SFT_LR = 5e-5
-"""The SFT learning rate of every SFT model but the main sweep's candidates (1 epoch, batch 4)."""
-SFT_CANDIDATES = ((64, 6e-6), (64, 9e-6), (64, 1.2e-5), (64, 1.5e-5), (64, 7e-6), (64, 7.5e-6), (64, 8e-6),
-                  (64, 8.5e-6), (64, 6.25e-6), (64, 6.5e-6), (64, 6.75e-6), (64, 6.375e-6))
-"""(walkthroughs, learning rate) tried for the main sweep's RL start: all 64 training walkthroughs (16 optimizer
-steps) at a small learning rate. The first design (12 walkthroughs at 5e-5, 3 optimizer steps) sat on a cliff --
-10 -> 0%, 12 -> 28%, 14 -> 75% validation success -- and its RL runs were bimodal: the runs that won nothing in
-their first rollouts learned only to avoid the format penalty and collapsed (5 of 7). Sixteen small steps over four
-times the demonstrations move the model by about the same amount in finer increments. Measured (2-core CPU, fp32,
-greedy, 32 validation games): 6e-6 -> 3%, 9e-6 -> 81%, 1.2e-5 -> 84%, 1.5e-5 -> 84%: a cliff again, between 6e-6
-and 9e-6, so the second round tried 7e-6 ... 8.5e-6 (the first four are kept: cached, and the record of the cliff):
-66% / 69% / 75% / 75%, smooth above 7e-6, so the cliff lies between 6e-6 (3%) and 7e-6 (66%), and the third round
-tries 6.25e-6, 6.5e-6 and 6.75e-6: 31% / 62% / 62% (invalid commands 66% / 36% / 37%): the cliff is between 6.25e-6
-and 6.5e-6, and a fourth round tries 6.375e-6."""
+"""The SFT learning rate of every SFT model but the candidates of an RL start (1 epoch, batch 4). Kept here, not in a
+plan: sft_dir leaves it out of the SFT models' dir names, so another value would reuse the dirs trained at this one."""
+SFT_CANDIDATES = PLANS["behaviour"]["candidates"]
+"""(walkthroughs, learning rate) tried for the main sweep's RL start, in training order (behaviour.yaml: the rounds)."""
 SFT_BAND = (0.35, 0.55)
 """A candidate is usable only inside this band of SAMPLED validation success (BEHAVIOUR_T); with none inside, the
 choice stops and names the candidates (add learning rates between the two that bracket the band)."""
@@ -119,48 +117,26 @@ BEHAVIOUR_T = 0.7
 games at this temperature, as its first RL rollouts would. The first choice was made on GREEDY validation success,
 which overstated what the behaviour policy wins (sft_choice_greedy.json: 47% greedy, 6% sampled), and its pilot's
 runs were bimodal (algo_reward_greedy_start.jsonl); the rounds' greedy numbers are kept beside the sampled ones."""
-PILOT = {"cells": [["algo=ppo", "reward.kind=dense"], ["algo=rloo", "reward.kind=dense"]], "seeds": (0, 1)}
-"""Two cells of the main sweep x 2 seeds, run first: their seed-to-seed spread of held-out success sets the number
-of seeds (a 95% interval of a difference between two cells of at most about +-15 points). They are ordinary records
-of the main sweep: `main` skips them."""
-PPO_PROBE = {"cells": ["algo=ppo", "reward.kind=dense", "train.lr=1e-05,3e-05",
-                       "algo.normalize_advantages=false,true"], "seed": 0}
-"""Two settings of configs/cooking.yaml (and custom.yaml), chosen on training curves and validation games: the RL
-learning rate and whether PPO whitens its advantages. The probe's runs share the start, the seed and so the first
-rollouts; book/findings.md's design block lists their curves (findings.probe_rows).
-- At lr 3e-5 (the earlier designs' rate) the second pilot's first update moved the policy by an approximate KL of
-  0.27 (PPO) and 0.13 then 0.25 (RLOO, its first two steps), and PPO's training success swung between ~90% and 0
-  from one step to the next: the greedy held-out result of a run was whatever the last swing left
-  (results/incoming/algo_reward_lr3e-05.jsonl). At 1e-5 the first update's KL fell to 0.07.
-- At 1e-5 PPO still collapsed once, right after a step that won all 16 episodes (1.0 -> 0.06 -> 0 -> 0.12; a replay
-  of the next checkpoint on those steps' games lost them too: the policy had changed, not the games). Such a batch
-  carries no signal (every return equal), but whitening divides GAE's small leftovers A = G - V by their own small
-  std: a full-size update in a random direction (grad norm 1.19 and 2% of ratios clipped at that step). Without
-  whitening, that run's all-win steps made almost no update (grad norms 0.13, 0.06, 0.08, 0.42). The dense rewards
-  are already on the scale of the advantages (-0.1 ... 1), so configs/cooking.yaml does not whiten (GRPO and RLOO
-  never did: their advantages are normalised within a group, and an all-equal group gets 0)."""
-EXPLORE_TURNS = (5, 8, 10, 15)
-"""Max turns of the exploration-budget cells: 1x, 1.6x, 2x and 3x the walkthrough (5 commands in every cooking game);
-the paper (Practitioner's Guide, exploration budget): 6 turns -> 55%, 8 (2x optimal) -> 73%, more adds little."""
-EXPLORE_STEPS = 15
-"""RL steps of an exploration cell (240 episodes instead of the main sweep's 400; the probe's PPO run at the chosen
-settings (lr 1e-5, no whitening) won 88% of its training episodes at step 9 and 94% at step 11), so its 8-turn cell
-is its own, not the main sweep's."""
-EXPLORE_SEEDS = (0, 1)
-"""Seeds of the exploration sweep: what the CPU budget leaves (about 20 CPU hours for every sweep)."""
-EXPLORE_EVAL_TEMPERATURES = (0.0, 0.4, 0.7, 1.0)
-"""Every exploration run is evaluated again on the same held-out games at these temperatures (sampling seed 0), each
-episode's actions kept (results/exploration_evals.jsonl): 0 repeats the sweep's greedy evaluation (it must reproduce
-the record game for game), 0.4 is the paper's evaluation temperature, 0.7 the training rollouts' (configs/cooking.yaml:
-the behaviour policy's own success on held-out games), 1.0 the policy's unscaled distribution. Why: seed 1's 15-turn
-run won 0 of 64 held-out games greedily, while every episode of its last training step (sampled at 0.7) won: a greedy
-evaluation can hide a policy that wins when it samples."""
+MAIN_CONFIG = PLANS["main"]["config"]
+MAIN_CELLS = PLANS["main"]["cells"]
+PILOT = {"cells": PLANS["pilot"]["cells"], "seeds": PLANS["pilot"]["seeds"]}
+"""Two cells of the main sweep x 2 seeds, run first (pilot.yaml): their spread sets the number of seeds."""
+PPO_PROBE = {"cells": PLANS["probe"]["grid"], "seed": PLANS["probe"]["seed"]}
+"""The probe's grid (one `agentrl sweep`: 8 runs) and seed (probe.yaml: why configs/cooking.yaml uses lr 1e-5 and
+no whitening)."""
+PROBE_CONFIG, PROBE_EVAL_GAMES = PLANS["probe"]["config"], PLANS["probe"]["eval_games"]
+EXPLORE_CONFIG = PLANS["explore"]["config"]
+EXPLORE_CELL = PLANS["explore"]["cell"]
+EXPLORE_TURNS = PLANS["explore"]["max_turns"]
+EXPLORE_STEPS = PLANS["explore"]["steps"]
+EXPLORE_SEEDS = PLANS["explore"]["seeds"]
+EXPLORE_EVAL_TEMPERATURES = PLANS["explore"]["eval_temperatures"]
+"""Every exploration run is evaluated again on the same held-out games at these temperatures (explore.yaml)."""
 MAX_DIFF_HALF_WIDTH = 0.15
 """The pilot sets the number of seeds: the fewest (at least 3, at most MAX_SEEDS) for which the 95% interval of the
 difference of two cells' means is at most +-15 points, given the seed-to-seed spread measured in the pilot."""
-MAX_SEEDS = 6
-"""What the CPU budget pays for (6 cells x 6 seeds of the main sweep alone would be ~25 CPU hours); if the pilot asks
-for more, the main sweep runs MAX_SEEDS and seeds_choice.json says which half-width that buys."""
+MAX_SEEDS = PLANS["main"]["max_seeds"]
+"""What the CPU budget pays for (main.yaml); if the pilot asks for more, the main sweep runs MAX_SEEDS."""
 
 
 def seeds_for(spreads: list[list[float]]) -> dict:
@@ -185,17 +161,22 @@ def seeds_for(spreads: list[list[float]]) -> dict:
             "met": bool(ok)}
 
 
-SPLIT_BUDGET = 400
-"""Units of the SFT:RL split: demonstrations x 10 + RL episodes (the paper: 60 demos + 400 episodes = 1000; here 400,
-what the CPU budget pays for at 2 seeds)."""
-SPLIT_DEMOS = (4, 12, 20, 28, 36)
-SPLIT_SEEDS = (0, 1)
-SPLIT_EPISODES_PER_STEP = 8  # train.games_per_step 2 x algo.group_size 4
-COMPLEXITY_SFT = {"demos": 16, "epochs": 2.0}
-COMPLEXITY_SEEDS = (0, 1)
-COMPLEXITY_STEPS = 15
-"""RL steps of a complexity run (240 episodes): the CPU budget."""
-COMPLEXITY_TURNS = 10  # configs/custom.yaml's env.max_turns
+SPLIT_CONFIG = PLANS["split"]["config"]
+SPLIT_BUDGET = PLANS["split"]["budget"]
+"""Units of the SFT:RL split: demonstrations x SPLIT_UNITS_PER_DEMO + RL episodes (split.yaml)."""
+SPLIT_UNITS_PER_DEMO = PLANS["split"]["units_per_demo"]
+SPLIT_DEMOS = PLANS["split"]["demos"]
+SPLIT_SEEDS = PLANS["split"]["seeds"]
+SPLIT_GAMES_PER_STEP = PLANS["split"]["games_per_step"]
+"""train.games_per_step of a split run; its episodes a step: this x the config's algo.group_size (base_config)."""
+HARD_GAMES, HARD_TURNS = PLANS["split"]["hard_games"], PLANS["split"]["hard_turns"]
+COMPLEXITY_CONFIG = PLANS["complexity"]["config"]
+COMPLEXITY_SFT = PLANS["complexity"]["sft"]
+COMPLEXITY_SEEDS = PLANS["complexity"]["seeds"]
+COMPLEXITY_STEPS = PLANS["complexity"]["steps"]
+COMPLEXITY_TURNS = PLANS["complexity"]["max_turns"]
+"""configs/custom.yaml's env.max_turns: the turns of the transfer evaluations and of the levels' stage evaluations."""
+EVALS_TURNS = PLANS["evals"]["heldout_turns"]
 
 
 def transfer_evals(level: str) -> list[str]:
@@ -209,30 +190,18 @@ def transfer_evals(level: str) -> list[str]:
     return ["--also-eval", *(f"{lvl.split('-')[0]}=games/{lvl}-heldout@{COMPLEXITY_TURNS}" for lvl in larger)]
 
 
-HARD_TURNS = 12  # cooking2 walkthroughs are longer than the 8 turns of training
-STABILITY_SFT = {"demos": 4, "seed": 0}
-"""Chapter 05's format-only warm-up: the first 4 walkthroughs of bandit (Dragon) and of bandit-reversed (Phoenix),
-pooled: 2 optimizer steps. Chapter 05 §2 measures what it leaves (exact reply probabilities on the two arm orders:
-Dragon 0.34-0.40, Phoenix 0.53-0.59) beside 8 + 8 walkthroughs (Dragon 0.98-0.99: no room for RL to learn anything);
-in the pilot, 4 bandit walkthroughs alone gave Dragon 30-37% and 64% invalid replies."""
-STABILITY_SEEDS = (0, 1, 2)
-STABILITY_SWEEPS = (  # grids into results/stability.jsonl; the axes algo.advantage and algo.keep_top_std throughout
-    ["algo.advantage=gae,grpo,rloo", "algo.keep_top_std=1.0"],           # the estimators, no filtering
-    ["algo.advantage=grpo", "algo.keep_top_std=0.75,0.5,0.25"],          # StarPO-S filtering on GRPO
-)
-STABILITY_LAST = ["algo.advantage=gae", "algo.keep_top_std=0.25"]
-"""StarPO-S itself (the critic + keep 25%; the base config's clip 0.2 / 0.28, no KL and entropy bonus 0.001 are
-StarPO-S's already), run after the other cells' seeds."""
-STABILITY_MORE = ["algo.advantage=dr_grpo,reinforce_pp,gigpo", "algo.keep_top_std=1.0"]
-"""The other estimators of the registry that differ on one-turn episodes, run last (seed-major). On a one-turn
-bandit Dr. GRPO's advantage (R - group mean) is RLOO's times (G-1)/G and GiGPO's is GRPO's times (1 + ω) (its step
-groups are its episode groups): constant factors that Adam's normalised steps all but remove, so these two cells
-test that claim; REINFORCE++ whitens returns over the whole batch (no per-group std). turn_gae and bilevel_gae equal
-gae on one-turn episodes and are not cells."""
-STABILITY_LONG = ["algo.advantage=grpo", "algo.keep_top_std=1.0", "train.steps=25"]
-"""results/stability_long.jsonl: GRPO without filtering run 25 steps instead of 10 (seed 0 only, a CPU budget; its
-first 10 steps are those of the 10-step run of the same seed): whether the drift closes into the trap and the
-detector (window 5) fires."""
+STABILITY_CONFIG = PLANS["stability"]["config"]
+STABILITY_SFT_GAMES = PLANS["stability"]["sft_games"]
+STABILITY_SFT = PLANS["stability"]["sft"]
+"""Chapter 05's format-only warm-up (stability.yaml: why 4 walkthroughs of each arm order)."""
+STABILITY_SEEDS = PLANS["stability"]["seeds"]
+STABILITY_SWEEPS = PLANS["stability"]["sweeps"]
+"""Grids into results/stability.jsonl, each one `agentrl sweep --grid`; then STABILITY_LAST, then STABILITY_MORE."""
+STABILITY_LAST = PLANS["stability"]["last"]
+STABILITY_MORE = PLANS["stability"]["more"]
+STABILITY_LONG = PLANS["stability"]["long"]
+"""The grid of results/stability_long.jsonl (one seed: STABILITY_LONG_SEED)."""
+STABILITY_LONG_SEED = PLANS["stability"]["long_seed"]
 
 
 def read_json(path: Path):
@@ -397,7 +366,7 @@ def balanced_games(name: str) -> dict:
     BALANCED_PLACES in seed order (the place of a game's ingredient from its walkthrough: records.take_places),
     interleaved, their files copied so the set stands alone; its manifest.json names the pool and the places.
     Returns {place: games taken}. Raises SystemExit when the pool holds too few games of a place (the line says
-    which --n to raise in GAMES)."""
+    which pool's n to raise in configs/sweeps/games.yaml)."""
     import shutil
 
     from agentrl_lib.envs.base import load_game_set, write_manifest
@@ -416,8 +385,8 @@ def balanced_games(name: str) -> dict:
     short = {p: len(v) for p, v in by_place.items() if len(v) < per_place}
     if short:
         raise SystemExit(f"games/{pool_name} holds too few games of a place for {name} ({per_place} each needed; "
-                         f"{', '.join(f'{p}: {n}' for p, n in short.items())}): raise its --n in GAMES "
-                         "(results/regenerate.py) and run the same command again")
+                         f"{', '.join(f'{p}: {n}' for p, n in short.items())}): raise its --n (its n in "
+                         "configs/sweeps/games.yaml) and run the same command again")
     if other:
         log(f"{name}: {len(other)} pool game(s) with another ingredient place left out "
             f"({', '.join(sorted({(take_places(g.walkthrough) or ['none'])[0] for g in other}))})")
@@ -605,7 +574,7 @@ def choose_by_behaviour(cands: dict) -> str:
         seen = ", ".join(f"{candidate_name(*c)}: {v:.0%}" for c, v in sorted(by.items(), key=lambda x: x[0][1]))
         raise SystemExit(f"no SFT candidate's sampled validation success is within {SFT_BAND[0]:.0%}-"
                          f"{SFT_BAND[1]:.0%} ({seen}): add learning rates between the two that bracket it to "
-                         "SFT_CANDIDATES in results/regenerate.py")
+                         "the candidates of configs/sweeps/behaviour.yaml")
     best = min(inside, key=lambda c: (abs(by[c] - TARGET_SFT_SUCCESS), c[1], c[0]))
     if choice.exists():
         choice.rename(RESULTS / "sft_choice_greedy.json")
@@ -660,14 +629,20 @@ DESIGN_FIELDS = (("train", "lr"), ("algo", "normalize_advantages"))
 
 
 def design_settings() -> dict[str, object]:
-    """configs/cooking.yaml's values of DESIGN_FIELDS, e.g. {'train.lr': 1e-05, 'algo.normalize_advantages': False}
-    (a field the file leaves out: the config default)."""
+    """The main sweep's config's (MAIN_CONFIG: configs/cooking.yaml) values of DESIGN_FIELDS, e.g. {'train.lr': 1e-05,
+    'algo.normalize_advantages': False} (a field the file leaves out: the config default)."""
+    conf = base_config(MAIN_CONFIG)
+    return {f"{sec}.{key}": conf[sec][key] for sec, key in DESIGN_FIELDS}
+
+
+def base_config(path: str) -> dict:
+    """The base config `path` (relative to the checkout, e.g. configs/cooking.yaml) as a dict of sections, every
+    field the file leaves out at its default (RunConfig.to_dict)."""
     import yaml
 
     from agentrl_lib.config import RunConfig
 
-    conf = RunConfig.from_dict(yaml.safe_load((ROOT / "configs" / "cooking.yaml").read_text())).to_dict()
-    return {f"{sec}.{key}": conf[sec][key] for sec, key in DESIGN_FIELDS}
+    return RunConfig.from_dict(yaml.safe_load((ROOT / path).read_text())).to_dict()
 
 
 def in_design(record: dict, settings: dict[str, object]) -> bool:
@@ -708,25 +683,16 @@ def choose_seeds(main_init: str) -> tuple[int, ...]:
 # the balanced part (chapters 02-03): the algorithm x reward sweep again, on cooking games that hold the ingredient as
 # often in the fridge as on the counter (BALANCED), so that no single command wins most training episodes
 
-BALANCED_CONFIG = "configs/cooking_balanced.yaml"
-BAL_SFT_CANDIDATES = ((64, 6.5e-6), (64, 7e-6), (64, 7.5e-6), (64, 8e-6), (64, 9e-6))
-"""(walkthroughs, learning rate) tried for the balanced sweep's RL start: all 64 balanced training walkthroughs
-(16 optimizer steps), around the shortcut sweep's choice (7e-6: 44% sampled validation success there). The start is
-chosen as there: sampled validation success (T = BEHAVIOUR_T, seed 0) on the balanced VALIDATION games nearest
-TARGET_SFT_SUCCESS inside SFT_BAND (choose_balanced_start)."""
-BAL_CELLS = [[f"algo={a}", f"reward.kind={r}"] for a in ("ppo", "grpo", "rloo") for r in ("sparse", "dense")]
-BAL_PILOT_SEEDS = (0, 1)
-"""The pilot is the sweep's first two seeds of every cell (seed-major): their seed-by-cell table sets the number of
+BALANCED_CONFIG = PLANS["balanced"]["config"]
+BAL_SFT_CANDIDATES = PLANS["balanced"]["sft_candidates"]
+"""(walkthroughs, learning rate) tried for the balanced sweep's RL start (balanced.yaml; choose_balanced_start)."""
+BAL_CELLS = PLANS["balanced"]["cells"]
+BAL_PILOT_SEEDS = PLANS["balanced"]["pilot_seeds"]
+"""The pilot is the sweep's first seeds of every cell (seed-major): their seed-by-cell table sets the number of
 seeds (seeds_for_paired), and they are ordinary records of the sweep."""
-BAL_MAX_SEEDS = 6
-"""The most seeds a cell gets. If the pilot asks for more, the sweep runs BAL_MAX_SEEDS and seeds_choice_balanced.json
-says what half-width that buys."""
-BAL_LATER_CELLS = [c for c in BAL_CELLS if c[0] != "algo=rloo"]
-"""The cells that go on past the pilot. Planned at ~32 min a run (6 cells x 6 seeds ~19 CPU hours, the issue's budget
-~20), a pilot run took nearly twice that (seeds_choice_balanced.json's "budget": median 0.95 CPU hours, every cell
-at 6 seeds 35 CPU hours). The issue's rule is to drop cells before seeds: RLOO's two cells stop at
-the pilot's seeds, and PPO (GAE) and GRPO x sparse, dense (the papers' ranking, and the pair whose "GRPO ~ its start"
-finding the shortcut sweep left open) go on to the seeds the pilot sets."""
+BAL_MAX_SEEDS = PLANS["balanced"]["max_seeds"]
+BAL_LATER_CELLS = PLANS["balanced"]["later_cells"]
+"""The cells that go on past the pilot (balanced.yaml: RLOO's two cells stop at the pilot, a CPU budget)."""
 
 
 def curve_area(record: dict) -> float:
@@ -796,7 +762,7 @@ def choose_balanced_start(jobs: int) -> str:
     if not inside:
         raise SystemExit(f"no balanced SFT candidate's sampled validation success is within {SFT_BAND[0]:.0%}-"
                          f"{SFT_BAND[1]:.0%} ({seen}): add learning rates between the two that bracket it to "
-                         "BAL_SFT_CANDIDATES in results/regenerate.py")
+                         "sft_candidates in configs/sweeps/balanced.yaml")
     best = min(inside, key=lambda c: (abs(by[c] - TARGET_SFT_SUCCESS), c[1], c[0]))
     chosen = sft_dir("cooking-bal-train", best[0], 1.0, 0, best[1])
     choice.write_text(json.dumps({
@@ -888,24 +854,19 @@ def balanced_part(n_jobs: int) -> list[str]:
 # the swe part (chapter 06): tasks, SFT on walkthroughs, GRPO with the pass-ratio vs the resolved reward, and the
 # base / SFT / RL models on the held-out tasks at each statement level
 
-SWE_CONFIG = "configs/swe.yaml"
-SWE_PACKAGES = "toolz,boltons"
-"""Source packages of the tasks: toolz's own tests run in ~1 s; mpmath's tasks take 4x longer to make and test."""
-SWE_LEVELS = (1, 2, 3)
-SWE_GAMES = {  # name: make-games swe flags; the held-out sets are the same 8 tasks at each statement level
-    "swe-train": ["--n", "32", "--seed", "0", "--level", "1"],
-    **{f"swe-heldout-l{lvl}": ["--n", "8", "--seed", "100000", "--split", "valid_unseen", "--level", str(lvl)]
-       for lvl in SWE_LEVELS},
-}
-SWE_SFT = {"demos": 32, "epochs": 1.0, "seed": 0}
-"""SFT on every training walkthrough, once (the paper: one epoch of expert trajectories): 8 optimizer steps, with
---max-turns of configs/swe.yaml (each swe observation states the turn limit: SFT shows the prompt of the RL runs)."""
-SWE_SEEDS = (0, 1, 2)
-SWE_REWARDS = ("pass_ratio", "resolved")
-"""The grid: env.swe_reward. The paper (Qwen3-8B, GRPO on SWE-Gym): the test-pass ratio 22% resolved vs binary 4.2%."""
-SWE_LEVEL_SEEDS = (0,)
-"""Seeds whose RL runs are also evaluated at levels 2 and 3 (--also-eval): every seed is evaluated at level 1 (the
-verdict's metric); levels 2-3 for all three seeds would add ~1 hour to the part."""
+SWE_CONFIG = PLANS["swe"]["config"]
+SWE_PACKAGES = PLANS["swe"]["packages"]
+SWE_LEVELS = PLANS["swe"]["levels"]
+SWE_GAMES = {"swe-train": make_games_flags(PLANS["swe"]["train_games"]),
+             **{f"swe-heldout-l{lvl}": make_games_flags({**PLANS["swe"]["heldout_games"], "level": lvl})
+                for lvl in SWE_LEVELS}}
+"""name: make-games swe flags; the held-out sets are the same tasks at each statement level (swe.yaml)."""
+SWE_SFT = PLANS["swe"]["sft"]
+SWE_SEEDS = PLANS["swe"]["seeds"]
+SWE_REWARDS = PLANS["swe"]["rewards"]
+"""The grid: env.swe_reward, each seed's kinds before the next seed."""
+SWE_LEVEL_SEEDS = PLANS["swe"]["level_seeds"]
+"""Seeds whose RL runs are also evaluated at the levels after the first (--also-eval)."""
 SWE_COST = {"task": 2.0, "set": 10.0, "demo": 15.0, "start": 60.0, "eval_turn": 11.0, "rl_turn": 12.0}
 """The swe cost model of --dry-run, seconds, measured in a pilot on the project's 2-core CPU (2026-11-26; CPU
 seconds at 1 thread while another training job held both cores, so an upper bound for a quiet machine): a task made
@@ -930,7 +891,7 @@ def swe_minutes(name: str, cmd: list[str]) -> tuple[float, str]:
     st = swe_settings()
     scale = st["max_new_tokens"] / 160
     turn_eval, turn_rl = SWE_COST["eval_turn"] * scale, SWE_COST["rl_turn"] * scale
-    n_heldout = int(SWE_GAMES["swe-heldout-l1"][1])
+    n_heldout = int(_flag(SWE_GAMES["swe-heldout-l1"], "--n"))
     if name.startswith("games-"):
         n = int(_flag(cmd, "--n"))
         return (SWE_COST["set"] + n * SWE_COST["task"]) / 60, "swe cost model"
@@ -1021,8 +982,7 @@ def main() -> None:
 
 def _main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("part", choices=["all", "pilot", "probe", "behaviour", "main", "explore", "split", "complexity",
-                                      "evals", "stability", "swe", "balanced"])
+    p.add_argument("part", choices=["all", *PARTS])
     p.add_argument("--jobs", type=int, default=1,
                    help="commands at once, each with cores // jobs threads (OMP_NUM_THREADS). On a 2-core CPU 2 runs "
                         "at 1 thread each did the same runs faster than 1 at a time at 2 threads, but computed other "
@@ -1070,10 +1030,10 @@ def _main() -> None:
     main_init = choose_sft(a.jobs) if {"pilot", "probe", "main", "explore", "evals"} & set(parts) else None
     sfts, jobs, evals = [], [], []
     if "probe" in parts:
-        jobs.append(sweep("configs/cooking.yaml", str(RESULTS / "ppo_probe.jsonl"), PPO_PROBE["cells"],
-                          PPO_PROBE["seed"], main_init, "--eval-games", "games/cooking-valid"))
+        jobs.append(sweep(PROBE_CONFIG, str(RESULTS / "ppo_probe.jsonl"), PPO_PROBE["cells"],
+                          PPO_PROBE["seed"], main_init, "--eval-games", f"games/{PROBE_EVAL_GAMES}"))
     if "pilot" in parts:
-        jobs += [sweep("configs/cooking.yaml", str(RESULTS / "algo_reward.jsonl"), cell, s, main_init)
+        jobs += [sweep(MAIN_CONFIG, str(RESULTS / "algo_reward.jsonl"), cell, s, main_init)
                  for s in PILOT["seeds"] for cell in PILOT["cells"]]
         if "main" in parts and not DRY_RUN:  # `all`: the main sweep's seeds come from the pilot, so it runs first
             if failed := parallel(jobs, a.jobs):
@@ -1081,33 +1041,33 @@ def _main() -> None:
             jobs = []
     seeds = choose_seeds(main_init) if "main" in parts else SEEDS
     if "main" in parts:
-        jobs += [sweep("configs/cooking.yaml", str(RESULTS / "algo_reward.jsonl"), [f"algo={algo}", f"reward.kind={r}"],
-                       s, main_init) for s in seeds for algo in ("ppo", "grpo", "rloo") for r in ("sparse", "dense")]
+        jobs += [sweep(MAIN_CONFIG, str(RESULTS / "algo_reward.jsonl"), cell, s, main_init)
+                 for s in seeds for cell in MAIN_CELLS]
     if "explore" in parts:
-        jobs += [sweep("configs/cooking.yaml", str(RESULTS / "exploration.jsonl"),
-                       [f"env.max_turns={','.join(map(str, EXPLORE_TURNS))}", "algo=ppo", "reward.kind=dense",
+        jobs += [sweep(EXPLORE_CONFIG, str(RESULTS / "exploration.jsonl"),
+                       [f"env.max_turns={','.join(map(str, EXPLORE_TURNS))}", *EXPLORE_CELL,
                         f"train.steps={EXPLORE_STEPS}"], s, main_init) for s in EXPLORE_SEEDS]
     if "split" in parts:
+        per_step = SPLIT_GAMES_PER_STEP * base_config(SPLIT_CONFIG)["algo"]["group_size"]  # episodes a step
         for s in SPLIT_SEEDS:
             for d in SPLIT_DEMOS:
-                episodes = SPLIT_BUDGET - 10 * d
+                episodes = SPLIT_BUDGET - SPLIT_UNITS_PER_DEMO * d
                 sfts += sft("cooking-train", d, 1.0, s)
-                jobs.append(sweep("configs/cooking.yaml", str(RESULTS / "sft_rl_split.jsonl"),
-                                  [f"train.steps={episodes // SPLIT_EPISODES_PER_STEP}", "train.games_per_step=2"],
+                grid = [f"train.steps={episodes // per_step}", f"train.games_per_step={SPLIT_GAMES_PER_STEP}"]
+                jobs.append(sweep(SPLIT_CONFIG, str(RESULTS / "sft_rl_split.jsonl"), grid,
                                   s, sft_dir("cooking-train", d, 1.0, s), "--tag", f"sft.demos={d}",
-                                  f"rl.episodes={episodes}", "--also-eval",
-                                  f"hard=games/cooking2-heldout@{HARD_TURNS}"))
+                                  f"rl.episodes={episodes}", "--also-eval", f"hard=games/{HARD_GAMES}@{HARD_TURNS}"))
     if "complexity" in parts:
         for s in COMPLEXITY_SEEDS:
             for lvl in LEVELS:
                 sfts += sft(f"{lvl}-train", COMPLEXITY_SFT["demos"], COMPLEXITY_SFT["epochs"], s)
-                jobs.append(sweep("configs/custom.yaml", str(RESULTS / "complexity.jsonl"),
+                jobs.append(sweep(COMPLEXITY_CONFIG, str(RESULTS / "complexity.jsonl"),
                                   [f"env.games=games/{lvl}-train", f"train.steps={COMPLEXITY_STEPS}"],
                                   s, sft_dir(f"{lvl}-train", COMPLEXITY_SFT["demos"], COMPLEXITY_SFT["epochs"], s),
                                   "--eval-games", f"games/{lvl}-heldout", "--tag", f"level={lvl}",
                                   *transfer_evals(lvl)))
     if "evals" in parts:
-        for g, turns in [("cooking-heldout", 8), ("cooking2-heldout", HARD_TURNS)]:
+        for g, turns in [("cooking-heldout", EVALS_TURNS), (HARD_GAMES, HARD_TURNS)]:
             evals += stage_eval("embedded", g, turns, "base")
             for d in SPLIT_DEMOS:
                 evals += stage_eval(sft_dir("cooking-train", d, 1.0, 0), g, turns, "sft", demos=d, epochs=1.0, seed=0)
@@ -1117,21 +1077,22 @@ def _main() -> None:
                 evals += stage_eval(main_init, g, turns, "sft", demos=chosen.get("chosen_demos"), epochs=1.0, seed=0,
                                     lr=chosen.get("chosen_lr"), main_start=True)
         for lvl in LEVELS:
-            evals += stage_eval("embedded", f"{lvl}-heldout", 10, "base", level=lvl)
+            evals += stage_eval("embedded", f"{lvl}-heldout", COMPLEXITY_TURNS, "base", level=lvl)
             for s in COMPLEXITY_SEEDS:
                 model = sft_dir(f"{lvl}-train", COMPLEXITY_SFT["demos"], COMPLEXITY_SFT["epochs"], s)
-                evals += stage_eval(model, f"{lvl}-heldout", 10, "sft", level=lvl, seed=s, **COMPLEXITY_SFT)
+                evals += stage_eval(model, f"{lvl}-heldout", COMPLEXITY_TURNS, "sft", level=lvl, seed=s,
+                                    **COMPLEXITY_SFT)
                 sfts += sft(f"{lvl}-train", COMPLEXITY_SFT["demos"], COMPLEXITY_SFT["epochs"], s)
     if "stability" in parts:
-        sft_args = ("bandit-train", STABILITY_SFT["demos"], 1.0, STABILITY_SFT["seed"], "bandit-reversed-train")
-        sfts += sft(*sft_args)
-        init = sft_dir("+".join((sft_args[0], sft_args[4])), *sft_args[1:4])
+        first, *more = STABILITY_SFT_GAMES
+        sfts += sft(first, STABILITY_SFT["demos"], 1.0, STABILITY_SFT["seed"], *more)
+        init = sft_dir("+".join(STABILITY_SFT_GAMES), STABILITY_SFT["demos"], 1.0, STABILITY_SFT["seed"])
         # chapter 05's sweep is committed already (results/): its missing runs complete it there, whatever --results
-        jobs += [sweep("configs/bandit.yaml", str(ROOT / "results" / "stability.jsonl"), grid, s, init)
+        jobs += [sweep(STABILITY_CONFIG, str(ROOT / "results" / "stability.jsonl"), grid, s, init)
                  for grids in (STABILITY_SWEEPS, [STABILITY_LAST], [STABILITY_MORE]) for s in STABILITY_SEEDS
                  for grid in grids]
-        jobs.append(sweep("configs/bandit.yaml", str(ROOT / "results" / "stability_long.jsonl"), STABILITY_LONG, 0,
-                          init))
+        jobs.append(sweep(STABILITY_CONFIG, str(ROOT / "results" / "stability_long.jsonl"), STABILITY_LONG,
+                          STABILITY_LONG_SEED, init))
     failed = parallel(list(dict(sfts).items()), a.jobs)
     failed += parallel(jobs + evals, a.jobs)
     if parts == ["pilot"] and not failed and not DRY_RUN:
