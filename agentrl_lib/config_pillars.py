@@ -184,6 +184,10 @@ class AlgoConfig:
     keep_top_std: float = 1.0
     """StarPO-S filter: fraction of groups kept, those with the highest within-group return std, in (0, 1]; 1.0
     keeps all (RAGEN: 0.25)."""
+    loss_mode: str = "ppo_clip"
+    """The policy loss, a key of losses.POLICY_LOSSES (verl's actor.policy_loss.loss_mode): 'ppo_clip' (the clipped
+    surrogate with clip_low / clip_high and dual_clip; PPO, GRPO and RLOO here all use it) or one you registered
+    with losses.register_policy_loss (book/extending.md)."""
     loss_agg: LossAgg = "token_mean"
     """How the clipped surrogate averages over tokens: 'token_mean' (over the minibatch's policy tokens; DAPO, TRL) or
     'seq_mean_token_sum_norm' (token sum / (episodes × max_turns × max_new_tokens), a constant; Dr. GRPO, Liu et al.
@@ -212,12 +216,14 @@ class AlgoConfig:
         return max(matching)[2] if matching else self.advantage
 
     def validate(self) -> None:
-        """The checks this section can make alone; algo.advantage is a registry name, checked where it is looked up
-        with the group size it needs (advantages.get_estimator, called by parts.run_parts)."""
+        """The checks this section can make alone; algo.advantage and algo.loss_mode are registry names, checked where
+        they are looked up (advantages.get_estimator, with the group size it needs; losses.get_policy_loss; both
+        called by parts.run_parts)."""
         check_closed("algo", self)
-        if not (isinstance(self.advantage, str) and self.advantage):
-            raise ConfigError(f"algo.advantage must name an estimator of advantages.ESTIMATORS (got "
-                              f"{self.advantage!r}); e.g. gae, grpo, rloo")
+        for name in ("advantage", "loss_mode"):  # registry names: looked up by parts.run_parts
+            if not (isinstance(getattr(self, name), str) and getattr(self, name)):
+                raise ConfigError(f"algo.{name} must name a registered entry (got {getattr(self, name)!r}); e.g. "
+                                  f"{'gae, grpo, rloo' if name == 'advantage' else 'ppo_clip'}")
         if not 1 <= self.group_size <= EPISODES_PER_STEP_MAX:
             raise ConfigError(f"algo.group_size (--group-size) must be in [1, {EPISODES_PER_STEP_MAX}] (got "
                               f"{self.group_size}): episodes per game in one step; RAGEN uses 4-16")

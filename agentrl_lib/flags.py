@@ -53,14 +53,18 @@ class ConfigFlag:
 
 def choices_for(key: str) -> tuple[str, ...] | None:
     """The values the field `key` ('section.field') accepts on the command line and in a sweep grid, or None for an
-    open field: config.CHOICES (the Literal-typed fields), and for reward.kind / algo.advantage / model.generator the
-    keys of rewards.REWARD_KINDS / advantages.ESTIMATORS / generation.GENERATORS at call time (so a registered kind,
-    estimator or backend is a valid choice; the config itself does not import the registries: parts.run_parts checks
-    a config file's names)."""
+    open field: config.CHOICES (the Literal-typed fields), and for reward.kind / algo.advantage / algo.loss_mode /
+    model.generator the keys of rewards.REWARD_KINDS / advantages.ESTIMATORS / losses.POLICY_LOSSES /
+    generation.GENERATORS at call time (so a registered kind, estimator, loss or backend is a valid choice; the config
+    itself does not import the registries: parts.run_parts checks a config file's names)."""
     if key == "reward.kind":
         from .rewards import REWARD_KINDS
 
         return tuple(REWARD_KINDS)
+    if key == "algo.loss_mode":
+        from .losses import POLICY_LOSSES
+
+        return tuple(POLICY_LOSSES)
     if key == "algo.advantage":
         from .advantages import ESTIMATORS
 

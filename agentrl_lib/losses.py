@@ -1,5 +1,7 @@
-"""Losses shared by PPO, GRPO and RLOO: clipped surrogate with decoupled ε_low / ε_high, clipped value loss, k3 KL to
-a reference policy, entropy. Each returns (loss, metrics) so every update logs its own diagnostics.
+"""Losses shared by PPO, GRPO and RLOO: the policy losses (POLICY_LOSSES, the registry algo.loss_mode names; the
+clipped surrogate with decoupled ε_low / ε_high, 'ppo_clip', is the default), their aggregation over tokens
+(aggregate, algo.loss_agg), the clipped value loss, k3 KL to a reference policy, entropy. Each returns (loss,
+metrics) so every update logs its own diagnostics.
 
 All token tensors are (B, T) float32 with a (B, T) mask that is 1 on policy tokens; losses average over masked
 tokens of the whole minibatch ("token-mean", as DAPO and TRL's default), so long and short trajectories weigh
@@ -9,9 +11,11 @@ Introduced in notebooks/00_quickstart.md §4.
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import torch
 
-from .config_values import LOSS_AGGS  # algo.loss_agg's values, typed once (config_values.LossAgg); see below
+from .config_values import LOSS_AGGS, ConfigError  # LOSS_AGGS: config_values.LossAgg's values; see below
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor, count: float | None = None) -> torch.Tensor:
@@ -37,61 +41,118 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, count: float | None = None)
 # smaller by about mean episode tokens / L_max at the same learning rate.
 
 
-def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                clip_low: float = 0.2, clip_high: float = 0.2, dual_clip: float = 0.0,
-                is_weights: torch.Tensor | None = None, loss_agg: str = "token_mean",
-                max_tokens: float | None = None, n_tokens: float | None = None,
-                n_episodes: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-    """Clipped surrogate (Schulman et al. 2017, eq. 7) with decoupled clip range (DAPO, Yu et al. 2025; StarPO-S),
-    optional dual clip (Ye et al. 2020, eq. 5) and optional truncated importance-sampling weights (Yao et al. 2025):
+PolicyLoss = Callable[[torch.Tensor, torch.Tensor, Any], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+"""A policy loss of the registry: fn(ratio, advantages, algo) -> (J, flags). ratio ρ_t = π_θ(a_t) / π_old(a_t) and
+advantages A_t are (B, T) float32; `algo` is the run's AlgoConfig (a loss reads the fields it needs, e.g.
+clip_low); J is the per-token objective (B, T) to maximise, before the TIS weights and the aggregation (policy_loss
+applies both); flags are (B, T) bool tensors whose masked means become metrics of the same names (e.g. clip_frac)."""
+POLICY_LOSSES: dict[str, PolicyLoss] = {}
+"""algo.loss_mode → its PolicyLoss (verl's POLICY_LOSS_REGISTRY); add one with @register_policy_loss(name)."""
 
-        ρ_t = exp(log π_θ(a_t) − log π_old(a_t))
+
+def register_policy_loss(name: str):
+    """Decorator: register `fn(ratio, advantages, algo) -> (J, flags)` (PolicyLoss) as POLICY_LOSSES[name]; the
+    function is returned unchanged.
+
+    Raises: ValueError if the name is taken."""
+    def register(fn: PolicyLoss) -> PolicyLoss:
+        if name in POLICY_LOSSES:
+            raise ValueError(f"a policy loss named {name!r} exists; pick another name")
+        POLICY_LOSSES[name] = fn
+        return fn
+
+    return register
+
+
+def get_policy_loss(name: str) -> PolicyLoss:
+    """POLICY_LOSSES[name], checked where it is looked up (parts.run_parts, policy_loss).
+
+    Raises: ConfigError listing the registered names."""
+    if name not in POLICY_LOSSES:
+        raise ConfigError(f"algo.loss_mode must be one of {sorted(POLICY_LOSSES)} (got {name!r}); register a new one "
+                          "with losses.register_policy_loss")
+    return POLICY_LOSSES[name]
+
+
+@register_policy_loss("ppo_clip")
+def ppo_clip(ratio: torch.Tensor, advantages: torch.Tensor, algo) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clipped surrogate (Schulman et al. 2017, eq. 7) with decoupled clip range (DAPO, Yu et al. 2025; StarPO-S) and
+    optional dual clip (Ye et al. 2020, eq. 5), per token:
+
         J_t = min(ρ_t A_t, clip(ρ_t, 1 − ε_low, 1 + ε_high) A_t)
         dual clip (c > 1):  J_t = max(J_t, c · A_t) where A_t < 0     (a bounded step for very large ρ_t)
-        TIS:                J_t = w_t · J_t,  w_t = min(π_old(a_t) / π_behaviour(a_t), C)  (given as is_weights)
-        L = −mean_t J_t   (token mean over the mask; or Dr. GRPO's constant normaliser, see LOSS_AGGS)
+
+    Args: ratio, advantages: (B, T) float32; algo: reads clip_low (ε_low), clip_high (ε_high), dual_clip (c; 0 =
+        off).
+    Returns: J (B, T) float32; flags clip_frac (the clipped term was the smaller) and dual_clip_frac (B, T) bool.
+    Raises: ValueError if 0 < dual_clip <= 1.
+    """
+    if 0 < algo.dual_clip <= 1:
+        raise ValueError(f"dual_clip must be 0 (off) or > 1 (got {algo.dual_clip}); Ye et al. 2020 use 3")
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1.0 - algo.clip_low, 1.0 + algo.clip_high) * advantages
+    objective = torch.min(unclipped, clipped)
+    dual = torch.zeros_like(objective, dtype=torch.bool)
+    if algo.dual_clip > 0:
+        floor = algo.dual_clip * advantages
+        dual = (advantages < 0) & (objective < floor)
+        objective = torch.where(advantages < 0, torch.max(objective, floor), objective)
+    return objective, {"clip_frac": clipped < unclipped, "dual_clip_frac": dual}
+
+
+def aggregate(objective: torch.Tensor, mask: torch.Tensor, loss_agg: str, max_tokens: float | None = None,
+              n_tokens: float | None = None, n_episodes: int | None = None) -> torch.Tensor:
+    """The loss L = −(Σ_{i,t} m_{i,t} J_{i,t}) / denominator, the denominator by `loss_agg` (LOSS_AGGS, above):
+    Σ m (token_mean) or B · L_max (seq_mean_token_sum_norm, Dr. GRPO).
+
+    Args: objective, mask: (B, T) float32, mask 1 on the policy tokens.  max_tokens: L_max (policy tokens; default
+        T, the padded width).  n_tokens, n_episodes: Σ m and B (default: this minibatch's); a micro-batch or a
+        data-parallel rank passes the whole minibatch's, so its loss is its share of the minibatch's.
+    Returns: 0-dim float32.
+    Raises: ValueError if loss_agg is not one of LOSS_AGGS."""
+    if loss_agg == "token_mean":
+        return -masked_mean(objective, mask, n_tokens)
+    if loss_agg == "seq_mean_token_sum_norm":
+        n_seq = mask.shape[0] if n_episodes is None else n_episodes
+        return -(objective * mask.float()).sum() / (n_seq * (max_tokens or mask.shape[1]))
+    raise ValueError(f"loss_agg must be one of {LOSS_AGGS} (got {loss_agg!r})")
+
+
+def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                algo, is_weights: torch.Tensor | None = None, max_tokens: float | None = None,
+                n_tokens: float | None = None, n_episodes: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """The policy's loss on one minibatch: the registered per-token objective of algo.loss_mode (POLICY_LOSSES; the
+    default 'ppo_clip', the clipped surrogate), times the truncated importance-sampling weights if given (Yao et
+    al. 2025), aggregated by algo.loss_agg:
+
+        ρ_t = exp(log π_θ(a_t) − log π_old(a_t))
+        J_t = POLICY_LOSSES[algo.loss_mode](ρ, A, algo)      e.g. min(ρ_t A_t, clip(ρ_t, 1 − ε_low, 1 + ε_high) A_t)
+        TIS:  J_t = w_t · J_t,  w_t = min(π_old(a_t) / π_behaviour(a_t), C)  (given as is_weights)
+        L = aggregate(J, mask, algo.loss_agg)   (token mean over the mask; or Dr. GRPO's constant normaliser)
 
     Args:
         logprobs, old_logprobs, advantages: (B, T) float32.  mask: (B, T) 0/1, the policy tokens that train.
-        dual_clip: c of the dual clip (0 = off; Ye et al. use 3).
+        algo: the run's AlgoConfig (loss_mode, loss_agg and what the loss reads: clip_low, clip_high, dual_clip).
         is_weights: (B, T) float32 truncated importance weights (no gradient flows through them), or None.
-        loss_agg: one of LOSS_AGGS.  max_tokens: L_max of 'seq_mean_token_sum_norm' (policy tokens; default T, the
-            padded width).
-        n_tokens, n_episodes: the denominators Σ m and B of LOSS_AGGS (default: this minibatch's); a data-parallel
-            rank passes the global minibatch's, so loss and metrics are its share of the global ones.
-    Returns: loss (scalar), metrics {clip_frac, dual_clip_frac, approx_kl, ratio_mean, policy_loss}. approx_kl is
-        the k3 estimate of KL(π_old ‖ π_θ) from the sampled tokens, (ρ − 1) − log ρ (Schulman 2020, "Approximating
-        KL divergence"); policy_loss is the surrogate alone (before entropy, value and KL terms).
-    Raises: ValueError if 0 < dual_clip <= 1 or loss_agg is not one of LOSS_AGGS.
+        max_tokens, n_tokens, n_episodes: the denominators of `aggregate`.
+    Returns: loss (scalar), metrics {the loss's flags (ppo_clip: clip_frac, dual_clip_frac), approx_kl, ratio_mean,
+        policy_loss}. approx_kl is the k3 estimate of KL(π_old ‖ π_θ) from the sampled tokens, (ρ − 1) − log ρ
+        (Schulman 2020, "Approximating KL divergence"); policy_loss is the surrogate alone (before entropy, value
+        and KL terms).
+    Raises: ConfigError (a ValueError) for an unknown loss_mode; ValueError from the loss (ppo_clip: 0 < dual_clip
+        <= 1) or for a loss_agg not in LOSS_AGGS.
     """
-    if 0 < dual_clip <= 1:
-        raise ValueError(f"dual_clip must be 0 (off) or > 1 (got {dual_clip}); Ye et al. 2020 use 3")
-    if loss_agg not in LOSS_AGGS:
-        raise ValueError(f"loss_agg must be one of {LOSS_AGGS} (got {loss_agg!r})")
     log_ratio = logprobs - old_logprobs
     ratio = torch.exp(log_ratio)
-    unclipped = ratio * advantages
-    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages
-    objective = torch.min(unclipped, clipped)
-    dual = torch.zeros_like(objective, dtype=torch.bool)
-    if dual_clip > 0:
-        floor = dual_clip * advantages
-        dual = (advantages < 0) & (objective < floor)
-        objective = torch.where(advantages < 0, torch.max(objective, floor), objective)
+    objective, flags = get_policy_loss(algo.loss_mode)(ratio, advantages, algo)
     if is_weights is not None:
         objective = objective * is_weights.detach()
-    if loss_agg == "token_mean":
-        loss = -masked_mean(objective, mask, n_tokens)
-    else:
-        n_seq = mask.shape[0] if n_episodes is None else n_episodes
-        loss = -(objective * mask.float()).sum() / (n_seq * (max_tokens or mask.shape[1]))
+    loss = aggregate(objective, mask, algo.loss_agg, max_tokens, n_tokens, n_episodes)
     with torch.no_grad():
-        clip_frac = masked_mean((clipped < unclipped).float(), mask, n_tokens).item()
-        approx_kl = masked_mean((ratio - 1) - log_ratio, mask, n_tokens).item()
-        ratio_mean = masked_mean(ratio, mask, n_tokens).item()
-        dual_frac = masked_mean(dual.float(), mask, n_tokens).item()
-    return loss, {"clip_frac": clip_frac, "dual_clip_frac": dual_frac, "approx_kl": approx_kl,
-                  "ratio_mean": ratio_mean, "policy_loss": loss.item()}
+        metrics = {name: masked_mean(flag.float(), mask, n_tokens).item() for name, flag in flags.items()}
+        metrics["approx_kl"] = masked_mean((ratio - 1) - log_ratio, mask, n_tokens).item()
+        metrics["ratio_mean"] = masked_mean(ratio, mask, n_tokens).item()
+    return loss, {**metrics, "policy_loss": loss.item()}
 
 
 def truncated_is_weights(old_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, mask: torch.Tensor,

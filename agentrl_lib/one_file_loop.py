@@ -130,8 +130,7 @@ def rl_step(policy, value_head: ValueHead | None, optimizer: torch.optim.Optimiz
             out = token_forward(policy, mb["input_ids"], mb["attention_mask"], mb["mask"], train.temperature,
                                 value_head, with_entropy=True, share_prefix=train.share_prefix)
             # ALGO: L = −mean_t min(ρ_t A_t, clip(ρ_t, 1 − ε_low, 1 + ε_high) A_t) − c_H·H [+ c_v·L_value]
-            loss, m = policy_loss(out["logprobs"], mb["old_logprobs"], mb["advantages"], mb["mask"], algo.clip_low,
-                                  algo.clip_high)
+            loss, m = policy_loss(out["logprobs"], mb["old_logprobs"], mb["advantages"], mb["mask"], algo)
             entropy = masked_mean(out["entropy"], mb["mask"])
             loss, m["entropy"] = loss - algo.entropy_coef * entropy, entropy.item()
             if value_head is not None:  # ALGO: PPO's critic: ½ max((V − R)², (V_clipped − R)²)

@@ -1,12 +1,12 @@
 """The registered parts a run config names, looked up where a run needs them: the reward kind
-(rewards.REWARD_KINDS), the advantage estimator (advantages.ESTIMATORS), the generation backend
-(generation.GENERATORS) and the alert kinds that stop it (diagnostics.KINDS).
+(rewards.REWARD_KINDS), the advantage estimator (advantages.ESTIMATORS), the policy loss (losses.POLICY_LOSSES), the
+generation backend (generation.GENERATORS) and the alert kinds that stop it (diagnostics.KINDS).
 
 The config checks what it can see alone (types, ranges, the closed sets typed as Literal in config_values); a registry
-name is checked where it is looked up, as verl's `get_adv_estimator_fn` does, so the config imports no registry and an
-kind, estimator or backend registered after a config was built is found. The Trainer calls `run_parts` before it takes a
-lock, opens an env pool or loads a model, and a sweep calls it for every cell before its first run
-(sweep.cell_config): a misspelt name in a config file still costs nothing.
+name is checked where it is looked up, as verl's `get_adv_estimator_fn` does, so the config imports no registry and a
+kind, estimator, loss or backend registered after a config was built is found. The Trainer calls `run_parts` before
+it takes a lock, opens an env pool or loads a model, `agentrl train` before its other early checks, and a sweep for
+every cell before its first run (sweep.cell_config): a misspelt name in a config file costs nothing.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from .advantages import Estimator, get_estimator
 from .config import RunConfig
 from .diagnostics import stopping_kinds
 from .generation import get_generator
+from .losses import PolicyLoss, get_policy_loss
 from .rewards import get_reward
 
 
@@ -29,6 +30,8 @@ class RunParts:
 
     estimator: Estimator
     """advantages.ESTIMATORS[algo.advantage], whose min_group_size algo.group_size meets."""
+    policy_loss: PolicyLoss
+    """losses.POLICY_LOSSES[algo.loss_mode]: fn(ratio, advantages, algo) -> (per-token objective, flags)."""
     generator: Callable[[Any, Any], Any]
     """generation.GENERATORS[model.generator]: built as generator(model, tokenizer)."""
     stop_kinds: frozenset[str]
@@ -39,8 +42,9 @@ def run_parts(config: RunConfig) -> RunParts:
     """Look up every registry name of `config`.
 
     Raises: ConfigError naming the field, its value and the registered names (rewards.get_reward,
-    advantages.get_estimator, generation.get_generator, diagnostics.stopping_kinds)."""
+    advantages.get_estimator, losses.get_policy_loss, generation.get_generator, diagnostics.stopping_kinds)."""
     return RunParts(reward=get_reward(config.reward.kind),
                     estimator=get_estimator(config.algo.advantage, config.algo.group_size),
+                    policy_loss=get_policy_loss(config.algo.loss_mode),
                     generator=get_generator(config.model.generator),
                     stop_kinds=stopping_kinds(config.train.stop_on_collapse, config.train.stop_kinds))

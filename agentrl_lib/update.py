@@ -57,7 +57,8 @@ def minibatch_loss(forward: Forward, mb: dict[str, torch.Tensor], algo: AlgoConf
                    n_tokens: float | None = None, n_episodes: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss of one minibatch, shared by every estimator:
 
-        L = clipped surrogate (dual clip, TIS weights) − c_H · entropy  [+ c_v · clipped value loss, with a critic]
+        L = policy loss (algo.loss_mode: the clipped surrogate; TIS weights) − c_H · entropy  [+ c_v · clipped value
+            loss, with a critic]
             [+ β · KL_k3(π_θ ‖ π_ref)]
 
     Args:
@@ -76,9 +77,8 @@ def minibatch_loss(forward: Forward, mb: dict[str, torch.Tensor], algo: AlgoConf
     """
     mask = mb["mask"]
     out = forward(mb["input_ids"], mb["attention_mask"], mask, with_entropy=True)
-    loss, pm = policy_loss(out["logprobs"], mb["old_logprobs"], mb["advantages"], mask, algo.clip_low,
-                           algo.clip_high, algo.dual_clip, mb.get("is_weights"), algo.loss_agg, max_tokens,
-                           n_tokens=n_tokens, n_episodes=n_episodes)
+    loss, pm = policy_loss(out["logprobs"], mb["old_logprobs"], mb["advantages"], mask, algo, mb.get("is_weights"),
+                           max_tokens, n_tokens, n_episodes)
     ent = masked_mean(out["entropy"], mask, n_tokens)
     loss = loss - algo.entropy_coef * ent
     pm["entropy"] = ent.item()

@@ -471,7 +471,8 @@ def test_one_rl_step_per_preset_through_run_rl(preset, tiny_model_dir, tmp_path,
     monkeypatch.setattr(trainer_mod, "open_pool", lambda env, n, games: SerialPool(n, factory=CoinEnv))
     seen, agg = [], []
     real_loss = update_mod.policy_loss  # the update (update.minibatch_loss) calls losses.policy_loss
-    monkeypatch.setattr(update_mod, "policy_loss", lambda *a, **k: agg.append(a[-2:]) or real_loss(*a, **k))
+    monkeypatch.setattr(update_mod, "policy_loss", lambda lp, old, adv, mask, algo, w, max_tokens, *a, **k: agg.append(
+        (algo.loss_agg, max_tokens)) or real_loss(lp, old, adv, mask, algo, w, max_tokens, *a, **k))
     est = ESTIMATORS[ALGO_PRESETS[preset]["advantage"]]
     monkeypatch.setattr(type(est), "__call__", lambda self, inp, algo, _c=type(est).__call__: seen.append(inp)
                         or _c(self, inp, algo))
@@ -557,7 +558,7 @@ def test_loss_aggregation_token_mean_and_dr_grpo_constant():
     def weights(mask, agg):
         logp = torch.zeros(mask.shape, requires_grad=True)
         adv = torch.ones(mask.shape)
-        loss, _ = policy_loss(logp, torch.zeros(mask.shape), adv, mask, 0.2, 0.28, loss_agg=agg, max_tokens=20)
+        loss, _ = policy_loss(logp, torch.zeros(mask.shape), adv, mask, AlgoConfig(loss_agg=agg), max_tokens=20)
         loss.backward()
         return -logp.grad
 
@@ -572,12 +573,12 @@ def test_loss_aggregation_token_mean_and_dr_grpo_constant():
     # the loss itself: −Σ J / (B · L_max)
     torch.manual_seed(0)
     logp, old, adv = torch.randn(2, 8) * 0.1, torch.randn(2, 8) * 0.1, torch.randn(2, 8)
-    loss, _ = policy_loss(logp, old, adv, longer, 0.2, 0.28, loss_agg="seq_mean_token_sum_norm", max_tokens=20)
+    loss, _ = policy_loss(logp, old, adv, longer, AlgoConfig(loss_agg="seq_mean_token_sum_norm"), max_tokens=20)
     r = torch.exp(logp - old)
     J = torch.minimum(r * adv, torch.clamp(r, 0.8, 1.28) * adv)
     assert loss.item() == pytest.approx(-(J * longer).sum().item() / 40, abs=1e-6)
     with pytest.raises(ValueError, match="loss_agg must be one of"):
-        policy_loss(logp, old, adv, longer, loss_agg="seq_mean")
+        policy_loss(logp, old, adv, longer, AlgoConfig(loss_agg="seq_mean"))
     with pytest.raises(ConfigError, match="algo.loss_agg must be one of"):
         AlgoConfig(loss_agg="sum").validate()
 

@@ -27,6 +27,7 @@ import torch
 import agentrl_lib.generation as generation_mod
 from agentrl_lib import losses
 from agentrl_lib.advantages import grpo_advantages, rloo_advantages
+from agentrl_lib.config import AlgoConfig
 from agentrl_lib.envs.pool import SerialPool
 from agentrl_lib.generation import HFGenerator
 from agentrl_lib.known_bugs import (
@@ -332,7 +333,7 @@ def check_loss_is_token_mean(loss_fn) -> None:
     logp = torch.randn(2, 12) * 0.1 - 1
     old = logp + torch.randn(2, 12) * 0.05
     adv = torch.randn(2, 12)
-    loss, _ = loss_fn(logp, old, adv, mask, 0.2, 0.2)
+    loss, _ = loss_fn(logp, old, adv, mask, AlgoConfig(clip_low=0.2, clip_high=0.2))
     terms = []
     for b in range(2):
         for t in range(12):

@@ -6,6 +6,7 @@ range, RLOO's baseline swapped for GRPO's) is caught by the same comparison; a c
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -112,8 +113,8 @@ def test_control_planted_bugs_are_caught(run, monkeypatch, capsys):
     monkeypatch.undo()
 
     grpo, grpo_step = run("grpo")
-    monkeypatch.setattr(one_file, "policy_loss", lambda lp, old, adv, mask, lo, hi: policy_loss(
-        lp, old, adv, mask, lo / 10, hi / 10))
+    monkeypatch.setattr(one_file, "policy_loss", lambda lp, old, adv, mask, algo: policy_loss(
+        lp, old, adv, mask, dataclasses.replace(algo, clip_low=algo.clip_low / 10, clip_high=algo.clip_high / 10)))
     caught["clip range 10x narrower (grpo)"] = differences(grpo, grpo_step())
     monkeypatch.undo()
 
