@@ -378,46 +378,54 @@ class Trainer:
             return no_grad_forward(self.policy, batch, self.cfg.train, self.dp)["logprobs"]
 
     def _update(self, batch: dict[str, torch.Tensor]) -> dict[str, float] | None:
-        """`epochs` passes of minibatch updates over the batch (update.py's batch dict). Gradients of the policy and of
-        the value head are clipped separately (each to max_grad_norm) and both norms are logged; a minibatch whose
-        loss or gradient is not finite is skipped (no optimizer step) and counted in `nonfinite_updates`.
+        """`epochs` passes of minibatch updates over the batch (update.py's batch dict), as CleanRL writes PPO's:
+        epoch → minibatch → loss and backward → clip → optimizer step. A minibatch whose loss or gradient is not finite
+        is skipped (no optimizer step) and counted in `nonfinite_updates`.
         Returns: the mean over minibatches of each metric (update.minibatch_loss's, grad_norm [, value_grad_norm])
         and nonfinite_updates; None when there is no learning signal (no update; metrics.step_row logs it)."""
-        cfg, mask, B = self.cfg, batch["mask"], batch["input_ids"].shape[0]
+        mask = batch["mask"]
         if mask.sum() == 0 or (self.value_head is None and (batch["advantages"].abs() * mask).sum() == 0):
             return None  # every group had equal returns (or one member): no learning signal (GRPO/RLOO)
-        policy_params = [p for p in self.policy.parameters() if p.requires_grad]
-        value_params = [] if self.value_head is None else list(self.value_head.parameters())
-        sums: dict[str, list[float]] = {}
+        logs: dict[str, list[float]] = {}
         nonfinite = 0
-        groups = prompt_groups(batch["input_ids"], batch["mask"]) if cfg.train.group_minibatches else None
-        for epoch in range(cfg.train.epochs):
-            if groups is None:  # random rows
-                perm = torch.randperm(B)
-            else:  # whole groups in random order (train.group_minibatches)
-                perm = torch.tensor([i for g in torch.randperm(len(groups)).tolist() for i in groups[g]])
-            perm = self.dp.broadcast(perm)  # every rank cuts the same minibatches (rank 0's permutation)
-            for start in range(0, B, cfg.train.minibatch_size):
-                idx = perm[start:start + cfg.train.minibatch_size]
-                if mask[idx].sum() == 0:
-                    continue
+        for epoch in range(self.cfg.train.epochs):
+            for idx in self._minibatches(batch):
                 self.opt.zero_grad(set_to_none=True)
-                loss, pm = self._loss_and_backward(batch, idx)
-                gn = torch.nn.utils.clip_grad_norm_(policy_params, cfg.train.max_grad_norm)
-                pm["grad_norm"] = gn.item()
-                finite = torch.isfinite(loss).item() and math.isfinite(pm["grad_norm"])
-                if value_params:
-                    vgn = torch.nn.utils.clip_grad_norm_(value_params, cfg.train.max_grad_norm)
-                    pm["value_grad_norm"] = vgn.item()
-                    finite = finite and math.isfinite(pm["value_grad_norm"])
-                if not finite:  # plumbing: a diverged minibatch never reaches the weights
+                loss, m = self._loss_and_backward(batch, idx)  # micro-batches and data-parallel ranks inside
+                norms = self._clip_gradients()  # the policy's and the critic's, each to max_grad_norm
+                m.update(norms)
+                if torch.isfinite(loss).item() and all(math.isfinite(n) for n in norms.values()):
+                    self.opt.step()
+                else:  # plumbing: a diverged minibatch never reaches the weights
                     self.opt.zero_grad(set_to_none=True)
                     nonfinite += 1
-                else:
-                    self.opt.step()
-                for k, v in pm.items():
-                    sums.setdefault(k, []).append(v)
-        return {**{k: sum(v) / len(v) for k, v in sums.items()}, "nonfinite_updates": nonfinite}
+                for k, v in m.items():
+                    logs.setdefault(k, []).append(v)
+        return {**{k: sum(v) / len(v) for k, v in logs.items()}, "nonfinite_updates": nonfinite}
+
+    def _minibatches(self, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        """One epoch's minibatches, train.minibatch_size rows each (the last may be smaller), those without a policy
+        token left out: the rows in random order, or (train.group_minibatches) whole groups in random order, so a
+        minibatch shares its groups' prompts (update.py). Every data-parallel rank cuts rank 0's permutation."""
+        mask, B, size = batch["mask"], batch["input_ids"].shape[0], self.cfg.train.minibatch_size
+        if not self.cfg.train.group_minibatches:  # random rows
+            perm = torch.randperm(B)
+        else:  # whole groups in random order
+            groups = prompt_groups(batch["input_ids"], mask)
+            perm = torch.tensor([i for g in torch.randperm(len(groups)).tolist() for i in groups[g]])
+        perm = self.dp.broadcast(perm)
+        return [idx for idx in perm.split(size) if mask[idx].sum() > 0]
+
+    def _clip_gradients(self) -> dict[str, float]:
+        """Clip the policy's and the critic's gradients each to train.max_grad_norm (separately: the critic's larger
+        gradients must not shrink the policy's step). Returns their norms before clipping: grad_norm [,
+        value_grad_norm]."""
+        max_norm = self.cfg.train.max_grad_norm
+        policy_params = [p for p in self.policy.parameters() if p.requires_grad]
+        norms = {"grad_norm": torch.nn.utils.clip_grad_norm_(policy_params, max_norm).item()}
+        if self.value_head is not None:
+            norms["value_grad_norm"] = torch.nn.utils.clip_grad_norm_(self.value_head.parameters(), max_norm).item()
+        return norms
 
     def _loss_and_backward(self, batch: dict[str, torch.Tensor], idx: torch.Tensor
                            ) -> tuple[torch.Tensor, dict[str, float]]:

@@ -301,10 +301,11 @@ def test_a_lost_dense_game_never_outscores_a_won_one():
 def test_a_group_of_one_has_no_baseline_and_is_counted(tiny_model_dir):
     for est in (grpo_advantages, rloo_advantages):
         check_singleton_groups(est)
-    from agentrl_lib.config import AlgoConfig, ConfigError
+    from agentrl_lib.config import ConfigError, RunConfig
+    from agentrl_lib.parts import run_parts
 
     with pytest.raises(ConfigError, match="group_size >= 2"):  # configured groups of one are refused up front
-        AlgoConfig.from_preset("grpo", group_size=1).validate()
+        run_parts(RunConfig(algo=AlgoConfig.from_preset("grpo", group_size=1)))
 
     # negative controls: GRPO without the guard (std of one return is NaN), and a "baseline" of the batch mean
     def naive_grpo(returns, groups):
