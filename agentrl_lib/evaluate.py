@@ -58,8 +58,7 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
     rng = torch.random.fork_rng(devices=[]) if seed is not None else contextlib.nullcontext()
     try:
         gen = get_generator(generator)(model, tokenizer)  # one backend for every chunk (vLLM: one weight sync)
-        if getattr(gen, "context_limit", None):
-            check_context_room(max_new_tokens, max_turns, gen.context_limit, where="eval")
+        check_context_room(max_new_tokens, max_turns, gen.context_limit, where="eval")
         with rng:
             if seed is not None:
                 torch.manual_seed(seed)

@@ -35,8 +35,16 @@ class Generator(Protocol):
     """A generation backend (see the module docstring)."""
 
     eos_id: int
+    """The token that ends an assistant turn (a reply stops after it)."""
     pad_id: int
+    """The padding token of the rows."""
     context_limit: int
+    """Tokens a row may hold (the model's context): the trainer and evaluate check the turn budget against it
+    (config.check_context_room) before any rollout."""
+    share_prefix: bool
+    """The run's train.share_prefix, set by the trainer: encode each distinct first context of a batch once (the
+    episodes of a group share their prompt). A backend that cannot share prefixes keeps the attribute and ignores
+    it (vLLM's engine caches prefixes itself)."""
 
     def start(self, contexts: list[list[int]]) -> None: ...
 

@@ -181,6 +181,9 @@ class VLLMGenerator:
         ModuleNotFoundError: vLLM is not installed (one line: INSTALL_HINT).
     """
 
+    share_prefix = False
+    """Generator.share_prefix: not used here (the engine's automatic prefix caching shares prompts by itself)."""
+
     def __init__(self, model, tokenizer):
         self.model = model
         self.eos_id = tokenizer.convert_tokens_to_ids(tokenizer.eos_token)

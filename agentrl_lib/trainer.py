@@ -143,10 +143,9 @@ class Trainer:
         self.device = next(self.policy.parameters()).device
         self.chat = ChatFormat(self.tok)
         self.generator = parts.generator(self.policy, self.tok)  # the backend (generation.py)
-        if hasattr(self.generator, "share_prefix"):  # HF: each group's first context encoded once
-            self.generator.share_prefix = config.train.share_prefix
-        if getattr(self.generator, "context_limit", None):  # before any rollout: a budget the context cannot hold
-            check_context_room(config.train.max_new_tokens, config.env.max_turns, self.generator.context_limit)
+        self.generator.share_prefix = config.train.share_prefix  # HF: each group's first context encoded once
+        # before any rollout: a turn budget the model's context cannot hold
+        check_context_room(config.train.max_new_tokens, config.env.max_turns, self.generator.context_limit)
         self.value_head = ValueHead(base_model(self.policy).config.hidden_size).to(self.device) if need_vh else None
         disable_dropout(self.policy)  # π_old is computed without dropout: the update must see the same function
         # ALGO: the frozen reference policy of the KL term (None: this run's LoRA adapter is switched off instead)
