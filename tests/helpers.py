@@ -1,5 +1,5 @@
 """Helpers that several test files share: scripted games (ParityEnv, CoinEnv, BrokenEnv and the game sets they play),
-the run-directory tests' config and trainer, the sweep's base config, the CLI probes' error-line check and
+the run-directory tests' config and trainer, the sweep's base config, the CLI's error-line check and
 console-script runner, and a stand-in model directory (write_model). Fixtures live in
 conftest.py; this module holds plain classes and functions, imported as `from helpers import ...`."""
 from __future__ import annotations

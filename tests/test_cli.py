@@ -1,5 +1,5 @@
-"""The command line (agentrl_lib/cli.py, commands.py, flags.py). First the probe suite of issue 9: bad inputs run
-through the real command line, one row each.
+"""The command line (agentrl_lib/cli.py, commands.py, flags.py). First a table of bad inputs (issue 9's) run through
+the real command line, one row each.
 
 Every row asserts: exit code != 0, exactly one `agentrl CMD: error: ...` line on stderr that names what to fix, no
 traceback, and — for rows marked `early` — that the bad input was refused before any work started (the model, the
@@ -7,7 +7,8 @@ trainer and SFT are replaced by tripwires that fail the test if reached), so not
 away. Rows run `main([...])` in-process (fast); a few run the installed console script in a subprocess.
 
 Areas here: config files (values, keys, types), flags of train / sft / eval, model paths and files, devices and
-dtypes, eval --out. Game, checkpoint and env-action faults live in their own test files.
+dtypes, eval --out. Games directories, make-games, resumes, seeds and output paths: test_cli_errors.py's
+table; game, checkpoint and env-action faults live in their own test files.
 
 Then the config's errors through the CLI (exit code 2) and the flags generated from the config: every config field is
 a documented `train` flag, spellings and aliases parse, negative numbers are values, flags override a config file.

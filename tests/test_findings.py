@@ -1,12 +1,15 @@
 """The "Findings at small scale" tables of book/findings.md and README.md are computed from results/*.jsonl
 (results/findings.py over agentrl_lib.findings, whose rows the chapters end with): the committed tables equal a fresh
-computation, and the verdicts follow the bootstrap intervals (negative controls included)."""
+computation, the verdicts follow the bootstrap intervals (negative controls included), and results/findings.py
+reads a damaged or repeated record and a README without its markers with one line, not a traceback."""
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 from agentrl_lib import findings as lib
-from agentrl_lib import judge, stats
+from agentrl_lib import judge, records, stats
 from experiments import findings_page as findings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -600,3 +603,60 @@ def test_place_habits_count_runs_by_the_places_they_won_and_lead_the_lessons():
     with mock.patch.object(lib, "game_places", lambda games: {}):
         assert lib.place_habits(recs) == {}   # places unknown: nothing counted
     assert lib.place_habits([]) == {}
+
+
+# ------------------------------------------------------------------------ results/findings.py on damaged inputs
+@pytest.fixture
+def results_copy(tmp_path, monkeypatch):
+    """A copy of results/*.jsonl that records.load_results reads instead of the checkout's."""
+    for f in records.RESULTS_DIR.glob("*.jsonl"):
+        shutil.copy(f, tmp_path / f.name)
+    monkeypatch.setattr(records, "RESULTS_DIR", tmp_path)
+    return tmp_path
+
+
+def test_findings_on_a_garbage_line_is_one_line(results_copy, monkeypatch, capsys):
+    """results/findings.py with a garbage line 2 in algo_reward.jsonl: one line naming the file and line, exit 2
+    (was a 20-line traceback). Negative control: the table's own code raises ResultsFileError (the traceback)."""
+    path = results_copy / "algo_reward.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text(lines[0] + "garbage\n" + "".join(lines[1:]))
+    monkeypatch.setattr(sys, "argv", ["findings.py"])
+    with pytest.raises(SystemExit) as e:
+        findings.main()
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("findings.py: error: ") and f"{path} line 2 is not a sweep record" in err
+    with pytest.raises(records.ResultsFileError):  # control
+        findings.findings_table()
+
+
+def test_findings_write_checks_both_pages_before_writing_either(tmp_path, monkeypatch, capsys):
+    """`findings.py --write` with a README that lacks its markers: one line naming README.md, and book/findings.md
+    is left as it was (both pages are checked before either is written)."""
+    page, readme = tmp_path / "findings.md", tmp_path / "README.md"
+    shutil.copy(findings.PAGE, page)
+    readme.write_text("# a README without the findings markers\n")
+    before = page.read_text()
+    monkeypatch.setattr(findings, "PAGE", page)
+    monkeypatch.setattr(findings, "README", readme)
+    monkeypatch.setattr(sys, "argv", ["findings.py", "--write"])
+    with pytest.raises(SystemExit) as e:
+        findings.main()
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err == ("findings.py: error: README.md lacks the markers <!-- findings:start --> / "
+                                         "<!-- findings:end -->")
+    assert page.read_text() == before, "book/findings.md was rewritten before the README failed"
+
+
+def test_findings_counts_a_repeated_record_once(results_copy, capsys):
+    """A record appended twice to a results file counts once in the findings (by its run: cell, seed, base config),
+    with a note naming the file. Negative control: records.load_results alone returns it twice."""
+    path = results_copy / "algo_reward.jsonl"
+    first = path.read_text().splitlines(keepends=True)[0]
+    path.write_text(path.read_text() + first)
+    once = findings.load_results("algo_reward")
+    assert "algo_reward: 1 record(s) repeat a run already recorded" in capsys.readouterr().err
+    twice = records.load_results("algo_reward")
+    assert len(twice) == len(once) + 1  # control
+    assert len({records.record_key(r) for r in once}) == len(once)
