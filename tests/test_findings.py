@@ -2,6 +2,7 @@
 (results/findings.py over agentrl_lib.findings, whose rows the chapters end with): the committed tables equal a fresh
 computation, the verdicts follow the bootstrap intervals (negative controls included), and results/findings.py
 reads a damaged or repeated record and a README without its markers with one line, not a traceback."""
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -11,6 +12,8 @@ import pytest
 from agentrl_lib import findings as lib
 from agentrl_lib import judge, records, stats
 from experiments import findings_page as findings
+
+from helpers import assert_golden, numbers
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,9 +66,7 @@ def test_cost_table_medians_fresh_runs_and_sums_every_run(monkeypatch):
             {"wall_seconds": 1800, "device": "cpu", "machine": {"cpu": "AMD EPYC"}},
             {"wall_seconds": 60, "resumed": True, "device": "cuda", "machine": {"gpu": "NVIDIA H100"}}]
     monkeypatch.setattr(findings, "load_results", lambda name: runs if name == "swe" else [])
-    rows = findings.cost_table().splitlines()
-    assert "| swe | 3 | AMD EPYC, NVIDIA H100, cpu (2 cores) | 20 min | 0.7 h |" in rows
-    assert "| algo_reward | 0 | not in results/ yet | | |" in rows
+    assert_golden("findings_cost_table.md", findings.cost_table())  # swe: 3 runs, median 20 min, 0.7 h in all
     page = f"x\n{findings.COST_START}\n| swe | 3 | cpu | 32 min | 19 h |\n{findings.COST_END}\ny"
     assert findings.block(page, findings.COST_START, findings.COST_END) != findings.cost_table()
 
@@ -168,23 +169,26 @@ def test_each_verdict_word_has_a_planted_set_that_gives_it_and_a_control_that_do
     def word(a, b, sign=1, **kw):
         return judge.compare(_cells(a, b), "algo", "ppo", "grpo", {}, sign, **kw)[1]
 
+    def says(verdict, first, *nums):  # the verdict's word, then the numbers its reason gives, in order
+        return verdict.startswith(first) and numbers(verdict) == list(nums)
+
     assert word([0.8, 0.9, 0.7], [0.2, 0.3, 0.2]) == "agrees"
     assert word([0.2, 0.3, 0.2], [0.8, 0.9, 0.7]) == "disagrees"
-    assert word([0.8, 0.2, 0.6], [0.2, 0.8, 0.5]).startswith("cannot tell at this scale (±15 pts needs ~")
-    assert word([0.0, 0.0, 0.0], [0.0, 0.0, 0.0]).startswith("a floor (both 0% in every seed)")
-    assert word([0.05, 0.1, 0.0], [0.0, 0.1, 0.0]).startswith("near a floor (both ≤ 10% in every seed)")
+    wide = word([0.8, 0.2, 0.6], [0.2, 0.8, 0.5])  # ±15 pts needs ~N seeds
+    assert says(wide, judge.CANNOT_TELL, 15, numbers(wide)[1]) and numbers(wide)[1] > 3
+    assert says(word([0.0, 0.0, 0.0], [0.0, 0.0, 0.0]), judge.FLOOR, 0)
+    assert says(word([0.05, 0.1, 0.0], [0.0, 0.1, 0.0]), judge.NEAR_FLOOR, 10)
     assert word([0.05, 0.2, 0.0], [0.0, 0.1, 0.0]).startswith("cannot tell")  # one seed above 10%: no floor
     assert word([0.5], [0.5]).startswith("cannot tell yet")
     # no difference expected: "agrees" only when the interval lies inside +-margin
-    assert word([0.5, 0.6, 0.55, 0.5], [0.5, 0.6, 0.56, 0.5], 0).startswith("agrees (the interval lies within ±15")
-    assert word([0.5, 0.9, 0.1, 0.5], [0.5, 0.6, 0.56, 0.5], 0).startswith("cannot tell at this scale (the "
-                                                                          "interval reaches beyond ±15 pts")
+    assert says(word([0.5, 0.6, 0.55, 0.5], [0.5, 0.6, 0.56, 0.5], 0), judge.AGREES, 15)  # within ±15
+    beyond = word([0.5, 0.9, 0.1, 0.5], [0.5, 0.6, 0.56, 0.5], 0)  # beyond ±15; ±15 needs ~N seeds
+    assert says(beyond, judge.CANNOT_TELL, 15, 15, numbers(beyond)[2]) and "beyond" in beyond
     assert word([0.8, 0.9, 0.85], [0.5, 0.6, 0.55], 0) == "disagrees"
     # a directional finding whose interval contains 0 but stops short of the paper's effect rules that effect out
     tight = ([0.5, 0.6, 0.55, 0.5], [0.5, 0.6, 0.56, 0.49])
-    assert word(*tight, effect=0.3).startswith("disagrees (no difference, and the interval rules out the paper's "
-                                               "+30 pts)")
-    assert word(*tight).startswith("cannot tell at this scale (4 seeds resolve ±15 pts already")  # no effect given
+    assert says(word(*tight, effect=0.3), judge.DISAGREES, 30)  # rules out the paper's +30 pts
+    assert says(word(*tight), judge.CANNOT_TELL, 4, 15)  # no effect given: 4 seeds resolve ±15 pts already
     assert word([0.8, 0.2, 0.6], [0.2, 0.8, 0.5], effect=0.3).startswith("cannot tell")  # reaches the effect
 
 
@@ -330,9 +334,10 @@ def test_probe_rows_give_the_first_update_kl_the_largest_drop_and_the_curve():
                rec(3e-5, [0.5, 0.9375, 0.0, 0.5], 0.27, "games/cooking-heldout"),
                rec(3e-5, [0.0], 0.9), rec(1e-5, [0.0], 0.9, algo="rloo"), rec(1e-5, [0.0], 0.9, seed=1)]
     lines = findings.probe_rows(records, "runs/sft/chosen")
-    assert lines[3:] == ["| 3e-05 | yes | 0.270 | 94 points | 50 94 0 50 | cooking-heldout | 75% |",
-                         "| 1e-05 | yes | 0.070 | 25 points | 50 25 75 | cooking-valid | 75% |",
-                         "| 1e-05 | no | 0.060 | 0 points | 50 50 | cooking-valid | 75% |"]
+    # each row: lr, whitened or not, the first update's KL, the largest drop, the curve, the games, held-out success
+    assert_golden("findings_probe_rows.md", "\n".join(lines) + "\n")
+    assert [numbers(row)[:4] for row in lines[3:]] == [[3e-05, 0.27, 94, 50], [1e-05, 0.07, 25, 50],
+                                                       [1e-05, 0.06, 0, 50]]
     assert findings.probe_rows(records, "runs/sft/other") == []
 
 
@@ -377,8 +382,9 @@ def test_each_chapter_gets_its_own_rows_and_an_unknown_chapter_is_refused():
     assert table[1] == "|:--" * 7 + "|"
     short = lib.verdict_table("02_reward", results={}, link="x/", why=False).splitlines()
     assert short[0].endswith("| its verdict | chapter |") and short[1] == "|:--" * 7 + "|"
-    assert short[2].endswith("| cannot tell yet (`python results/regenerate.py balanced`) | — | — | "
-                             "[02_reward](x/02_reward.ipynb) |")
+    *_, verdict, ours, other, link = [c.strip() for c in short[2].strip(" |").split(" | ")]
+    assert verdict.startswith(judge.NOT_RUN) and "regenerate.py balanced" in verdict and ours == other == "—"
+    assert link == "[02_reward](x/02_reward.ipynb)"
 
 
 @pytest.mark.parametrize("chapter", ["01_environment", "04_sft_then_rl", "05_stability", "06_swe"])
@@ -400,8 +406,9 @@ def test_chapter_lessons_say_each_verdict_with_its_own_numbers(chapter):
     agree = sum(v.verdict.startswith(judge.AGREES) for v in rows)
     assert text.startswith(f"This chapter tests {len(rows)} of the papers' findings: {agree} agree")
     empty = lib.chapter_lessons(chapter, results={})
-    assert empty.count("is not run yet: `python results/regenerate.py") == len(rows)
-    assert f": 0 agree, 0 disagree, 0 cannot be told at this scale, 0 sit on a floor and {len(rows)}" in empty
+    assert empty.count("not run yet: `python results/regenerate.py") == len(rows)
+    # agree, disagree, cannot be told, on a floor, not run yet
+    assert numbers(empty.split(". ")[0]) == [len(rows), 0, 0, 0, 0, len(rows)]
     with pytest.raises(ValueError, match="no finding belongs"):
         lib.chapter_lessons("07_x", results={})
 
@@ -471,10 +478,9 @@ def test_hyperparameter_table_reads_the_run_config_and_names_a_missing_field():
     table = lib.hyperparameter_table(config, {"model": "7B", "train.lr": "1e-6", "episodes per step": "256",
                                               "RL episodes": "400", "train.eval_temperature": "0.4",
                                               "algo.normalize_advantages": "yes"})
-    assert table.splitlines()[2:] == ["| model | SmolLM2-135M-Instruct (from `runs/sft/x`) | 7B |",
-                                      "| train.lr | 1e-05 | 1e-6 |", "| episodes per step | 16 | 256 |",
-                                      "| RL episodes | 400 | 400 |", "| train.eval_temperature | 0 (greedy) | 0.4 |",
-                                      "| algo.normalize_advantages | no | yes |"]
+    assert_golden("findings_hyperparameter_table.md", table)
+    ours = {row.split(" | ")[0].strip("| "): row.split(" | ")[1] for row in table.splitlines()[2:]}
+    assert numbers(ours["episodes per step"]) == [16] and numbers(ours["RL episodes"]) == [400]  # 4 x 4, 16 x 25
     with pytest.raises(KeyError, match="algo.kl_coef"):
         lib.hyperparameter_table(config, {"algo.kl_coef": "0.01"})
 
@@ -531,16 +537,17 @@ def test_balanced_status_reads_the_running_sweeps_files(tmp_path, monkeypatch):
     (inc / "seeds_choice_balanced.json").write_text(json.dumps({
         "n_seeds": 4, "half_width_by_n": {"4": 0.12}, "met": True, "pilot_seeds": [0, 1], "paired_diff_sd": 0.08,
         "heldout": {"paired_diff_sd": 0.2}}))
-    assert "paired-difference sd 8.0 points of the learning-curve area, 20.0 of held-out success → 4 seeds" in \
-        findings.balanced_status()
+    pilot = next(ln for ln in findings.balanced_status().splitlines() if ln.startswith("Pilot"))
+    # pilot seeds 0, 1; sd 8.0 points of the area, 20.0 of held-out success; 4 seeds; half-width 12 points
+    assert numbers(pilot) == [0, 1, 8.0, 20.0, 4, 12] and "not met" not in pilot
     assert "Budget:" not in findings.balanced_status()   # a choice written before the budget was recorded
     choice = json.loads((inc / "seeds_choice_balanced.json").read_text())
     (inc / "seeds_choice_balanced.json").write_text(json.dumps({**choice, "budget": {
         "median_run_cpu_hours": 0.95, "all_cells_cpu_hours": 34.9, "later_cells": ["algo=ppo", "algo=grpo"],
         "later_runs": 16, "planned_cpu_hours": 27.3, "pilot_cpu_hours": 12.1}}))
-    assert ("Budget: a pilot run took a median 0.95 CPU hours, so every cell at 4 seeds would take 34.9 CPU hours; "
-            "past the pilot only algo=ppo, algo=grpo run (16 runs, 27.3 CPU hours in all with the pilot's 12.1)."
-            ) in findings.balanced_status()
+    budget = next(ln for ln in findings.balanced_status().splitlines() if ln.startswith("Budget:"))
+    # a run's median, the seeds, every cell, the later runs, all the planned hours, the pilot's
+    assert numbers(budget) == [0.95, 4, 34.9, 16, 27.3, 12.1] and "algo=ppo, algo=grpo" in budget
 
 
 def test_balanced_rows_read_the_balanced_sweep_only():
@@ -597,8 +604,9 @@ def test_place_habits_count_runs_by_the_places_they_won_and_lead_the_lessons():
     with mock.patch.object(lib, "game_places", lambda games: places):
         assert lib.place_habits(recs) == {"fridge only": 1, "counter only": 2, "both": 1, "none": 1}
         text = lib.lessons({"algo_reward_balanced": recs})
-        assert "of the 5 runs, 1 won only fridge games and 2 only counter games, 1 won games of both places and 1 " \
-               "won nothing" in text
+        said = text[text.index("On the balanced games"):].split(".")[0]
+        assert numbers(said) == [5, 1, 2, 1, 1]  # runs; fridge only, counter only, both, none
+        assert re.search(r"5 runs\D*1 \D*fridge\D*2 \D*counter\D*1 \D*both\D*1 \D*nothing$", said), said
         assert "On the balanced games" not in lib.lessons({"algo_reward": recs})
     with mock.patch.object(lib, "game_places", lambda games: {}):
         assert lib.place_habits(recs) == {}   # places unknown: nothing counted
@@ -644,8 +652,8 @@ def test_findings_write_checks_both_pages_before_writing_either(tmp_path, monkey
     with pytest.raises(SystemExit) as e:
         findings.main()
     err = capsys.readouterr().err.strip()
-    assert e.value.code == 2 and err == ("findings.py: error: README.md lacks the markers <!-- findings:start --> / "
-                                         "<!-- findings:end -->")
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("findings.py: error: README.md ")
+    assert findings.START in err and findings.END in err
     assert page.read_text() == before, "book/findings.md was rewritten before the README failed"
 
 
@@ -656,7 +664,8 @@ def test_findings_counts_a_repeated_record_once(results_copy, capsys):
     first = path.read_text().splitlines(keepends=True)[0]
     path.write_text(path.read_text() + first)
     once = findings.load_results("algo_reward")
-    assert "algo_reward: 1 record(s) repeat a run already recorded" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert re.search(r"^algo_reward: 1 record\S* repeat", err, re.M), err  # the file and the count
     twice = records.load_results("algo_reward")
     assert len(twice) == len(once) + 1  # control
     assert len({records.record_key(r) for r in once}) == len(once)
