@@ -163,14 +163,16 @@ def test_seeds_needed_inverts_the_half_width():
     assert stats.seeds_needed(5.0, True) == 201
 
 
+def says(verdict: str, word: str, *nums: float) -> bool:
+    """`verdict` is judge's `word` (its start) and its reason gives these numbers, in order (and no other)."""
+    return verdict.startswith(word) and numbers(verdict) == list(nums)
+
+
 def test_each_verdict_word_has_a_planted_set_that_gives_it_and_a_control_that_does_not():
     """One planted comparison per word of findings.VERDICTS, and beside each a small change that must give
     another word (each control is the planted bug the word's rule must not let through)."""
     def word(a, b, sign=1, **kw):
         return judge.compare(_cells(a, b), "algo", "ppo", "grpo", {}, sign, **kw)[1]
-
-    def says(verdict, first, *nums):  # the verdict's word, then the numbers its reason gives, in order
-        return verdict.startswith(first) and numbers(verdict) == list(nums)
 
     assert word([0.8, 0.9, 0.7], [0.2, 0.3, 0.2]) == "agrees"
     assert word([0.2, 0.3, 0.2], [0.8, 0.9, 0.7]) == "disagrees"
@@ -220,7 +222,8 @@ def test_a_difference_uses_the_seeds_both_cells_have_and_names_the_rest():
     seeds nothing is named."""
     recs = _recs({("ppo", "dense"): [0.8, 0.9, 0.85, 0.0], ("grpo", "dense"): [0.1, 0.2, 0.15]})
     ours, verdict = judge.compare(recs, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)
-    assert "ppo 64% (n=4)" in ours and "Δ +70 pts" in ours and "(paired over 3 seeds) (left out: ppo seed 3)" in ours
+    assert ours.startswith("ppo ") and numbers(ours)[:2] == [64, 4] and "Δ +70 pts" in ours  # ppo's 4 seeds, 64%
+    assert re.search(r"over 3 seeds\b.*left out: ppo seed 3\)", ours), ours  # paired over 3; the 4th named
     assert verdict == "agrees"
     same = _recs({("ppo", "dense"): [0.8, 0.9, 0.85], ("grpo", "dense"): [0.1, 0.2, 0.15]})
     assert "left out" not in judge.compare(same, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)[0]
@@ -262,12 +265,14 @@ def test_echo_trap_can_agree_disagree_or_not_tell_by_seed():
     once, cannot tell."""
     assert judge.echo_trap([_curve(*STD_FIRST, seed=s) for s in range(5)])[1] == "agrees"
     ours, verdict = judge.echo_trap([_curve(*REWARD_FIRST, seed=s) for s in range(5)])
-    assert verdict == "disagrees" and "after it or never in 5; by seed, std first in 0 of 5 seeds" in ours
+    # fell (≥ 20 pts) in 5 of 5 runs; the floor (0.25 × the first 3 steps) reached before the fall in 0, at the same
+    # step in 0, after it or never in 5; std first in 0 of 5 seeds; 0 runs at the floor with no fall
+    assert verdict == "disagrees" and numbers(ours) == [20, 5, 5, 0.25, 3, 0, 0, 5, 0, 5, 0], ours
     assert judge.echo_trap([_curve(*STD_FIRST, seed=s) for s in range(4)])[1].startswith("cannot tell")
     one_seed = [_curve(*STD_FIRST, seed=0) for _ in range(6)]
-    assert judge.echo_trap(one_seed)[1].startswith("cannot tell at this scale (std first in 1 of 1 seeds")
+    assert says(judge.echo_trap(one_seed)[1], judge.CANNOT_TELL, 1, 1, 5, 5, 0.05)  # 1 of 1 seeds; 5 of 5 would do
     flat = [_curve([0.5] * 4 + [1.0] * 10, [0.4] * 4 + [0.0] * 10, seed=s) for s in range(6)]
-    assert judge.echo_trap(flat)[1] == "cannot tell at this scale (no run's success fell: nothing to order)"
+    assert says(flat_verdict := judge.echo_trap(flat)[1], judge.CANNOT_TELL) and "success fell" in flat_verdict
 
 
 def test_pilot_rows_list_the_pilot_cells_from_the_chosen_start_only(monkeypatch):
@@ -422,7 +427,7 @@ def test_split_rows_read_the_harder_games_and_the_in_domain_games_apart():
     rows = {v.finding: v for v in lib.verdicts("04_sft_then_rl", results={"sft_rl_split": recs})}
     assert rows["Mostly RL generalises worse to harder games than an SFT:RL mix"].verdict == "agrees"   # 60% vs 10%
     assert rows["More SFT, more in-domain success"].verdict == "agrees"                               # 95% vs 50%
-    assert rows["On harder games the mix is about as good as mostly SFT"].verdict.startswith("agrees (the interval")
+    assert says(rows["On harder games the mix is about as good as mostly SFT"].verdict, judge.AGREES, 15)
 
 
 def test_exploration_rows_compare_turn_budgets():
@@ -431,7 +436,7 @@ def test_exploration_rows_compare_turn_budgets():
     rows = lib.verdicts("01_environment", results={"exploration": recs})
     got = {v.finding: v.verdict for v in rows}
     assert got["A 2× turn budget beats 1× (exploration)"] == "agrees"
-    assert got["More than 2× the turns adds little"].startswith("agrees (the interval lies within ±18 pts")
+    assert says(got["More than 2× the turns adds little"], judge.AGREES, 18)  # within ±18 pts
     worse = [{**r, "eval": {"success_rate": 0.9 - r["eval"]["success_rate"]}} for r in recs]  # negative control
     assert {v.finding: v.verdict for v in lib.verdicts("01_environment", results={"exploration": worse})}[
         "A 2× turn budget beats 1× (exploration)"] == "disagrees"
@@ -444,8 +449,8 @@ def test_transfer_compares_the_small_worlds_policy_on_the_large_games_with_the_l
     large = [_run({"level": "w8-o12-q4"}, s, 0.3 + 0.02 * s) for s in range(3)]
     row = next(v for v in lib.verdicts("01_environment", results={"complexity": small + large})
                if v.finding.startswith("Simple worlds"))
-    assert row.ours.startswith("trained at w2-o3-q4 31% (n=3); trained at w8-o12-q4 32% (n=3)")
-    assert row.verdict.startswith("agrees (the interval lies within ±15 pts")
+    assert numbers(row.ours)[:4] == [31, 3, 32, 3], row.ours  # w2's policy on w8 31% (3 seeds), w8's own 32%
+    assert row.ours.index("w2-o3-q4") < row.ours.index("w8-o12-q4") and says(row.verdict, judge.AGREES, 15)
     lacking = [_run({"level": "w2-o3-q4"}, s, 1.0) for s in range(3)] + large
     row = next(v for v in lib.verdicts("01_environment", results={"complexity": lacking})
                if v.finding.startswith("Simple worlds"))
@@ -459,16 +464,16 @@ def test_base_model_row_bootstraps_over_games_of_one_evaluation():
     far = [ev("w2-o3-q4", [True] * 20 + [False] * 44), ev("w8-o12-q4", [False] * 64)]
     ours, verdict = lib.compare_evaluations(far, {"stage": "base", "level": "w2-o3-q4"},
                                             {"stage": "base", "level": "w8-o12-q4"}, 1, ("w2", "w8"))
-    assert ours.startswith("w2 31% (64 games); w8 0% (64 games); Δ +31 pts") and verdict == "agrees"
+    assert ours.startswith("w2 ") and numbers(ours)[:5] == [31, 64, 0, 64, 31] and verdict == "agrees"  # Δ +31
     near = [ev("w2-o3-q4", [True] * 2 + [False] * 62), ev("w8-o12-q4", [True] + [False] * 63)]
-    assert lib.compare_evaluations(near, {"level": "w2-o3-q4"}, {"level": "w8-o12-q4"}, 1, ("w2", "w8"))[1] == \
-        "near a floor (both ≤ 10%): neither agrees nor disagrees"
+    assert says(lib.compare_evaluations(near, {"level": "w2-o3-q4"}, {"level": "w8-o12-q4"}, 1, ("w2", "w8"))[1],
+                judge.NEAR_FLOOR, 10)
     close = [ev("w2-o3-q4", [True] * 20 + [False] * 44), ev("w8-o12-q4", [True] * 16 + [False] * 48)]
-    assert lib.compare_evaluations(close, {"level": "w2-o3-q4"}, {"level": "w8-o12-q4"}, 1, ("w2", "w8"))[1] \
-        .startswith("cannot tell at this scale (one model each")
+    close_verdict = lib.compare_evaluations(close, {"level": "w2-o3-q4"}, {"level": "w8-o12-q4"}, 1, ("w2", "w8"))[1]
+    assert says(close_verdict, judge.CANNOT_TELL) and "one model each" in close_verdict
     floor = [ev("w2-o3-q4", [False] * 64), ev("w8-o12-q4", [False] * 64)]  # nothing won: the verdict says why
-    assert lib.compare_evaluations(floor, {"level": "w2-o3-q4"}, {"level": "w8-o12-q4"}, 1, ("w2", "w8"))[1] == \
-        "a floor (both 0%): neither agrees nor disagrees"
+    assert says(lib.compare_evaluations(floor, {"level": "w2-o3-q4"}, {"level": "w8-o12-q4"}, 1, ("w2", "w8"))[1],
+                judge.FLOOR, 0)
 
 
 def test_hyperparameter_table_reads_the_run_config_and_names_a_missing_field():
