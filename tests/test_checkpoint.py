@@ -58,7 +58,7 @@ def test_damaged_or_incomplete_latest_checkpoint_falls_back(run, caplog):
     cfg = RunConfig.load(run / "config.yaml")
     with caplog.at_level(logging.WARNING):
         t = parity_trainer(cfg, run, resume=True)
-    assert t.start_step == 2 and "step_000003: value_head.pt does not match its sha256" in caplog.text
+    assert t.start_step == 2 and re.search(r"step_000003\b.*\bvalue_head\.pt\b.*\bsha256\b", caplog.text)
     assert (ck / "latest").read_text() == "step_000002", "`--model RUN` must not load the damaged checkpoint"
     assert all(torch.equal(p, step2_vh[n]) for n, p in t.value_head.named_parameters())
     t.close()
@@ -155,7 +155,7 @@ def test_divergence_skips_nonfinite_updates_then_stops(parity_games, tiny_model_
     with caplog.at_level(logging.WARNING), pytest.raises(DivergenceError, match=diverged):
         t.train()
     t.close()
-    assert "step 2: non-finite loss or gradient (grad_norm)" in caplog.text
+    assert re.search(r"\bstep 2\b.*non-finite.*\(grad_norm\)", caplog.text), caplog.text  # the step and the value
     rows = [strict_loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3] and [r["nonfinite_updates"] for r in rows] == [0, 1, 1]
     assert rows[1]["grad_norm"] is None, "NaN is written as null"

@@ -569,7 +569,7 @@ def test_eval_out_on_a_full_tmpfs(tmp_path, monkeypatch, capsys, assets):
         rc = main(EVAL + ["--games", assets["bandit"], "--model", assets["tiny"], "--max-turns", "1", "--out",
                           str(out)])
         err = capsys.readouterr().err.strip().splitlines()[-1]
-        assert rc == 2 and f"could not write --out {out} (No space left on device)" in err, err
+        assert rc == 2 and f"--out {out} " in err and "No space left on device" in err, err
         [kept] = (tmp_path / "fallback").glob("agentrl-unsaved-eval-*.json")
         assert json.loads(kept.read_text())["n_games"] == 2
         assert not out.exists() and not list(mnt.glob(".eval.json.tmp*")), "no partial file left on the full disk"
