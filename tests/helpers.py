@@ -1,11 +1,14 @@
 """Helpers that several test files share: scripted games (ParityEnv, CoinEnv, BrokenEnv and the game sets they play),
-the run-directory tests' config and trainer, the sweep's base config, the CLI probes' error-line check and
-console-script runner, and a stand-in model directory (write_model). Fixtures live in
+the run-directory tests' config and trainer, the sweep's base config, the CLI's error-line check and
+console-script runner, a stand-in model directory (write_model), and the checks of what a report says (the numbers of
+a sentence, a golden file). Fixtures live in
 conftest.py; this module holds plain classes and functions, imported as `from helpers import ...`."""
 from __future__ import annotations
 
+import difflib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -157,3 +160,38 @@ def write_model(path, adapter_rank: int | None = None):
     else:
         (path / "adapter_config.json").write_text(json.dumps({"r": adapter_rank}))
     return path
+
+
+# ------------------------------------------------------------------------------------- what a report or message says
+NUMBER = re.compile(r"(?<![\w.])[-+−]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![xX]\w)")
+"""A number as a report writes it: 34.9, -6, +31, −0.5 (a minus sign), 3e-05; not the digits of a name (w2,
+step_000002, 0x1f)."""
+
+
+def numbers(text: str) -> list[float]:
+    """The numbers `text` states, in order: a report's sentence or table row checked by what it says, its wording left
+    free (`numbers("took 0.95 CPU hours (16 runs)") == [0.95, 16]`)."""
+    return [float(m.replace("−", "-")) for m in NUMBER.findall(text)]
+
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+UPDATE_GOLDEN = "AGENTRL_UPDATE_GOLDEN"
+
+
+def assert_golden(name: str, text: str) -> None:
+    """`text` (a rendered report or table) equals tests/golden/`name`. A deliberate change of wording or layout is one
+    command, not an edit of the test: `AGENTRL_UPDATE_GOLDEN=1 python -m pytest tests/<file>.py` writes each golden file
+    from what the code now renders (the test passes), and `git diff tests/golden` shows what changed, to read before
+    committing it. The text is compared and stored with one final newline."""
+    text = text.rstrip("\n") + "\n"
+    path = GOLDEN / name
+    if os.environ.get(UPDATE_GOLDEN) == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return
+    assert path.is_file(), f"no golden file tests/golden/{name}: run the test with {UPDATE_GOLDEN}=1 to write it"
+    want = path.read_text()
+    diff = "".join(difflib.unified_diff(want.splitlines(keepends=True), text.splitlines(keepends=True),
+                                        f"tests/golden/{name}", "rendered now"))
+    assert text == want, (f"the rendered text differs from tests/golden/{name} ({UPDATE_GOLDEN}=1 rewrites it after a "
+                          f"deliberate change):\n{diff}")

@@ -1,4 +1,6 @@
-"""ALFWorld offline: generated games of all six task types, the fast env, splits, official-data loading."""
+"""ALFWorld offline: generated games of all six task types, the fast env, splits, official-data loading, and
+`agentrl make-games alfworld` (a relative --out; generation stops with the one reason when every candidate game
+fails to load)."""
 from __future__ import annotations
 
 import json
@@ -11,11 +13,14 @@ import pytest
 pytest.importorskip("alfworld")
 pytest.importorskip("fast_downward")
 
+from agentrl_lib.cli import main
 from agentrl_lib.envs import make_env
 from agentrl_lib.envs.alfworld import TASK_TYPES, AlfWorldEnv
 from agentrl_lib.envs.alfworld_gen import _split_of_fingerprint, floor_plans, make_alfworld_games
 from agentrl_lib.envs.alfworld_official import load_official_games
 from agentrl_lib.envs.base import GameLoadError, GameSetError, StepResult, load_game_set
+
+from helpers import assert_one_clear_error
 
 
 @pytest.fixture(scope="session")
@@ -327,3 +332,56 @@ def test_damaged_alfworld_game_fails_the_game_check(train_set, tmp_path):
         gs.family = "textworld"  # a manifest whose family lies
         with pytest.raises(GameSetError, match="is a folder, not a TextWorld story file"):
             check_game_set(gs, pool)
+
+
+# ---------------------------------------------------------------------------------- make-games through the CLI
+@pytest.mark.subprocess
+def test_alfworld_relative_out(tmp_path, monkeypatch, capsys):
+    """`make-games alfworld --out REL` (its planner worker runs in another working directory) makes the games."""
+    pytest.importorskip("alfworld")
+    pytest.importorskip("fast_downward")
+    monkeypatch.chdir(tmp_path)
+    rc = main(["make-games", "alfworld", "--n", "1", "--task-types", "pick_and_place_simple", "--out", "rel/alf"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and "1 alfworld games in" in out, err[-500:]
+    assert json.loads((tmp_path / "rel" / "alf" / "manifest.json").read_text())["games"]
+
+
+class _LoadFailsPool:
+    """Stands in for the planner's ProcessPool: every reset fails as a game the worker cannot load (kind 'error'),
+    or, with kind='timeout', as a planner that runs out of time."""
+
+    def __init__(self, *args, kind="error", **kwargs):
+        self.kind, self.resets = kind, 0
+
+    def reset(self, slots, games):
+        from agentrl_lib.envs.protocol import EnvFailure
+
+        self.resets += 1
+        return [EnvFailure(f"GameLoadError: ALFWorld game folder {g} does not exist" if self.kind == "error"
+                           else "worker timed out after 20 s", kind=self.kind) for g in games]
+
+    def close(self):
+        pass
+
+
+def test_alfworld_generation_stops_with_the_one_reason_every_candidate_fails(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("alfworld")
+    from agentrl_lib.envs import alfworld_gen, process_pool
+
+    pools = []
+    monkeypatch.setattr(process_pool, "ProcessPool", lambda *a, **k: pools.append(_LoadFailsPool()) or pools[-1])
+    rc = main(["make-games", "alfworld", "--n", "1", "--task-types", "pick_and_place_simple", "--out",
+               str(tmp_path / "alf")])
+    err = capsys.readouterr().err
+    assert_one_clear_error(rc, "", err.strip().splitlines()[-1], "make-games",
+                           ["the first 5 candidate games all failed to load the same way",
+                            "GameLoadError: ALFWorld game folder <game> does not exist"])
+    assert pools[0].resets == alfworld_gen.LOAD_FAILURES_BEFORE_STOP, "it stops at once, not after 240 attempts"
+    # negative control: planner outcomes (timeouts) are skipped, not a reason to stop early
+    monkeypatch.setattr(process_pool, "ProcessPool",
+                        lambda *a, **k: pools.append(_LoadFailsPool(kind="timeout")) or pools[-1])
+    assert main(["make-games", "alfworld", "--n", "1", "--task-types", "pick_and_place_simple", "--out",
+                 str(tmp_path / "alf2")]) == 2
+    assert pools[1].resets > alfworld_gen.LOAD_FAILURES_BEFORE_STOP
+    assert "made only 0/1 train games" in capsys.readouterr().err

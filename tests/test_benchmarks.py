@@ -15,6 +15,8 @@ import pytest
 
 from experiments.benchmarks import results_lines
 
+from helpers import numbers
+
 ROOT = Path(__file__).resolve().parent.parent
 TINY_STEP = ["--threads", "0", "--set", "train.games_per_step=1", "--set", "algo.group_size=2", "--set",
              "env.max_turns=2", "--set", "train.max_new_tokens=4", "--set", "env.process_pool=false"]
@@ -300,11 +302,18 @@ def test_env_step_table_splits_the_swe_steps_by_kind():
     swe = {**plain, "command_ms": 41.2, "test_run_ms": 880.4, "submit_ms": 1510.0, "submit_memo_ms": 12.3,
            "noop_submit_ms": 9.9, "noop_uncached_ms": 1402.6}
     line = {"config": {"games": 4, "turns": 8}, "device": "cpu", "families": {"textworld": plain, "swe": swe}}
-    table = report.env_step_table(line)
-    assert "| swe | 3.000 / 5.000 | 18.00 / 140.00 |" in table
-    assert ("swe's steps by kind, medians over the games: a bash command in the sandbox 41 ms; the walkthrough's test "
-            "run 880 ms;") in table and "no-op submission 10 ms (1403 ms without the cache)" in table
+    table = report.env_step_table(line).splitlines()
+    [row] = [r for r in table if r.startswith("| swe |")]
+    assert numbers(row) == [3, 5, 18, 140]  # step and reset, median / p90
+    [kinds] = [r for r in table if r.startswith("swe") and "ms" in r]
+    # a command, the walkthrough's test run, the gold submission and again, a no-op and without the cache (ms)
+    assert numbers(kinds) == [41, 880, 1510, 12, 10, 1403]
     assert "steps by kind" not in report.env_step_table({**line, "families": {"textworld": plain}})
+
+
+def bold_lines(text: str) -> list[str]:
+    """The lines a table's notes set in bold: what went wrong in a measurement."""
+    return [ln for ln in text.splitlines() if ln.startswith("**")]
 
 
 def test_rollout_table_shows_the_live_loop_and_whether_it_drew_generates_tokens():
@@ -317,10 +326,12 @@ def test_rollout_table_shows_the_live_loop_and_whether_it_drew_generates_tokens(
             "live": {"runs": [dict(run)], "median_tokens_per_s": 8.0}, "speedup_vs_live": 0.62,
             "cpu_ratio_vs_live": 0.8}
     table = report.rollout_table(line)
-    assert "(`LiveRowsGenerator`) | 8.00 | **0.62×** (0.80×) |" in table
-    assert "The live-row loop sampled `generate`'s tokens in every repeat" in table
+    [live] = [r for r in table.splitlines() if r.startswith("|") and "`LiveRowsGenerator`" in r]
+    assert numbers(live) == [8.0, 0.62, 0.8]  # tokens / s, the wall-time ratio, the CPU-time ratio
+    assert "every repeat" in table and not bold_lines(table)
     line["live"]["runs"][0]["sampled_hash"] = "bbbb"
-    assert "**The live-row loop sampled other tokens than `generate` in 1 repeat(s).**" in report.rollout_table(line)
+    [flag] = bold_lines(report.rollout_table(line))
+    assert "other tokens" in flag and numbers(flag) == [1]  # in 1 repeat
 
 
 def test_rollout_table_exactness_note_compares_sampled_tokens():
@@ -333,7 +344,8 @@ def test_rollout_table_exactness_note_compares_sampled_tokens():
             "concat": {"runs": [dict(run)], "median_tokens_per_s": 4.0}, "speedup_vs_concat": 1.25}
     assert "sampled the same tokens in every repeat" in report.rollout_table(line)
     line["concat"]["runs"][0]["sampled_hash"] = "bbbb"  # the same count, other tokens
-    assert "**The two caches sampled different tokens in 1 repeat(s).**" in report.rollout_table(line)
+    [flag] = bold_lines(report.rollout_table(line))
+    assert "different tokens" in flag and numbers(flag) == [1]  # in 1 repeat
     for x in (line["batched"]["runs"][0], line["concat"]["runs"][0]):
         del x["sampled_hash"]  # a line from before the hashes: counts only
     assert "sampled the same number of tokens in every repeat" in report.rollout_table(line)
@@ -480,8 +492,8 @@ def test_sweep_step_tables_one_per_algorithm_and_set_of_settings(monkeypatch, tm
     monkeypatch.setattr(results_lines, "RESULTS", tmp_path)
     (tmp_path / "sweep_step.jsonl").write_text("".join(json.dumps(x) + "\n" for x in (old, vllm, vllm)))
     headings = [h for h in report.benchmark_tables().splitlines() if h.startswith("## The whole sweep step")]
-    assert headings == ["## The whole sweep step: each lever and all together (PPO)",
-                        "## The whole sweep step: each lever and all together (PPO; rollouts from vLLM)"]
+    assert len(headings) == 2 and headings[0].endswith("(PPO)")  # the earlier settings' table, and vLLM's beside it
+    assert "(PPO; " in headings[1] and "vLLM" in headings[1]
 
 
 def test_bf16_rollout_paired_difference_follows_the_steps():
@@ -585,10 +597,14 @@ def test_demo_variants_table_pairs_each_variant_with_the_fp32_run_of_its_seed(mo
     assert page.count("## The demo in fp32, in bf16, with LoRA") == 1
     bf16 = [r.split("|")[5].strip() for r in page.splitlines() if r.startswith("| bf16 |")]
     assert bf16 == ["+0 pts [+0, +0]", "no fp32 run of this seed"]  # per variant only: seed 1's row would be gone
-    assert "bf16, seed 0, ran 2 times (Test CPU (abcdef12), Test CPU (abcdef12)): **other outcomes" in page
+    def repeats(page, variant):  # the line under the table on a variant and seed run more than once
+        return [ln for ln in page.splitlines() if ln.startswith(f"{variant}, seed ")]
+
+    [bf16] = repeats(page, "bf16")  # seed 0, run twice, where each ran, and the outcomes flagged as other
+    assert numbers(bf16) == [0, 2] and bf16.count("Test CPU (abcdef12)") == 2 and "**other outcomes" in bf16
     (tmp_path / "demo_variants.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines + [lines[0]]))
-    assert "fp32, seed 0, ran 2 times" in (page := report.benchmark_tables())  # a repeat with fp32's outcomes
-    assert "the same outcome in every game of every stage" in page and "other outcomes" not in page
+    [fp32] = repeats(page := report.benchmark_tables(), "fp32")  # a repeat with fp32's outcomes
+    assert numbers(fp32) == [0, 2] and "same outcome" in fp32 and "other outcomes" not in page
 
 
 @pytest.mark.subprocess

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -348,7 +349,8 @@ def test_eval_exits_non_zero_when_most_episodes_fail_and_keeps_the_result(games_
     captured = capsys.readouterr()
     assert rc == 2 and "env errors 2/3" in captured.out
     last = captured.err.strip().splitlines()[-1]  # (above it: transformers' weight-loading bar)
-    assert last.startswith("agentrl eval: error: evaluation: 2 of 3 episodes ended in an env error"), last
+    # one line: how many of the episodes failed, and why (the env)
+    assert last.startswith("agentrl eval: error: ") and re.search(r"\b2 of 3 episodes\b.*\benv error", last), last
     assert "Traceback" not in captured.err
     assert json.loads(out.read_text())["env_errors"] == 2, "the result is written before the exit"
     assert main(["eval", "--model", tiny_model_dir, "--games", str(games_copy), "--max-turns", "1", "--device", "cpu",
@@ -397,6 +399,8 @@ def test_a_generator_failure_leaves_no_partial_files(tmp_path, monkeypatch, caps
     monkeypatch.setattr(textworld.generator, "compile_game", compile_twice)
     assert main(args + ["--n", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]  # (above it: the progress bar)
-    assert err.startswith("agentrl make-games: error: textworld could not make game 1 (seed 6)") and "planted" in err
+    # the family, the game that failed and its seed, and the generator's own reason
+    assert err.startswith("agentrl make-games: error: textworld ") and "planted" in err, err
+    assert re.search(r"\bgame 1 \(seed 6\)", err), err
     assert sorted(p.name for p in out.iterdir()) == before, "no partial files; the older set is intact"
     assert len(load_game_set(out)) == 1

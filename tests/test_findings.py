@@ -1,13 +1,19 @@
 """The "Findings at small scale" tables of book/findings.md and README.md are computed from results/*.jsonl
 (results/findings.py over agentrl_lib.findings, whose rows the chapters end with): the committed tables equal a fresh
-computation, and the verdicts follow the bootstrap intervals (negative controls included)."""
+computation, the verdicts follow the bootstrap intervals (negative controls included), and results/findings.py
+reads a damaged or repeated record and a README without its markers with one line, not a traceback."""
+import re
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 from agentrl_lib import findings as lib
-from agentrl_lib import judge, stats
+from agentrl_lib import judge, records, stats
 from experiments import findings_page as findings
+
+from helpers import assert_golden, numbers
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,9 +66,7 @@ def test_cost_table_medians_fresh_runs_and_sums_every_run(monkeypatch):
             {"wall_seconds": 1800, "device": "cpu", "machine": {"cpu": "AMD EPYC"}},
             {"wall_seconds": 60, "resumed": True, "device": "cuda", "machine": {"gpu": "NVIDIA H100"}}]
     monkeypatch.setattr(findings, "load_results", lambda name: runs if name == "swe" else [])
-    rows = findings.cost_table().splitlines()
-    assert "| swe | 3 | AMD EPYC, NVIDIA H100, cpu (2 cores) | 20 min | 0.7 h |" in rows
-    assert "| algo_reward | 0 | not in results/ yet | | |" in rows
+    assert_golden("findings_cost_table.md", findings.cost_table())  # swe: 3 runs, median 20 min, 0.7 h in all
     page = f"x\n{findings.COST_START}\n| swe | 3 | cpu | 32 min | 19 h |\n{findings.COST_END}\ny"
     assert findings.block(page, findings.COST_START, findings.COST_END) != findings.cost_table()
 
@@ -159,6 +163,11 @@ def test_seeds_needed_inverts_the_half_width():
     assert stats.seeds_needed(5.0, True) == 201
 
 
+def says(verdict: str, word: str, *nums: float) -> bool:
+    """`verdict` is judge's `word` (its start) and its reason gives these numbers, in order (and no other)."""
+    return verdict.startswith(word) and numbers(verdict) == list(nums)
+
+
 def test_each_verdict_word_has_a_planted_set_that_gives_it_and_a_control_that_does_not():
     """One planted comparison per word of findings.VERDICTS, and beside each a small change that must give
     another word (each control is the planted bug the word's rule must not let through)."""
@@ -167,21 +176,21 @@ def test_each_verdict_word_has_a_planted_set_that_gives_it_and_a_control_that_do
 
     assert word([0.8, 0.9, 0.7], [0.2, 0.3, 0.2]) == "agrees"
     assert word([0.2, 0.3, 0.2], [0.8, 0.9, 0.7]) == "disagrees"
-    assert word([0.8, 0.2, 0.6], [0.2, 0.8, 0.5]).startswith("cannot tell at this scale (±15 pts needs ~")
-    assert word([0.0, 0.0, 0.0], [0.0, 0.0, 0.0]).startswith("a floor (both 0% in every seed)")
-    assert word([0.05, 0.1, 0.0], [0.0, 0.1, 0.0]).startswith("near a floor (both ≤ 10% in every seed)")
+    wide = word([0.8, 0.2, 0.6], [0.2, 0.8, 0.5])  # ±15 pts needs ~N seeds
+    assert says(wide, judge.CANNOT_TELL, 15, numbers(wide)[1]) and numbers(wide)[1] > 3
+    assert says(word([0.0, 0.0, 0.0], [0.0, 0.0, 0.0]), judge.FLOOR, 0)
+    assert says(word([0.05, 0.1, 0.0], [0.0, 0.1, 0.0]), judge.NEAR_FLOOR, 10)
     assert word([0.05, 0.2, 0.0], [0.0, 0.1, 0.0]).startswith("cannot tell")  # one seed above 10%: no floor
     assert word([0.5], [0.5]).startswith("cannot tell yet")
     # no difference expected: "agrees" only when the interval lies inside +-margin
-    assert word([0.5, 0.6, 0.55, 0.5], [0.5, 0.6, 0.56, 0.5], 0).startswith("agrees (the interval lies within ±15")
-    assert word([0.5, 0.9, 0.1, 0.5], [0.5, 0.6, 0.56, 0.5], 0).startswith("cannot tell at this scale (the "
-                                                                          "interval reaches beyond ±15 pts")
+    assert says(word([0.5, 0.6, 0.55, 0.5], [0.5, 0.6, 0.56, 0.5], 0), judge.AGREES, 15)  # within ±15
+    beyond = word([0.5, 0.9, 0.1, 0.5], [0.5, 0.6, 0.56, 0.5], 0)  # beyond ±15; ±15 needs ~N seeds
+    assert says(beyond, judge.CANNOT_TELL, 15, 15, numbers(beyond)[2]) and "beyond" in beyond
     assert word([0.8, 0.9, 0.85], [0.5, 0.6, 0.55], 0) == "disagrees"
     # a directional finding whose interval contains 0 but stops short of the paper's effect rules that effect out
     tight = ([0.5, 0.6, 0.55, 0.5], [0.5, 0.6, 0.56, 0.49])
-    assert word(*tight, effect=0.3).startswith("disagrees (no difference, and the interval rules out the paper's "
-                                               "+30 pts)")
-    assert word(*tight).startswith("cannot tell at this scale (4 seeds resolve ±15 pts already")  # no effect given
+    assert says(word(*tight, effect=0.3), judge.DISAGREES, 30)  # rules out the paper's +30 pts
+    assert says(word(*tight), judge.CANNOT_TELL, 4, 15)  # no effect given: 4 seeds resolve ±15 pts already
     assert word([0.8, 0.2, 0.6], [0.2, 0.8, 0.5], effect=0.3).startswith("cannot tell")  # reaches the effect
 
 
@@ -213,7 +222,8 @@ def test_a_difference_uses_the_seeds_both_cells_have_and_names_the_rest():
     seeds nothing is named."""
     recs = _recs({("ppo", "dense"): [0.8, 0.9, 0.85, 0.0], ("grpo", "dense"): [0.1, 0.2, 0.15]})
     ours, verdict = judge.compare(recs, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)
-    assert "ppo 64% (n=4)" in ours and "Δ +70 pts" in ours and "(paired over 3 seeds) (left out: ppo seed 3)" in ours
+    assert ours.startswith("ppo ") and numbers(ours)[:2] == [64, 4] and "Δ +70 pts" in ours  # ppo's 4 seeds, 64%
+    assert re.search(r"over 3 seeds\b.*left out: ppo seed 3\)", ours), ours  # paired over 3; the 4th named
     assert verdict == "agrees"
     same = _recs({("ppo", "dense"): [0.8, 0.9, 0.85], ("grpo", "dense"): [0.1, 0.2, 0.15]})
     assert "left out" not in judge.compare(same, "algo", "ppo", "grpo", {"reward.kind": "dense"}, 1)[0]
@@ -255,12 +265,14 @@ def test_echo_trap_can_agree_disagree_or_not_tell_by_seed():
     once, cannot tell."""
     assert judge.echo_trap([_curve(*STD_FIRST, seed=s) for s in range(5)])[1] == "agrees"
     ours, verdict = judge.echo_trap([_curve(*REWARD_FIRST, seed=s) for s in range(5)])
-    assert verdict == "disagrees" and "after it or never in 5; by seed, std first in 0 of 5 seeds" in ours
+    # fell (≥ 20 pts) in 5 of 5 runs; the floor (0.25 × the first 3 steps) reached before the fall in 0, at the same
+    # step in 0, after it or never in 5; std first in 0 of 5 seeds; 0 runs at the floor with no fall
+    assert verdict == "disagrees" and numbers(ours) == [20, 5, 5, 0.25, 3, 0, 0, 5, 0, 5, 0], ours
     assert judge.echo_trap([_curve(*STD_FIRST, seed=s) for s in range(4)])[1].startswith("cannot tell")
     one_seed = [_curve(*STD_FIRST, seed=0) for _ in range(6)]
-    assert judge.echo_trap(one_seed)[1].startswith("cannot tell at this scale (std first in 1 of 1 seeds")
+    assert says(judge.echo_trap(one_seed)[1], judge.CANNOT_TELL, 1, 1, 5, 5, 0.05)  # 1 of 1 seeds; 5 of 5 would do
     flat = [_curve([0.5] * 4 + [1.0] * 10, [0.4] * 4 + [0.0] * 10, seed=s) for s in range(6)]
-    assert judge.echo_trap(flat)[1] == "cannot tell at this scale (no run's success fell: nothing to order)"
+    assert says(flat_verdict := judge.echo_trap(flat)[1], judge.CANNOT_TELL) and "success fell" in flat_verdict
 
 
 def test_pilot_rows_list_the_pilot_cells_from_the_chosen_start_only(monkeypatch):
@@ -327,9 +339,10 @@ def test_probe_rows_give_the_first_update_kl_the_largest_drop_and_the_curve():
                rec(3e-5, [0.5, 0.9375, 0.0, 0.5], 0.27, "games/cooking-heldout"),
                rec(3e-5, [0.0], 0.9), rec(1e-5, [0.0], 0.9, algo="rloo"), rec(1e-5, [0.0], 0.9, seed=1)]
     lines = findings.probe_rows(records, "runs/sft/chosen")
-    assert lines[3:] == ["| 3e-05 | yes | 0.270 | 94 points | 50 94 0 50 | cooking-heldout | 75% |",
-                         "| 1e-05 | yes | 0.070 | 25 points | 50 25 75 | cooking-valid | 75% |",
-                         "| 1e-05 | no | 0.060 | 0 points | 50 50 | cooking-valid | 75% |"]
+    # each row: lr, whitened or not, the first update's KL, the largest drop, the curve, the games, held-out success
+    assert_golden("findings_probe_rows.md", "\n".join(lines) + "\n")
+    assert [numbers(row)[:4] for row in lines[3:]] == [[3e-05, 0.27, 94, 50], [1e-05, 0.07, 25, 50],
+                                                       [1e-05, 0.06, 0, 50]]
     assert findings.probe_rows(records, "runs/sft/other") == []
 
 
@@ -374,8 +387,9 @@ def test_each_chapter_gets_its_own_rows_and_an_unknown_chapter_is_refused():
     assert table[1] == "|:--" * 7 + "|"
     short = lib.verdict_table("02_reward", results={}, link="x/", why=False).splitlines()
     assert short[0].endswith("| its verdict | chapter |") and short[1] == "|:--" * 7 + "|"
-    assert short[2].endswith("| cannot tell yet (`python results/regenerate.py balanced`) | — | — | "
-                             "[02_reward](x/02_reward.ipynb) |")
+    *_, verdict, ours, other, link = [c.strip() for c in short[2].strip(" |").split(" | ")]
+    assert verdict.startswith(judge.NOT_RUN) and "regenerate.py balanced" in verdict and ours == other == "—"
+    assert link == "[02_reward](x/02_reward.ipynb)"
 
 
 @pytest.mark.parametrize("chapter", ["01_environment", "04_sft_then_rl", "05_stability", "06_swe"])
@@ -397,8 +411,9 @@ def test_chapter_lessons_say_each_verdict_with_its_own_numbers(chapter):
     agree = sum(v.verdict.startswith(judge.AGREES) for v in rows)
     assert text.startswith(f"This chapter tests {len(rows)} of the papers' findings: {agree} agree")
     empty = lib.chapter_lessons(chapter, results={})
-    assert empty.count("is not run yet: `python results/regenerate.py") == len(rows)
-    assert f": 0 agree, 0 disagree, 0 cannot be told at this scale, 0 sit on a floor and {len(rows)}" in empty
+    assert empty.count("not run yet: `python results/regenerate.py") == len(rows)
+    # agree, disagree, cannot be told, on a floor, not run yet
+    assert numbers(empty.split(". ")[0]) == [len(rows), 0, 0, 0, 0, len(rows)]
     with pytest.raises(ValueError, match="no finding belongs"):
         lib.chapter_lessons("07_x", results={})
 
@@ -412,7 +427,7 @@ def test_split_rows_read_the_harder_games_and_the_in_domain_games_apart():
     rows = {v.finding: v for v in lib.verdicts("04_sft_then_rl", results={"sft_rl_split": recs})}
     assert rows["Mostly RL generalises worse to harder games than an SFT:RL mix"].verdict == "agrees"   # 60% vs 10%
     assert rows["More SFT, more in-domain success"].verdict == "agrees"                               # 95% vs 50%
-    assert rows["On harder games the mix is about as good as mostly SFT"].verdict.startswith("agrees (the interval")
+    assert says(rows["On harder games the mix is about as good as mostly SFT"].verdict, judge.AGREES, 15)
 
 
 def test_exploration_rows_compare_turn_budgets():
@@ -421,7 +436,7 @@ def test_exploration_rows_compare_turn_budgets():
     rows = lib.verdicts("01_environment", results={"exploration": recs})
     got = {v.finding: v.verdict for v in rows}
     assert got["A 2× turn budget beats 1× (exploration)"] == "agrees"
-    assert got["More than 2× the turns adds little"].startswith("agrees (the interval lies within ±18 pts")
+    assert says(got["More than 2× the turns adds little"], judge.AGREES, 18)  # within ±18 pts
     worse = [{**r, "eval": {"success_rate": 0.9 - r["eval"]["success_rate"]}} for r in recs]  # negative control
     assert {v.finding: v.verdict for v in lib.verdicts("01_environment", results={"exploration": worse})}[
         "A 2× turn budget beats 1× (exploration)"] == "disagrees"
@@ -434,8 +449,8 @@ def test_transfer_compares_the_small_worlds_policy_on_the_large_games_with_the_l
     large = [_run({"level": "w8-o12-q4"}, s, 0.3 + 0.02 * s) for s in range(3)]
     row = next(v for v in lib.verdicts("01_environment", results={"complexity": small + large})
                if v.finding.startswith("Simple worlds"))
-    assert row.ours.startswith("trained at w2-o3-q4 31% (n=3); trained at w8-o12-q4 32% (n=3)")
-    assert row.verdict.startswith("agrees (the interval lies within ±15 pts")
+    assert numbers(row.ours)[:4] == [31, 3, 32, 3], row.ours  # w2's policy on w8 31% (3 seeds), w8's own 32%
+    assert row.ours.index("w2-o3-q4") < row.ours.index("w8-o12-q4") and says(row.verdict, judge.AGREES, 15)
     lacking = [_run({"level": "w2-o3-q4"}, s, 1.0) for s in range(3)] + large
     row = next(v for v in lib.verdicts("01_environment", results={"complexity": lacking})
                if v.finding.startswith("Simple worlds"))
@@ -449,16 +464,16 @@ def test_base_model_row_bootstraps_over_games_of_one_evaluation():
     far = [ev("w2-o3-q4", [True] * 20 + [False] * 44), ev("w8-o12-q4", [False] * 64)]
     ours, verdict = lib.compare_evaluations(far, {"stage": "base", "level": "w2-o3-q4"},
                                             {"stage": "base", "level": "w8-o12-q4"}, 1, ("w2", "w8"))
-    assert ours.startswith("w2 31% (64 games); w8 0% (64 games); Δ +31 pts") and verdict == "agrees"
+    assert ours.startswith("w2 ") and numbers(ours)[:5] == [31, 64, 0, 64, 31] and verdict == "agrees"  # Δ +31
     near = [ev("w2-o3-q4", [True] * 2 + [False] * 62), ev("w8-o12-q4", [True] + [False] * 63)]
-    assert lib.compare_evaluations(near, {"level": "w2-o3-q4"}, {"level": "w8-o12-q4"}, 1, ("w2", "w8"))[1] == \
-        "near a floor (both ≤ 10%): neither agrees nor disagrees"
+    assert says(lib.compare_evaluations(near, {"level": "w2-o3-q4"}, {"level": "w8-o12-q4"}, 1, ("w2", "w8"))[1],
+                judge.NEAR_FLOOR, 10)
     close = [ev("w2-o3-q4", [True] * 20 + [False] * 44), ev("w8-o12-q4", [True] * 16 + [False] * 48)]
-    assert lib.compare_evaluations(close, {"level": "w2-o3-q4"}, {"level": "w8-o12-q4"}, 1, ("w2", "w8"))[1] \
-        .startswith("cannot tell at this scale (one model each")
+    close_verdict = lib.compare_evaluations(close, {"level": "w2-o3-q4"}, {"level": "w8-o12-q4"}, 1, ("w2", "w8"))[1]
+    assert says(close_verdict, judge.CANNOT_TELL) and "one model each" in close_verdict
     floor = [ev("w2-o3-q4", [False] * 64), ev("w8-o12-q4", [False] * 64)]  # nothing won: the verdict says why
-    assert lib.compare_evaluations(floor, {"level": "w2-o3-q4"}, {"level": "w8-o12-q4"}, 1, ("w2", "w8"))[1] == \
-        "a floor (both 0%): neither agrees nor disagrees"
+    assert says(lib.compare_evaluations(floor, {"level": "w2-o3-q4"}, {"level": "w8-o12-q4"}, 1, ("w2", "w8"))[1],
+                judge.FLOOR, 0)
 
 
 def test_hyperparameter_table_reads_the_run_config_and_names_a_missing_field():
@@ -468,10 +483,9 @@ def test_hyperparameter_table_reads_the_run_config_and_names_a_missing_field():
     table = lib.hyperparameter_table(config, {"model": "7B", "train.lr": "1e-6", "episodes per step": "256",
                                               "RL episodes": "400", "train.eval_temperature": "0.4",
                                               "algo.normalize_advantages": "yes"})
-    assert table.splitlines()[2:] == ["| model | SmolLM2-135M-Instruct (from `runs/sft/x`) | 7B |",
-                                      "| train.lr | 1e-05 | 1e-6 |", "| episodes per step | 16 | 256 |",
-                                      "| RL episodes | 400 | 400 |", "| train.eval_temperature | 0 (greedy) | 0.4 |",
-                                      "| algo.normalize_advantages | no | yes |"]
+    assert_golden("findings_hyperparameter_table.md", table)
+    ours = {row.split(" | ")[0].strip("| "): row.split(" | ")[1] for row in table.splitlines()[2:]}
+    assert numbers(ours["episodes per step"]) == [16] and numbers(ours["RL episodes"]) == [400]  # 4 x 4, 16 x 25
     with pytest.raises(KeyError, match="algo.kl_coef"):
         lib.hyperparameter_table(config, {"algo.kl_coef": "0.01"})
 
@@ -528,16 +542,17 @@ def test_balanced_status_reads_the_running_sweeps_files(tmp_path, monkeypatch):
     (inc / "seeds_choice_balanced.json").write_text(json.dumps({
         "n_seeds": 4, "half_width_by_n": {"4": 0.12}, "met": True, "pilot_seeds": [0, 1], "paired_diff_sd": 0.08,
         "heldout": {"paired_diff_sd": 0.2}}))
-    assert "paired-difference sd 8.0 points of the learning-curve area, 20.0 of held-out success → 4 seeds" in \
-        findings.balanced_status()
+    pilot = next(ln for ln in findings.balanced_status().splitlines() if ln.startswith("Pilot"))
+    # pilot seeds 0, 1; sd 8.0 points of the area, 20.0 of held-out success; 4 seeds; half-width 12 points
+    assert numbers(pilot) == [0, 1, 8.0, 20.0, 4, 12] and "not met" not in pilot
     assert "Budget:" not in findings.balanced_status()   # a choice written before the budget was recorded
     choice = json.loads((inc / "seeds_choice_balanced.json").read_text())
     (inc / "seeds_choice_balanced.json").write_text(json.dumps({**choice, "budget": {
         "median_run_cpu_hours": 0.95, "all_cells_cpu_hours": 34.9, "later_cells": ["algo=ppo", "algo=grpo"],
         "later_runs": 16, "planned_cpu_hours": 27.3, "pilot_cpu_hours": 12.1}}))
-    assert ("Budget: a pilot run took a median 0.95 CPU hours, so every cell at 4 seeds would take 34.9 CPU hours; "
-            "past the pilot only algo=ppo, algo=grpo run (16 runs, 27.3 CPU hours in all with the pilot's 12.1)."
-            ) in findings.balanced_status()
+    budget = next(ln for ln in findings.balanced_status().splitlines() if ln.startswith("Budget:"))
+    # a run's median, the seeds, every cell, the later runs, all the planned hours, the pilot's
+    assert numbers(budget) == [0.95, 4, 34.9, 16, 27.3, 12.1] and "algo=ppo, algo=grpo" in budget
 
 
 def test_balanced_rows_read_the_balanced_sweep_only():
@@ -594,9 +609,68 @@ def test_place_habits_count_runs_by_the_places_they_won_and_lead_the_lessons():
     with mock.patch.object(lib, "game_places", lambda games: places):
         assert lib.place_habits(recs) == {"fridge only": 1, "counter only": 2, "both": 1, "none": 1}
         text = lib.lessons({"algo_reward_balanced": recs})
-        assert "of the 5 runs, 1 won only fridge games and 2 only counter games, 1 won games of both places and 1 " \
-               "won nothing" in text
+        said = text[text.index("On the balanced games"):].split(".")[0]
+        assert numbers(said) == [5, 1, 2, 1, 1]  # runs; fridge only, counter only, both, none
+        assert re.search(r"5 runs\D*1 \D*fridge\D*2 \D*counter\D*1 \D*both\D*1 \D*nothing$", said), said
         assert "On the balanced games" not in lib.lessons({"algo_reward": recs})
     with mock.patch.object(lib, "game_places", lambda games: {}):
         assert lib.place_habits(recs) == {}   # places unknown: nothing counted
     assert lib.place_habits([]) == {}
+
+
+# ------------------------------------------------------------------------ results/findings.py on damaged inputs
+@pytest.fixture
+def results_copy(tmp_path, monkeypatch):
+    """A copy of results/*.jsonl that records.load_results reads instead of the checkout's."""
+    for f in records.RESULTS_DIR.glob("*.jsonl"):
+        shutil.copy(f, tmp_path / f.name)
+    monkeypatch.setattr(records, "RESULTS_DIR", tmp_path)
+    return tmp_path
+
+
+def test_findings_on_a_garbage_line_is_one_line(results_copy, monkeypatch, capsys):
+    """results/findings.py with a garbage line 2 in algo_reward.jsonl: one line naming the file and line, exit 2
+    (was a 20-line traceback). Negative control: the table's own code raises ResultsFileError (the traceback)."""
+    path = results_copy / "algo_reward.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text(lines[0] + "garbage\n" + "".join(lines[1:]))
+    monkeypatch.setattr(sys, "argv", ["findings.py"])
+    with pytest.raises(SystemExit) as e:
+        findings.main()
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("findings.py: error: ") and f"{path} line 2 is not a sweep record" in err
+    with pytest.raises(records.ResultsFileError):  # control
+        findings.findings_table()
+
+
+def test_findings_write_checks_both_pages_before_writing_either(tmp_path, monkeypatch, capsys):
+    """`findings.py --write` with a README that lacks its markers: one line naming README.md, and book/findings.md
+    is left as it was (both pages are checked before either is written)."""
+    page, readme = tmp_path / "findings.md", tmp_path / "README.md"
+    shutil.copy(findings.PAGE, page)
+    readme.write_text("# a README without the findings markers\n")
+    before = page.read_text()
+    monkeypatch.setattr(findings, "PAGE", page)
+    monkeypatch.setattr(findings, "README", readme)
+    monkeypatch.setattr(sys, "argv", ["findings.py", "--write"])
+    with pytest.raises(SystemExit) as e:
+        findings.main()
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("findings.py: error: README.md ")
+    assert findings.START in err and findings.END in err
+    assert page.read_text() == before, "book/findings.md was rewritten before the README failed"
+
+
+def test_findings_counts_a_repeated_record_once(results_copy, capsys):
+    """A record appended twice to a results file counts once in the findings (by its run: cell, seed, base config),
+    with a note naming the file. Negative control: records.load_results alone returns it twice."""
+    path = results_copy / "algo_reward.jsonl"
+    first = path.read_text().splitlines(keepends=True)[0]
+    path.write_text(path.read_text() + first)
+    once = findings.load_results("algo_reward")
+    err = capsys.readouterr().err
+    assert re.search(r"^algo_reward: 1 record\S* repeat", err, re.M), err  # the file and the count
+    twice = records.load_results("algo_reward")
+    assert len(twice) == len(once) + 1  # control
+    assert len({records.record_key(r) for r in once}) == len(once)

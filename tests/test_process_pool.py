@@ -1,8 +1,11 @@
-"""ProcessPool: same answers as SerialPool, parallel slots, crash/timeout isolation (envs/process_pool.py)."""
+"""ProcessPool: same answers as SerialPool, parallel slots, crash/timeout isolation, no temp dir left by a pool
+stopped with SIGTERM (envs/process_pool.py)."""
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -141,3 +144,39 @@ def test_a_script_without_main_guard_is_told_how_to_fix_it(tw_games, tmp_path, g
     else:
         assert "EnvFailure" in result and "re-import the script train_script.py" in result, result
         assert 'if __name__ == "__main__":' in result and "--no-process-pool" in result
+
+
+# ------------------------------------------------------------------------------------------------ env pool temp dirs
+_POOL_SCRIPT = """
+import sys, time
+from agentrl_lib import cli
+from agentrl_lib.envs.process_pool import ProcessPool
+if sys.argv[1] == "cli":
+    cli._exit_on_sigterm()  # what `agentrl train / eval` does
+pool = ProcessPool(2, family="bandit")
+print(pool._tmp, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("how", ["cli", "plain"])
+def test_a_stopped_pool_leaves_no_temp_dir(tmp_path, how):
+    """A process holding a ProcessPool stopped with SIGTERM (issue 52): under the CLI's handler (SystemExit, then
+    atexit) its agentrl-envpool-<pid>-* dir is gone at exit. Negative control ('plain': Python's default SIGTERM,
+    which runs no atexit): the dir stays, and the next ProcessPool that starts removes it (its owner is dead)."""
+    from agentrl_lib.envs.process_pool import ProcessPool
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", _POOL_SCRIPT, how], stdout=subprocess.PIPE, text=True, env=env)
+    tmp = Path(proc.stdout.readline().strip())
+    assert tmp.is_dir() and tmp.name.startswith(f"agentrl-envpool-{proc.pid}-")
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(timeout=60)
+    if how == "cli":
+        assert rc == 128 + signal.SIGTERM and not tmp.exists()
+        return
+    assert rc == -signal.SIGTERM and tmp.exists(), "the control: a default SIGTERM runs no cleanup"
+    ProcessPool(1, family="bandit").close()
+    assert not tmp.exists(), "the next pool removes the dir of a dead owner"

@@ -1,8 +1,13 @@
-"""results/regenerate.py (experiments.regenerate): the pilot's rule for the number of seeds (seeds_for), the
-collection of stage evaluations and the swe part's evaluation command (`agentrl eval --max-new-tokens`)."""
+"""results/regenerate.py (experiments.regenerate): the pilot's rule for the number of seeds (seeds_for), the collection
+of stage evaluations and the swe part's evaluation command (`agentrl eval --max-new-tokens`), and a dry run on a cut
+sft_choice.json or a torn results line (one line, one warning)."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -427,3 +432,27 @@ def test_bad_flags_get_one_line(argv, line, monkeypatch, capsys):
         regen.main()
     err = capsys.readouterr().err
     assert stop.value.code == 2 and line in err and "Traceback" not in err
+
+
+# ----------------------------------------------------------------------------- damaged inputs of a dry run
+@pytest.mark.subprocess
+def test_regenerate_dry_run_on_a_truncated_choice_and_a_torn_line(tmp_path):
+    """`regenerate.py pilot --dry-run --results DIR` with sft_choice.json cut short: one line naming the file, exit 2
+    (was a JSONDecodeError traceback); with the choice whole and the results file's last line torn: the plan is
+    printed, and the torn line is one warning (records.load_results). Control: json.loads raises on that file."""
+    root = Path(__file__).resolve().parents[1]
+    whole = (root / "results" / "sft_choice.json").read_text()
+    (tmp_path / "sft_choice.json").write_text(whole[:50])
+    cmd = [sys.executable, str(root / "results" / "regenerate.py"), "pilot", "--dry-run", "--results", str(tmp_path)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=env, timeout=300)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-800:]
+    last = p.stderr.strip().splitlines()[-1]  # the file, and what is wrong with it
+    assert last.startswith(f"regenerate.py: error: {tmp_path}/sft_choice.json ") and "JSON" in last, last
+    with pytest.raises(json.JSONDecodeError):  # control: the old read
+        json.loads((tmp_path / "sft_choice.json").read_text())
+    (tmp_path / "sft_choice.json").write_text(whole)
+    (tmp_path / "algo_reward.jsonl").write_text((root / "results" / "algo_reward.jsonl").read_text()[:300])
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=env, timeout=300)
+    assert p.returncode == 0 and "commands to run" in p.stdout, p.stderr[-800:]
+    assert re.search(r"algo_reward\.jsonl\b.*\bline 1\b.*\bignored\b", p.stderr), p.stderr  # the file, the line

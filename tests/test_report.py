@@ -1,13 +1,15 @@
 """agentrl_lib/report.py: a cell's outcome per seed with its mean and t interval (cell), the difference of
 two cells over the seeds both have (difference: the seed-pairing rule, with its negative controls), and the table of
 a results file (report: means, intervals, verdicts, the seeds a comparison left out)."""
+import re
+
 import numpy as np
 import pytest
 
 from agentrl_lib import report, stats
 from agentrl_lib.records import append_record, load_records
 
-from helpers import fake_record, fake_records
+from helpers import fake_record, fake_records, numbers
 
 
 def test_report_means_std_and_intervals():
@@ -64,7 +66,7 @@ def test_report_pairs_within_each_by_value_and_refuses_unknown_axes():
     assert "pooled over reward.kind" in pooled.markdown()
     one = report.report(fake_records({("gae", "sparse"): [0.1, 0.2], ("gae", "dense"): [0.3, 0.4]}),
                         compare="algo.advantage", by="reward.kind")   # one value of the compared axis: nothing to pair
-    assert one.differences == [] and "(none yet: every reward.kind has one value of algo.advantage" in one.markdown()
+    assert one.differences == [] and re.search(r"\(none yet\b.*\breward\.kind\b.*\balgo\.advantage\b", one.markdown())
     assert "(none yet" not in rep.markdown()
     with pytest.raises(ValueError, match="'train.lr' is not an axis"):
         report.report(fake_records(samples), compare="train.lr")
@@ -129,8 +131,10 @@ def test_difference_compares_only_the_seeds_both_cells_have():
     assert d.seeds == [0, 1, 2] and d.n == 3 and d.dropped_a == [3] and d.dropped_b == []
     assert d.diff == 0.0 and d.ci == (0.0, 0.0) and d.verdict == report.NO_DIFFERENCE
     assert gae.mean == pytest.approx(0.625), "the cell's own mean keeps every seed"
-    assert d.note() == ("algo.advantage=gae reward.kind=dense − algo.advantage=grpo reward.kind=dense compares the 3 "
-                        "seeds both cells have; left out: algo.advantage=gae reward.kind=dense seed 3")
+    # the note: the two cells in the order compared, the 3 seeds compared, and the run left out (gae's seed 3)
+    a, b = report.cell_text(gae.labels), report.cell_text(grpo.labels)
+    compared, left = d.note().split("; left out: ")
+    assert compared.startswith(f"{a} − {b} ") and numbers(compared) == [3] and left == f"{a} seed 3"
     # without the rule (every seed of each cell) the outlier would make a difference of 0.125
     unpaired = stats.bootstrap_diff_ci(list(gae.outcomes.values()), list(grpo.outcomes.values()))
     assert gae.mean - grpo.mean == pytest.approx(0.125) and unpaired != d.ci and unpaired[1] > 0
@@ -176,8 +180,9 @@ def test_report_differences_use_the_common_seeds_and_say_which_were_left_out():
     assert d["seeds"] == [0, 1, 2] and d["dropped"] == {"a": [3], "b": []} and d["n_a"] == d["n_b"] == 3
     assert d["diff"] == 0.0 and d["verdict"] == report.NO_DIFFERENCE
     assert rep.cells[0]["n"] == 4, "the cell row keeps every seed"
-    assert ("Note: reward.kind=dense: gae − grpo compares the 3 seeds both cells have; left out: gae seed 3"
-            in rep.markdown())
+    [note] = [ln for ln in rep.markdown().splitlines() if ln.startswith("Note:") and " − " in ln]
+    # the pooled context, the order compared, the 3 seeds compared and the run left out
+    assert "reward.kind=dense: gae − grpo " in note and numbers(note) == [3, 3] and note.endswith(": gae seed 3")
     # negative control: the same seeds, no note
     same = report.report(_cells({"gae": {0: 0.2, 1: 0.4}, "grpo": {0: 0.2, 1: 0.4}}), compare="algo.advantage")
     assert same.differences[0]["dropped"] == {"a": [], "b": []} and "left out" not in same.markdown()
@@ -204,7 +209,8 @@ def test_a_pooled_axis_that_changes_with_the_compared_one_pairs_by_seed():
     (d,) = rep.differences
     assert d["seeds"] == [0, 1] and d["dropped"] == {"a": [2], "b": []}
     assert d["diff"] == pytest.approx(0.85 - 0.45)
-    assert "Note: w2 − w8 compares the 2 seeds both cells have; left out: w2 seed 2" in rep.markdown()
+    [note] = [ln for ln in rep.markdown().splitlines() if ln.startswith("Note:") and " − " in ln]
+    assert "w2 − w8 " in note and numbers(note) == [2, 2] and note.endswith(": w2 seed 2")  # 2 seeds; w2's seed 2
     assert report.cell(recs, level="w2").outcomes == {0: 0.8, 1: 0.9, 2: 0.7}
 
 

@@ -1,7 +1,10 @@
-"""`agentrl sweep` (agentrl_lib/sweep.py): grid parsing and its one-line errors, records written by the real run_rl
-with a tiny model on scripted games, skipping recorded runs, resuming after Ctrl-C, tags and extra evaluations, and
-`agentrl report` on what a sweep wrote. The results file: tests/test_records.py, the numbers: tests/test_report.py."""
+"""`agentrl sweep` (agentrl_lib/sweep.py): grid parsing and its one-line errors, records written by the real run_rl with
+a tiny model on scripted games, skipping recorded runs, resuming after Ctrl-C, tags and extra evaluations, a record cut
+short or unwritable (recorded later, from the run dir), and `agentrl report` on what a sweep wrote. The results file:
+tests/test_records.py, the numbers: tests/test_report.py."""
+import errno
 import json
+import re
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -12,7 +15,7 @@ from agentrl_lib import run as run_mod
 from agentrl_lib import trainer as trainer_mod
 from agentrl_lib.config import ConfigError, RunConfig
 
-from helpers import scripted_games, sweep_base
+from helpers import numbers, scripted_games, sweep_base
 
 
 def _fake_summary(config):
@@ -82,7 +85,8 @@ def test_cli_sweep_bad_value_is_one_error_line(tmp_path, monkeypatch, capsys):
             "--out", str(tmp_path / "r.jsonl")]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and err.startswith("agentrl sweep: error: grid axis reward.kind: 'dnse'")
+    assert err.count("\n") == 0 and err.startswith("agentrl sweep: error: ")
+    assert re.search(r"\breward\.kind\b.*'dnse'", err), err  # the axis and the value it cannot take
 
 
 # ------------------------------------------------------------------------------------------------ the sweep
@@ -281,7 +285,9 @@ def test_cli_sweep_then_report_and_ctrl_c_says_how_to_resume(tmp_path, monkeypat
     table = capsys.readouterr().out
     assert "| algo | eval.success_rate (mean ± std) |" in table and "| grpo − rloo |" in table
     # every run of the stub scores 0.5: two seeds with equal differences give no interval (no spread to judge by)
-    assert "| grpo − rloo | +0.000 | n/a | n/a (no interval) |" in table
+    [row] = [r for r in table.splitlines() if r.startswith("| grpo − rloo |")]
+    _, diff, interval, verdict = [c.strip() for c in row.strip(" |").split(" | ")]
+    assert numbers(diff) == [0] and interval == "n/a" and verdict.startswith("n/a")  # Δ 0, no interval, no verdict
 
 
 # ------------------------------------------------------------------------------------------------ tags, extra evals
@@ -366,3 +372,60 @@ def test_other_text_is_refused_as_a_boolean_in_both(text):
         parse_field("env.process_pool", True, text)
     with pytest.raises(ConfigError):
         sweep.parse_value("env.process_pool", text)
+
+
+# ------------------------------------------------------------------------------- a record cut short or unwritable
+@pytest.fixture
+def sweep_setup(tmp_path, tiny_model_dir, scripted):
+    games = scripted_games(tmp_path / "games")
+    return {"base": sweep_base(games), "out": tmp_path / "s.jsonl", "runs": tmp_path / "runs", "init": tiny_model_dir}
+
+
+def _sweep(s, **kw):
+    return sweep.run_sweep(s["base"], ["reward.kind=sparse"], [0], s["out"], runs_dir=s["runs"], init=s["init"],
+                           progress=False, **kw)
+
+
+@pytest.mark.trains
+def test_a_record_cut_short_is_rebuilt_from_the_run_dir_not_stranded(sweep_setup, monkeypatch):
+    """A sweep whose last record was cut short (its run pruned after recording): the next sweep records the run from
+    its eval.json and metrics.jsonl and trains nothing. Negative control: resuming the pruned run strands it."""
+    from agentrl_lib.checkpoint import CheckpointError
+    from agentrl_lib.run import run_rl
+
+    [rec] = _sweep(sweep_setup)
+    out = sweep_setup["out"]
+    out.write_bytes(out.read_bytes()[:-40])  # the record's write cut short
+    warnings = []
+    [again] = _sweep(sweep_setup, run=lambda *a, **k: pytest.fail("a finished run was trained again"),
+                     warn=warnings.append)
+    assert any("will be recorded again" in w for w in warnings)
+    assert any("eval.json" in w and "metrics.jsonl" in w for w in warnings)  # what the record is rebuilt from
+    assert again["eval"] == rec["eval"] and again["steps"] == rec["steps"] and again["resumed"] is True
+    # rebuilt from the run dir: the precision derived from its config (as the trained record said), nothing invented
+    assert again["precision"] == rec["precision"] == "fp32" and again["adamw"] is None and again["generator"] is None
+    assert [json.loads(x) for x in out.read_text().splitlines()] == [again]
+
+    # negative control: without the rebuild, the resume of the pruned run fails (the issue's stuck sweep)
+    out.write_bytes(out.read_bytes()[:-40])
+    monkeypatch.setattr(sweep, "finished_run", lambda run_dir: None)
+    with pytest.raises(CheckpointError, match="no usable checkpoint"):
+        _sweep(sweep_setup, run=run_rl, warn=lambda line: None)
+
+
+@pytest.mark.trains
+def test_a_record_that_cannot_be_written_is_one_line_and_recorded_later(sweep_setup, monkeypatch):
+    """A full disk when the record is appended: one line naming the results file and the run; the run dir is not
+    pruned, and the same sweep later records the run without training it again."""
+    def full(path, record):
+        raise OSError(errno.ENOSPC, "No space left on device")  # as os.write reports it: no file named
+    monkeypatch.setattr(sweep, "append_record", full)
+    with pytest.raises(records.ResultsFileError) as e:
+        _sweep(sweep_setup)
+    msg = str(e.value)
+    assert str(sweep_setup["out"]) in msg and "No space left on device" in msg and "run the same command again" in msg
+    assert "\n" not in msg
+    monkeypatch.undo()
+    [rec] = _sweep(sweep_setup, run=lambda *a, **k: pytest.fail("a finished run was trained again"),
+                   warn=lambda line: None)
+    assert rec["eval"]["n_games"] == 2 and len(sweep_setup["out"].read_text().splitlines()) == 1
