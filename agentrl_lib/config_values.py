@@ -6,8 +6,8 @@ config's checks, config.CHOICES and the CLI's choices: `closed_fields`, `check_c
 floor every module may stand on. config.py re-exports all of it but ModelLoadError.
 
 The open sets are registries and are checked where they are looked up, not here (parts.py: reward.kind in
-rewards.REWARD_KINDS, algo.advantage in advantages.ESTIMATORS, model.generator in generation.GENERATORS,
-train.stop_kinds in diagnostics.KINDS).
+rewards.REWARD_KINDS, algo.advantage in advantages.ESTIMATORS, algo.loss_mode in losses.POLICY_LOSSES,
+model.generator in generation.GENERATORS, train.stop_kinds in diagnostics.KINDS).
 """
 from __future__ import annotations
 
