@@ -9,8 +9,8 @@ of trainer.py's module docstring, `# plumbing:` the rest.
 
 Left out (trainer.py and update.py have them; `check_default_path` refuses a config that asks for one):
 - estimators other than gae (PPO), grpo and rloo; the KL term to a frozen reference (algo.kl_coef > 0); truncated
-  importance sampling (algo.tis 'on'); π_old = the rollout's log-probs (algo.old_logprobs 'behaviour'); the dual
-  clip; Dr. GRPO's loss aggregation; StarPO-S's group filter (algo.keep_top_std < 1);
+  importance sampling (algo.tis 'on'); π_old = the rollout's log-probs (algo.old_logprobs 'behaviour'); StarPO-S's
+  group filter (algo.keep_top_std < 1);
 - bf16 autocast and its guard, LoRA, gradient checkpointing, micro-batches, whole-group minibatches, data
   parallelism (distributed.py); π_old in one forward, where the Trainer forwards it in chunks (the same numbers up to
   float rounding);
@@ -41,9 +41,9 @@ def check_default_path(cfg: RunConfig) -> None:
     """Raise ValueError naming every setting of `cfg` that this file leaves out (module docstring)."""
     a, t = cfg.algo, cfg.train
     asked = {"algo.advantage other than gae/grpo/rloo": a.advantage not in ("gae", "grpo", "rloo"),
-             "algo.kl_coef > 0": a.kl_coef > 0, "algo.tis on": a.tis == "on", "algo.dual_clip": a.dual_clip > 0,
+             "algo.kl_coef > 0": a.kl_coef > 0, "algo.tis on": a.tis == "on",
              "algo.old_logprobs behaviour": a.old_logprobs != "recompute", "algo.keep_top_std < 1": a.keep_top_std < 1,
-             "algo.loss_agg other than token_mean": a.loss_agg != "token_mean", "model.lora_rank": cfg.model.lora_rank,
+             "model.lora_rank": cfg.model.lora_rank,
              "model.dtype bfloat16": cfg.model.dtype == "bfloat16", "train.mixed_precision": t.mixed_precision != "no",
              "train.max_tokens_per_microbatch": t.max_tokens_per_microbatch, "train.group_minibatches":
              t.group_minibatches, "train.gradient_checkpointing": t.gradient_checkpointing}
@@ -130,7 +130,9 @@ def rl_step(policy, value_head: ValueHead | None, optimizer: torch.optim.Optimiz
             out = token_forward(policy, mb["input_ids"], mb["attention_mask"], mb["mask"], train.temperature,
                                 value_head, with_entropy=True, share_prefix=train.share_prefix)
             # ALGO: L = −mean_t min(ρ_t A_t, clip(ρ_t, 1 − ε_low, 1 + ε_high) A_t) − c_H·H [+ c_v·L_value]
-            loss, m = policy_loss(out["logprobs"], mb["old_logprobs"], mb["advantages"], mb["mask"], algo)
+            # (algo.loss_mode's objective, with the dual clip if set; Dr. GRPO's aggregation divides by B · L_max)
+            loss, m = policy_loss(out["logprobs"], mb["old_logprobs"], mb["advantages"], mb["mask"], algo,
+                                  max_tokens=cfg.env.max_turns * train.max_new_tokens)
             entropy = masked_mean(out["entropy"], mb["mask"])
             loss, m["entropy"] = loss - algo.entropy_coef * entropy, entropy.item()
             if value_head is not None:  # ALGO: PPO's critic: ½ max((V − R)², (V_clipped − R)²)

@@ -152,32 +152,3 @@ def test_closed_sets_are_typed_once_and_everything_else_derives_from_the_annotat
         kind: str = "dense"
     assert config_values.closed_fields(Loose) == {}
     config_values.check_closed("loose", Loose(kind="typo"))
-
-
-def test_the_config_stands_on_the_ground_floor():
-    """The config modules import nothing of the library but each other and config_values, which imports nothing of
-    it: a registry imports the config's values, never the reverse (parts.run_parts looks the names up). Checked on
-    the source, with a planted import as the negative control."""
-    import ast
-    from pathlib import Path
-
-    import agentrl_lib
-
-    root = Path(agentrl_lib.__file__).parent
-    floor = {"config", "config_pillars", "config_training", "config_values"}
-
-    def imports(text: str) -> set[str]:
-        out = set()
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                out |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("agentrl_lib"):
-                out.add((node.module.split(".") + [""])[1])
-        return out
-
-    for name in floor:
-        text = (root / f"{name}.py").read_text()
-        assert imports(text) <= floor - {name}, (name, imports(text) - floor)
-    assert imports((root / "config_values.py").read_text()) == set()
-    planted = (root / "config_pillars.py").read_text() + "\n    from .advantages import ESTIMATORS\n"
-    assert imports(planted) - floor == {"advantages"}

@@ -1,6 +1,7 @@
 """The repository's layout, read from its source with `ast` (nothing is imported): no import cycle between the modules
 of agentrl_lib and experiments, counting every import — at module level, inside functions, under TYPE_CHECKING —, the
-core library importing nothing of the experiments, no module of agentrl_lib over MAX_LINES lines (docstrings included)
+core library importing nothing of the experiments, the config modules on the ground floor (nothing of the library
+but each other), no module of agentrl_lib over MAX_LINES lines (docstrings included)
 unless LONG_MODULES says why, and every module of both packages named in the book's file-by-file tree (book/design.md)
 and on its API page (book/api.md). Over the whole tree (git ls-files): no sys.path manipulation and no module loaded
 from a file path, in any .py file or chapter source. Each exception must still be needed: a cycle that is gone or a
@@ -165,6 +166,36 @@ def test_control_the_library_graph_is_read():
         graph["experiments.benchmarks.report"]
     assert "experiments.benchmarks.results_lines" in graph["experiments.benchmarks.page_numbers"]
     assert {"experiments.regenerate", "agentrl_lib.findings"} <= graph["experiments.findings_page"]
+
+
+CONFIG_FLOOR = {"agentrl_lib.config", "agentrl_lib.config_pillars", "agentrl_lib.config_training",
+                "agentrl_lib.config_values"}
+"""The config modules: the ground floor of the library (a registry imports the config's values, never the reverse;
+parts.run_parts looks the registry names up)."""
+
+
+def above_the_ground_floor(graph: dict[str, set[str]]) -> list[str]:
+    """'A → B' for every config module A that imports a library module B outside the config modules, and for
+    config_values importing anything of the library."""
+    out = [f"{a} → {b}" for a in sorted(CONFIG_FLOOR) for b in sorted(graph[a] - CONFIG_FLOOR)]
+    return out + [f"agentrl_lib.config_values → {b}" for b in sorted(graph["agentrl_lib.config_values"])]
+
+
+def test_the_config_stands_on_the_ground_floor():
+    problems = above_the_ground_floor(repository_graph())
+    assert not problems, "the config imports the library above it: " + "; ".join(problems)
+
+
+def test_control_a_config_module_importing_a_registry_is_named():
+    """A planted function-level import of a registry in config_pillars, and any import in config_values, are named."""
+    graph = {name: set(deps) for name, deps in repository_graph().items()}
+    graph["agentrl_lib.config_pillars"].add("agentrl_lib.advantages")
+    graph["agentrl_lib.config_values"].add("agentrl_lib.config_pillars")
+    files = module_files()
+    planted = files["agentrl_lib.config_pillars"].read_text() + "\n\ndef f():\n    from .advantages import ESTIMATORS\n"
+    assert "agentrl_lib.advantages" in imports_of("agentrl_lib.config_pillars", planted, set(files))
+    assert above_the_ground_floor(graph) == ["agentrl_lib.config_pillars → agentrl_lib.advantages",
+                                             "agentrl_lib.config_values → agentrl_lib.config_pillars"]
 
 
 def test_the_core_library_imports_nothing_of_the_experiments():

@@ -1,8 +1,9 @@
 """agentrl_lib/one_file_loop.py, the RL iteration in one file, against trainer.Trainer.step: from the same weights and
 the same trajectories (both rollouts replaced by one recorded rollout, so both also draw the same minibatches), the
 one-file step gives the Trainer's loss at every minibatch update and the Trainer's updated weights, up to float
-rounding, for PPO (critic, GAE), GRPO and RLOO. Controls: a planted bug (the value loss dropped, a narrower clip
-range, RLOO's baseline swapped for GRPO's) is caught by the same comparison; a config the file leaves out is refused."""
+rounding, for PPO (critic, GAE), GRPO and RLOO, and GRPO with the dual clip and Dr. GRPO's aggregation. Controls: a
+planted bug (the value loss dropped, a narrower clip range, RLOO's baseline swapped for GRPO's, Dr. GRPO's L_max
+left at the padded width, the dual clip dropped) is caught by the same comparison; a config the file leaves out is refused."""
 from __future__ import annotations
 
 import copy
@@ -26,10 +27,16 @@ LOSS_TOL = 1e-5    # |Δ loss| of each minibatch update, nats
 WEIGHT_TOL = 1e-6  # max |Δ w| over every weight after the step (the step itself moves weights by ~1e-3: lr 1e-3)
 
 
+VARIANTS = {"grpo+dual_clip+dr_grpo_agg": ("grpo", {"dual_clip": 1.001, "loss_agg": "seq_mean_token_sum_norm"})}
+"""A preset with settings that change the loss: the dual clip (Ye et al. 2020; 1.001 so that it binds on this small
+step) and Dr. GRPO's aggregation (Σ m·J / (B · L_max), L_max = max_turns × max_new_tokens)."""
+
+
 def make_cfg(games: str, algo: str) -> RunConfig:
     """Two games × groups of 4 = 8 episodes, minibatches of 3 (the last one short) over 2 epochs: 6 updates."""
+    preset, extra = VARIANTS.get(algo, (algo, {}))
     return RunConfig(env=EnvConfig(games=games, max_turns=2), reward=RewardConfig(kind="dense"),
-                     algo=AlgoConfig.from_preset(algo, group_size=4), model=ModelConfig(device="cpu"),
+                     algo=AlgoConfig.from_preset(preset, group_size=4, **extra), model=ModelConfig(device="cpu"),
                      train=TrainConfig(steps=1, games_per_step=2, minibatch_size=3, epochs=2, max_new_tokens=5,
                                        temperature=1.0, lr=1e-3, seed=1))
 
@@ -90,15 +97,18 @@ def differences(a, b) -> dict[str, float]:
 
 
 @pytest.mark.trains
-@pytest.mark.parametrize("algo", ["ppo", "grpo", "rloo"])
+@pytest.mark.parametrize("algo", ["ppo", "grpo", "rloo", *VARIANTS])
 def test_one_file_step_matches_trainer_step(algo, run, capsys):
     trainer_result, one_step = run(algo)
     mine = one_step()
     diff = differences(trainer_result, mine)
-    with capsys.disabled():
-        print(f"\n{algo}: largest |Δ loss| {diff['loss']:.2e}, largest |Δ weight| {diff['weights']:.2e}")
-    assert diff["loss"] < LOSS_TOL and diff["weights"] < WEIGHT_TOL, diff
     row, logs = trainer_result[2], mine[2]
+    with capsys.disabled():
+        print(f"\n{algo}: largest |Δ loss| {diff['loss']:.2e}, largest |Δ weight| {diff['weights']:.2e}, "
+              f"dual_clip_frac {row['dual_clip_frac']:.3f}")
+    assert diff["loss"] < LOSS_TOL and diff["weights"] < WEIGHT_TOL, diff
+    if algo in VARIANTS:
+        assert row["dual_clip_frac"] > 0, "the dual clip binds on some token, so the comparison covers it"
     for k in ("policy_loss", "entropy", "clip_frac", "approx_kl", "grad_norm") + (("value_loss",) * (algo == "ppo")):
         assert logs[k] == pytest.approx(row[k], rel=1e-4, abs=1e-6), k
 
@@ -113,9 +123,17 @@ def test_control_planted_bugs_are_caught(run, monkeypatch, capsys):
     monkeypatch.undo()
 
     grpo, grpo_step = run("grpo")
-    monkeypatch.setattr(one_file, "policy_loss", lambda lp, old, adv, mask, algo: policy_loss(
-        lp, old, adv, mask, dataclasses.replace(algo, clip_low=algo.clip_low / 10, clip_high=algo.clip_high / 10)))
+    monkeypatch.setattr(one_file, "policy_loss", lambda lp, old, adv, mask, algo, **k: policy_loss(
+        lp, old, adv, mask, dataclasses.replace(algo, clip_low=algo.clip_low / 10, clip_high=algo.clip_high / 10), **k))
     caught["clip range 10x narrower (grpo)"] = differences(grpo, grpo_step())
+    monkeypatch.undo()
+
+    variant, variant_step = run("grpo+dual_clip+dr_grpo_agg")
+    monkeypatch.setattr(one_file, "policy_loss", lambda *a, **k: policy_loss(*a))
+    caught["Dr. GRPO's L_max left at the padded width"] = differences(variant, variant_step())
+    monkeypatch.setattr(one_file, "policy_loss", lambda lp, old, adv, mask, algo, **k: policy_loss(
+        lp, old, adv, mask, dataclasses.replace(algo, dual_clip=0.0), **k))
+    caught["the dual clip dropped"] = differences(variant, variant_step())
     monkeypatch.undo()
 
     rloo, rloo_step = run("rloo")
