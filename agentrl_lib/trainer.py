@@ -44,25 +44,24 @@ import torch
 from . import checkpoint as ckpt_lib
 from . import rundir
 from .advantages import AdvantageInputs, top_std_groups
-from .config import ConfigError, RunConfig, check_context_room
+from .config import ConfigError, RunConfig
 from .diagnostics import CollapseDetector, CollapseError, DivergenceGuard
 from .distributed import data_parallel
 from .envs import get_family
 from .envs.base import check_env_errors, load_game_set
 from .envs.pool import EnvPool, open_pool
 from .envs.protocol import GameSet
-from .hardware import bf16_problem, pick_device
 from .losses import masked_mean, truncated_is_weights
 from .metrics import complete_row, step_row
-from .models import base_model, disable_dropout, enable_gradient_checkpointing, load_start_policy, reference_policy
 from .parts import run_parts
-from .policy import TokenModel, ValueHead, prompt_groups, values_at
-from .precision import TRAINING_WEIGHTS, bf16_logprob_gap, precision_label, tis_applies, training_precision
+from .policy import TokenModel, prompt_groups, values_at
+from .precision import bf16_logprob_gap, precision_label
 from .prompts import ChatFormat, system_prompt_for
 from .rewards import place_on_tokens, turn_rewards
 from .rollout import RolloutStats, Trajectory, collate, rollout
 from .tracking import open_tracker
-from .update import accumulate_microbatches, adamw_impl, make_optimizer, no_grad_forward, select, set_adamw_impl
+from .trainer_parts import build_trainer_parts
+from .update import accumulate_microbatches, no_grad_forward, select
 
 log = logging.getLogger(__name__)
 
@@ -115,58 +114,26 @@ class Trainer:
         if pool is None:  # plumbing: the run's envs; every game is checked through them before the model loads
             pool = open_pool(config.env, n_episodes, self.games)
         self.ckpt_root, self.metrics_path = self.run_dir / "checkpoints", self.run_dir / "metrics.jsonl"
-        self.start_step, self.last_checkpoint, self.step_in_progress = 0, None, None
+        self.step_in_progress = None
         self.detector = CollapseDetector()  # Echo-Trap alerts over the metrics rows (diagnostics.py)
         self.divergence = DivergenceGuard(config.train.max_nonfinite_steps)  # NaN/inf steps in a row
         self.tracker = open_tracker(config.train.report_to, run_dir, self.is_main)  # plumbing: tracking.py
         parts = run_parts(config)  # of the config in effect (a resume's saved one, with the flags it may change)
-        mc, self.estimator, self.stop_kinds = config.model, parts.estimator, parts.stop_kinds
-        # plumbing: the run's precision (precision.training_precision): float32 master weights whatever model.dtype
-        # says, bf16 as autocast over them (an AdamW updating bf16 weights in place loses most small updates)
-        self.autocast_dtype = training_precision(mc.dtype, config.train.mixed_precision, pick_device(mc.device))
-        self.precision = precision_label(self.autocast_dtype)  # 'fp32' or 'bf16-autocast': records say which ran
-        mc = dataclasses.replace(mc, dtype=TRAINING_WEIGHTS)  # every load below: policy, checkpoint, π_ref
-        need_vh = self.estimator.needs_critic  # a critic exists iff the estimator needs one
-        state = None  # a resumed run's optimizer and value-head state
-        if resume and ckpt_lib.list_checkpoints(self.ckpt_root):  # newest complete checkpoint that loads, else older
-            self.start_step, ckpt, self.policy, self.tok, state = ckpt_lib.load_checkpoint(self.ckpt_root, mc, need_vh)
-            self.last_checkpoint = ckpt.name
-            rundir.check_steps_left(config.train.steps, self.start_step, run_dir)
-        else:
-            if resume:
-                log.warning("%s has no checkpoint yet: starting at step 1 with its saved config", run_dir)
-            torch.manual_seed(config.train.seed)  # plumbing: a new LoRA adapter's random init follows the run's seed
-            # a LoRA adapter as init: merged for lora_rank 0, trained on at its own rank, else refused
-            self.policy, self.tok = load_start_policy(mc.name, mc.device, mc.dtype, lora_rank=mc.lora_rank,
-                                                      lora_alpha=mc.lora_alpha)
-        self.last_step = self.start_step
+        self.estimator, self.stop_kinds = parts.estimator, parts.stop_kinds
+        # the policy, critic, KL reference, rollout backend, optimizer and precision (trainer_parts.py)
+        p = build_trainer_parts(config, parts, self.ckpt_root, resume, run_dir)
+        self.policy, self.tok, self.value_head, self.ref, self.generator, self.opt = (
+            p.policy, p.tok, p.value_head, p.ref, p.generator, p.opt)
+        self.start_step = self.last_step = p.start_step
+        self.last_checkpoint, self.adamw_impl, self.use_tis = p.last_checkpoint, p.adamw_impl, p.use_tis
         self.device = next(self.policy.parameters()).device
         self.chat = ChatFormat(self.tok)
-        self.generator = parts.generator(self.policy, self.tok)  # the backend (generation.py)
-        self.generator.share_prefix = config.train.share_prefix  # HF: each group's first context encoded once
-        # before any rollout: a turn budget the model's context cannot hold
-        check_context_room(config.train.max_new_tokens, config.env.max_turns, self.generator.context_limit)
-        self.value_head = ValueHead(base_model(self.policy).config.hidden_size).to(self.device) if need_vh else None
-        disable_dropout(self.policy)  # π_old is computed without dropout: the update must see the same function
-        # ALGO: the frozen reference policy of the KL term (None: this run's LoRA adapter is switched off instead)
-        self.ref = reference_policy(self.policy, mc, state is not None) if config.algo.kl_coef > 0 else None
         # plumbing: bf16 (train.mixed_precision bf16, model.dtype bfloat16, or auto on a bf16 GPU): every forward under
         # autocast; the weights and AdamW stay float32
+        self.autocast_dtype, self.precision = p.autocast_dtype, precision_label(p.autocast_dtype)  # records say which
         amp = self.autocast_dtype is not None
         self.bf16_unchecked = amp  # precision.bf16_logprob_gap on the first batch
         self.autocast = functools.partial(torch.autocast, self.device.type, self.autocast_dtype or torch.bfloat16, amp)
-        if config.train.mixed_precision == "bf16" and (why := bf16_problem(self.device)):
-            raise ConfigError(f"train.mixed_precision bf16: {why}; use --mixed-precision no")
-        log.info("precision: %s (model.dtype %s, train.mixed_precision %s, %s)", self.precision, config.model.dtype,
-                 config.train.mixed_precision, self.device)
-        self.use_tis = tis_applies(config, self.autocast_dtype or next(self.policy.parameters()).dtype)
-        self.opt = make_optimizer(self.policy, self.value_head, config.train)
-        self.adamw_impl = adamw_impl(self.opt)  # the fastest torch offers (update.adamw): fused on CPU and CUDA
-        if config.train.gradient_checkpointing:  # active in train() mode only: rollouts keep their KV cache
-            enable_gradient_checkpointing(self.policy)
-        if state is not None:  # optimizer + value head; then the config's lr / value_lr (a resume may change them)
-            ckpt_lib.apply_training_state(state, self.opt, self.value_head, [config.train.lr, config.train.value_lr])
-            set_adamw_impl(self.opt, self.adamw_impl)  # load_state_dict restored the saved implementation's flags
         if self.is_main:
             rundir.write_config(self.run_dir / "config.yaml", config)  # only now: a failed resume changes nothing
         # plumbing: the update's forward; with data parallelism it goes through DDP, which averages the ranks' gradients

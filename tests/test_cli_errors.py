@@ -477,9 +477,9 @@ def test_control_without_the_unique_key_loader_the_last_section_wins(tmp_path):
 def test_control_without_the_context_checks_nothing_trains(ws, monkeypatch, capsys):
     """Remove both context checks (check_context_room and the all-episodes-at-the-context-limit stop): every episode
     ends at the context limit before its first reply, no update happens, and the run exits 0 (the issue's 1e11)."""
-    from agentrl_lib import trainer
+    from agentrl_lib import trainer, trainer_parts
 
-    monkeypatch.setattr(trainer, "check_context_room", lambda *a, **k: None)
+    monkeypatch.setattr(trainer_parts, "check_context_room", lambda *a, **k: None)
     real = trainer.rollout
 
     def hide(*a, **k):  # the trainer's stop reads termination 'context_limit': relabel it

@@ -35,8 +35,6 @@ LONG_MODULES = {
     "agentrl_lib.envs.alfworld_gen": "one job: ALFWorld games generated offline, an ALFRED floor plan and task type → "
                                      "a PDDL problem and goal → a game kept only when the planner solves it and its "
                                      "walkthrough wins; the env that plays them is alfworld.py",
-    "agentrl_lib.trainer": "one job: the RL loop, Trainer.step's seven stages top to bottom, and what one run holds "
-                           "around them (resume, checkpoints, precision, the collapse and divergence guards)",
     "agentrl_lib.advantages": "one job: the advantage estimators, each pure function beside its registry entry in the "
                               "order of the module's table, and their lookup by name (get_estimator); the shared "
                               "helpers live in advantage_base.py",

@@ -9,6 +9,7 @@ import agentrl_lib.models as models_mod
 import agentrl_lib.policy as policy_mod
 import agentrl_lib.precision as precision_mod
 import agentrl_lib.trainer as trainer_mod
+import agentrl_lib.trainer_parts as trainer_parts_mod
 import agentrl_lib.update as update_mod
 from agentrl_lib.config import AlgoConfig, ConfigError, EnvConfig, ModelConfig, RewardConfig, RunConfig, TrainConfig
 from agentrl_lib.envs.pool import SerialPool
@@ -50,7 +51,7 @@ def _trainer(tiny_model_dir, tmp_path, name: str, mixed: str, gap_limit: float =
 @pytest.mark.trains
 @pytest.mark.parametrize("mixed", ["bf16", "no"])
 def test_bf16_autocast_trains_with_fp32_weights_and_tis(tiny_model_dir, tmp_path, monkeypatch, mixed):
-    monkeypatch.setattr(trainer_mod, "bf16_problem", lambda device: None)  # bf16 emulated is slow, not wrong
+    monkeypatch.setattr(trainer_parts_mod, "bf16_problem", lambda device: None)  # bf16 emulated is slow, not wrong
     seen: list = []
     real = policy_mod.token_forward
 
@@ -86,7 +87,7 @@ def test_bf16_autocast_trains_with_fp32_weights_and_tis(tiny_model_dir, tmp_path
 
 @pytest.mark.trains
 def test_bf16_without_hardware_is_refused_in_one_line(tiny_model_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(trainer_mod, "bf16_problem", lambda device: "this CPU (Test) has neither avx512_bf16 nor "
+    monkeypatch.setattr(trainer_parts_mod, "bf16_problem", lambda device: "this CPU (Test) has neither avx512_bf16 nor "
                                                                     "amx_bf16, so bf16 is emulated and slower")
     with pytest.raises(ConfigError, match=r"mixed_precision bf16: this CPU \(Test\).*--mixed-precision no"):
         _trainer(tiny_model_dir, tmp_path, "refused", "bf16")
@@ -98,7 +99,7 @@ def test_bf16_guard_stops_before_the_first_update_when_bf16_changes_the_policy(t
     one line before any weight moves; the gap is the one a direct bf16 / fp32 forward of the same batch gives (to 1e-3:
     bf16 rounds the shared-prefix chunks differently from one padded forward). Control:
     a limit above the gap lets the step train; 0 logs the gap only; a negative limit is refused."""
-    monkeypatch.setattr(trainer_mod, "bf16_problem", lambda device: None)
+    monkeypatch.setattr(trainer_parts_mod, "bf16_problem", lambda device: None)
     seen: list[float] = []
     real = trainer_mod.bf16_logprob_gap
     monkeypatch.setattr(trainer_mod, "bf16_logprob_gap", lambda model, batch, train, dp, low: seen.append(
@@ -201,11 +202,11 @@ def test_trainer_loads_fp32_master_weights_whatever_model_dtype_says(tiny_model_
     training_precision's device rule) trains float32 weights with the update's forward under bf16 autocast, TIS on,
     the precision named (Trainer.precision 'bf16-autocast'). model.dtype auto on a CPU stays fp32 with no autocast
     (control: the CPU default does not change numbers)."""
-    monkeypatch.setattr(trainer_mod, "bf16_problem", lambda device: None)
+    monkeypatch.setattr(trainer_parts_mod, "bf16_problem", lambda device: None)
     if dtype == "auto":  # auto on a bf16 GPU: what training_precision returns there
         real = precision_mod.training_precision
         assert real("auto", "no", torch.device("cpu")) is None
-        monkeypatch.setattr(trainer_mod, "training_precision", lambda d, m, dev: torch.bfloat16)
+        monkeypatch.setattr(trainer_parts_mod, "training_precision", lambda d, m, dev: torch.bfloat16)
     seen: list = []
     real_forward = policy_mod.token_forward
 

@@ -61,6 +61,7 @@ def swe_games(tmp_path):
 def tripwires(monkeypatch):
     """Env pools and model loading fail the test if reached (the refusal must come first)."""
     import agentrl_lib.trainer as trainer
+    import agentrl_lib.trainer_parts as trainer_parts
 
     def fire(what):
         def f(*args, **kwargs):
@@ -68,7 +69,7 @@ def tripwires(monkeypatch):
         return f
 
     monkeypatch.setattr(trainer, "open_pool", fire("the env pool"))
-    monkeypatch.setattr(trainer, "load_start_policy", fire("loading the model"))
+    monkeypatch.setattr(trainer_parts, "load_start_policy", fire("loading the model"))
 
 
 def test_dense_on_swe_games_is_refused_before_anything_loads_python_api(swe_games, tripwires, tmp_path):
