@@ -298,6 +298,13 @@ def numbers() -> dict[str, str]:
             **make_test_numbers(), **first_run_numbers(), **alfworld_numbers(), **chapter_numbers()}
 
 
+def glue_name(key: str) -> str:
+    """The name book/benchmarks.md glues numbers()[KEY] under and its prose writes as `{name}`
+    (agentrl_lib.notebook.glue takes lower-case identifiers): every `.` and `-` of KEY an underscore, e.g. 'trl.step'
+    → 'trl_step'."""
+    return re.sub(r"[.-]", "_", key)
+
+
 def with_numbers(text: str, values: dict[str, str] | None = None) -> str:
     """`text` with every marked number replaced by its value from numbers() (or `values`); raises ValueError naming
     the markers whose KEY is unknown."""
