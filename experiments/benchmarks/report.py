@@ -2,12 +2,14 @@
 write (the newest line of each), with the machine, date, commit and load each line records: no number is typed by hand.
 
     python benchmarks/report.py            # print the tables (Markdown)
-    python benchmarks/report.py --write    # replace book/benchmarks.md's block between the benchmarks markers,
-                                           # and the numbers its prose and the other pages
-                                           # mark (numbered_pages; page_numbers.py beside this module)
+    python benchmarks/report.py --write    # after a new benchmark line: re-execute the page (execute_page) and
+                                           # rewrite the numbers the other pages mark (numbered_pages;
+                                           # page_numbers.py beside this module)
 
-tests/test_benchmarks.py fails when the page's block differs from what this prints (re-run with --write after a new
-benchmark line); book/build.py also refreshes it in the book it builds.
+The page is a jupytext MyST notebook (book/benchmarks.md, paired with book/benchmarks.ipynb, whose outputs are
+committed and which the book shows as they are): under each results file's heading a cell displays
+`page_section(NAME)`, and its prose quotes page_numbers.numbers() through `glue`. tests/test_benchmarks.py fails when
+a committed output differs from what its cell computes now (nbval re-runs the page).
 """
 from __future__ import annotations
 
