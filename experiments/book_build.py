@@ -11,10 +11,11 @@ What it does:
    below, and the few files a page needs are unpacked into the site's `_static/vendor/`. Nothing is loaded from a
    CDN, nothing large is committed. (Not under the book's `_static`: Jupyter Book 1 would inject every .js there into
    every page.)
-2. Assembles the sources in DIR/src: book/*.md (the guides moved from the README, and the results pages, whose
-   generated tables — results/findings.py, benchmarks/report.py — are refreshed), book/*.ipynb,
-   notebooks/NN_*.ipynb (in order of their number; a chapter that does not exist yet is simply absent), the page
-   generated from the library (the metrics glossary of agentrl_lib.metrics) and the table of contents.
+2. Assembles the sources in DIR/src: book/*.md (the guides moved from the README, and the findings page, whose
+   generated tables — results/findings.py — are refreshed), book/*.ipynb (the pages that are notebooks, the
+   benchmarks among them: their committed outputs, as the chapters'), notebooks/NN_*.ipynb (in order of their
+   number; a chapter that does not exist yet is simply absent), the page generated from the library (the metrics
+   glossary of agentrl_lib.metrics) and the table of contents.
 3. Runs `jupyter-book build` with Sphinx warnings as errors (-W; a broken internal link is a warning), then checks
    every relative href/src of the built HTML points to a file of the site.
 """
@@ -157,20 +158,16 @@ def chapters() -> list[Path]:
 
 
 def book_page(name: str, text: str, present: set[str], numbers: dict[str, str] | None = None) -> str:
-    """A book/NAME.md page as the book shows it: its generated tables refreshed (findings.md: results/findings.py,
-    benchmarks.md: benchmarks/report.py), the benchmark numbers its prose marks rewritten
-    (experiments/benchmarks/page_numbers.py, from `numbers` when given; the committed copies are kept current by
-    tests) and its links to chapters (`../notebooks/NN_x.ipynb`, right on GitHub) made relative to the book's sources
-    (`notebooks/NN_x.ipynb`), or dropped for a chapter that is not in the book yet."""
+    """A book/NAME.md page as the book shows it: its generated tables refreshed (findings.md: results/findings.py),
+    the benchmark numbers its prose marks rewritten (experiments/benchmarks/page_numbers.py, from `numbers` when
+    given; the committed copies are kept current by tests) and its links to chapters (`../notebooks/NN_x.ipynb`, right
+    on GitHub) made relative to the book's sources (`notebooks/NN_x.ipynb`), or dropped for a chapter that is not in
+    the book yet. The benchmarks page is a notebook (book/benchmarks.ipynb): the book shows its committed outputs."""
     if name == "findings":
         from experiments import findings_page as findings
 
         text = findings.with_block(text, findings.findings_table())
         text = findings.with_block(text, findings.cost_table(), findings.COST_START, findings.COST_END)
-    elif name == "benchmarks":
-        from experiments.benchmarks.report import with_tables
-
-        text = with_tables(text, numbers)
     elif "<!-- n:" in text:  # prose that quotes benchmark numbers (page_numbers.MARK)
         from experiments.benchmarks.page_numbers import with_numbers
 

@@ -1,12 +1,14 @@
 """Smoke-run the benchmarks (benchmarks/bench_*.py) on a tiny random-weight model and real cooking games, as scripts
 in a subprocess (bench_sweep_step.py: its main() in this process): they finish, and the JSON line each writes has
-its ratio fields and positive numbers; book/benchmarks.md's tables are report.py's. Timings are never asserted."""
+its ratio fields and positive numbers; book/benchmarks.ipynb's committed outputs (its tables, its prose's glued numbers)
+are what its cells compute now from the results files. Timings are never asserted."""
 from __future__ import annotations
 
 import importlib
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -171,16 +173,94 @@ def test_peak_table_reads_the_bf16_share_from_the_numbers():
     assert "far smaller" in report.peak_table(line)
 
 
-def test_book_benchmark_tables_are_rendered_from_the_results_files():
-    """book/benchmarks.md's tables are benchmarks/report.py's output on the committed results (no number typed by
-    hand); after a new benchmark line, `python benchmarks/report.py --write`."""
-    block = load_bench("report").page_block()
-    assert "| rollout, s |" in block and "vLLM / HF" in block  # the results files were read
-    assert block in (ROOT / "book" / "benchmarks.md").read_text(), "book/benchmarks.md's tables are stale: python " \
-        "benchmarks/report.py --write"
+PAGE = ROOT / "book" / "benchmarks.md"
+"""The benchmarks page's source (jupytext MyST); book/benchmarks.ipynb holds the outputs the book shows."""
 
 
-NUMBERED_PAGES = [("book/benchmarks.md", 30, "trl.step"), ("book/design.md", 30, "mem.micro.gb"),
+def missing_sections(text: str) -> list[str]:
+    """The results files of report.SECTIONS that the page `text` does not show in SECTIONS' order, each under its
+    heading `## TITLE` in the cell right after it (`page_section("NAME")`)."""
+    missing, at = [], 0
+    for name, title, *_ in load_bench("report").SECTIONS:
+        head = text.find(f"\n## {title}\n", at)
+        body = text[head:text.find("\n## ", head + 1)] if head >= 0 else ""
+        if head < 0 or f'page_section("{name}")' not in body:
+            missing.append(name)
+        else:
+            at = head + 1
+    return missing
+
+
+def test_benchmarks_page_shows_every_results_file():
+    """book/benchmarks.md displays the tables of every results file report.py renders, each under its title (a new
+    benchmark in report.SECTIONS gets its heading and cell on the page). Control: a page without one is told which."""
+    text = PAGE.read_text()
+    assert missing_sections(text) == []
+    assert missing_sections(text.replace('Prose(page_section("sweep_jobs"))', "")) == ["sweep_jobs"]
+
+
+def test_every_number_has_its_own_glue_name():
+    """page_numbers.glue_name gives each number a name of its own that agentrl_lib.notebook.glue accepts (a lower-case
+    identifier), so the page's `for key, value in numbers().items(): glue(...)` loses none. Control: two keys that
+    differ only by a dot and an underscore would share one."""
+    from agentrl_lib.notebook import GLUED, glue
+
+    page_numbers = load_bench("page_numbers")
+    keys = list(page_numbers.numbers())
+    names = [page_numbers.glue_name(k) for k in keys]
+    assert len(set(names)) == len(keys) and page_numbers.glue_name("trl.step") == "trl_step"
+    for name in names:
+        glue(name, 1, display=False)
+        GLUED.pop(name)
+    assert page_numbers.glue_name("a.b") == page_numbers.glue_name("a_b")
+
+
+def planted(nb: dict, cell: int, old: str, new: str) -> dict:
+    """A copy of the notebook `nb` whose cell `cell` shows `new` where its committed output shows `old` (first
+    occurrence, in every representation of the output)."""
+    nb = json.loads(json.dumps(nb))
+    data = nb["cells"][cell]["outputs"][0]["data"]
+    for mime, text in data.items():
+        text = "".join(text)
+        assert old in text, (mime, old)
+        data[mime] = text.replace(old, new, 1)
+    return nb
+
+
+@pytest.mark.subprocess
+def test_benchmarks_page_outputs_are_current(tmp_path):
+    """Every committed output of book/benchmarks.ipynb, each table and the prose with its glued numbers, is what its
+    cell computes now from the results files: nbval re-runs the page's cells and compares each output. Without the
+    house's sanitize file: it turns every 'N s' into 'Ns', which would let a stale '15.8 s' pass. After a new
+    benchmark line: python benchmarks/report.py --write. Negative controls in the same run: copies of the page with a
+    stale number planted in the prose (a ratio, a number of seconds) and in a table fail, each in its planted cell
+    only."""
+    nb = json.loads(PAGE.with_suffix(".ipynb").read_text())
+    code = [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"]
+    values = load_bench("page_numbers").numbers()
+    prose, table = code[-1], code[1]  # the prose that quotes the numbers; the first results file's tables
+    shown = "".join(nb["cells"][table]["outputs"][0]["data"]["text/plain"])
+    first_row = re.search(r"^\|[^|\n]*\| (\d+\.\d+) \|", shown, flags=re.M).group(0)
+    copies = {"committed": nb,
+              "stale_ratio": planted(nb, prose, values["trl.step"], "9.9×"),
+              "stale_seconds": planted(nb, prose, values["trl.skipped.seconds"], "99.9 s"),
+              "stale_table": planted(nb, table, first_row, re.sub(r"\d+\.\d+ \|$", "999.9 |", first_row))}
+    for name, x in copies.items():
+        (tmp_path / f"{name}.ipynb").write_text(json.dumps(x))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "AGENTRL_CHECKOUT": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval",
+                           "--nbval-current-env", "-rf", *sorted(f.name for f in tmp_path.glob("*.ipynb"))],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    failed = sorted(re.findall(r"^FAILED (\w+)\.ipynb::Cell (\d+)", proc.stdout, flags=re.M))
+    n = {i: k for k, i in enumerate(code)}  # nbval numbers a notebook's code cells from 0
+    assert failed == sorted([("stale_ratio", str(n[prose])), ("stale_seconds", str(n[prose])),
+                             ("stale_table", str(n[table]))]), proc.stdout[-3000:]
+    assert proc.stdout.count("9.9×") and proc.stdout.count("999.9 |")  # nbval's diff shows the planted numbers
+    assert f"3 failed, {4 * len(code) - 3} passed" in proc.stdout, proc.stdout[-3000:]
+
+
+NUMBERED_PAGES = [("book/design.md", 30, "mem.micro.gb"),
                   ("book/environments.md", 40, "alf.rl.rss"), ("book/demo.md", 12, "demo.wall"),
                   ("book/when_things_go_wrong.md", 4, "pool.first"), ("README.md", 1, "demo.minutes"),
                   ("book/install.md", 10, "make.pytest"), ("book/the_book.md", 5, "book.pages")]
@@ -188,9 +268,9 @@ NUMBERED_PAGES = [("book/benchmarks.md", 30, "trl.step"), ("book/design.md", 30,
 
 def test_every_page_that_marks_a_number_is_checked():
     """The pages report.py --write finds markers in are the ones the test below checks (a page that gains markers
-    joins NUMBERED_PAGES)."""
+    joins NUMBERED_PAGES); book/benchmarks.md marks none: it glues its numbers."""
     numbered = load_bench("report").numbered_pages()
-    assert {str(p.relative_to(ROOT)) for p in numbered} | {"book/benchmarks.md"} == {n for n, _, _ in NUMBERED_PAGES}
+    assert {str(p.relative_to(ROOT)) for p in numbered} == {n for n, _, _ in NUMBERED_PAGES}
 
 
 @pytest.mark.parametrize("name, least, key", NUMBERED_PAGES)

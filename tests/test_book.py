@@ -225,13 +225,15 @@ def markdown_tables(notebook: Path) -> int:
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_results_tables_render_as_tables(site, browser):
-    """Every results table a chapter displays (a Markdown output: verdicts, hyperparameters, sweep reports, per-run
-    tables) is an HTML <table> in the book, not a paragraph of pipes: myst-nb renders Markdown outputs as MyST
-    (book/_config.yml nb_render_markdown_format), where CommonMark, its default, has no tables. Control: the same
-    count on a planted page whose output holds a table as raw text (what the book showed before) finds it."""
+    """Every results table a chapter or the benchmarks page displays (a Markdown output: verdicts, hyperparameters,
+    sweep reports, per-run tables, the benchmarks) is an HTML <table> in the book, not a paragraph of pipes: myst-nb
+    renders Markdown outputs as MyST (book/_config.yml nb_render_markdown_format), where CommonMark, its default, has
+    no tables. Control: the same count on a planted page whose output holds a table as raw text (what the book showed
+    before) finds it."""
     checked = {}
-    for nb in sorted((ROOT / "notebooks").glob("0*.ipynb")):
-        page = site / "notebooks" / f"{nb.stem}.html"
+    for nb in [*sorted((ROOT / "notebooks").glob("0*.ipynb")), ROOT / "book" / "benchmarks.ipynb"]:
+        page = site / nb.relative_to(ROOT).with_suffix(".html") if nb.parent.name == "notebooks" \
+            else site / f"{nb.stem}.html"  # the book's pages that are notebooks sit at the site's top
         want = markdown_tables(nb)
         v = Visit(browser, page)
         try:

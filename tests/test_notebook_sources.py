@@ -38,7 +38,11 @@ def drift(md_nb, ipynb_nb) -> list[str]:
 
 
 def pairs() -> list[tuple[Path, Path]]:
-    return [(md, md.with_suffix(".ipynb")) for md in sorted(NOTEBOOKS.glob("*.md")) if md.name != "README.md"]
+    """Each chapter's (.md, .ipynb), then each book page that is a notebook (book/benchmarks, book/widgets_without_a_
+    kernel: a book/NAME.md beside a book/NAME.ipynb)."""
+    return [*((md, md.with_suffix(".ipynb")) for md in sorted(NOTEBOOKS.glob("*.md")) if md.name != "README.md"),
+            *((md, md.with_suffix(".ipynb")) for md in sorted((NOTEBOOKS.parent / "book").glob("*.md"))
+              if md.with_suffix(".ipynb").exists())]
 
 
 def test_every_notebook_has_a_myst_source_and_they_agree():
@@ -46,6 +50,7 @@ def test_every_notebook_has_a_myst_source_and_they_agree():
     assert ipynbs, "no notebooks found"
     assert {p.with_suffix(".md") for p in ipynbs} <= {md for md, _ in pairs()}, \
         f"an .ipynb without its .md source; {FIX}"
+    assert NOTEBOOKS.parent / "book" / "benchmarks.md" in {md for md, _ in pairs()}  # the book's notebook pages too
     for md, ipynb in pairs():
         assert ipynb.exists(), f"{md.name} has no executed {ipynb.name}; {FIX}"
         md_nb, ipynb_nb = jupytext.read(md), nbformat.read(ipynb, as_version=4)

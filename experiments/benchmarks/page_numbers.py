@@ -1,13 +1,13 @@
 """The measured numbers that book/benchmarks.md's prose ("What the tables say") quotes, and those of every other page
 that marks one (report.numbered_pages: book/design.md, environments.md, demo.md, when_things_go_wrong.md, install.md,
-the_book.md, README.md),
-each computed from a results file, so that the prose cannot drift from the tables (the chapters' `glue`, for a
-Markdown page).
+the_book.md, README.md), each computed from a results file, so that the prose cannot drift from the tables.
 
-In the page a number stands between two markers, `<!-- n:KEY -->2.1×<!-- /n -->`; the markers are HTML comments, so
-GitHub and the book show the number alone. `python benchmarks/report.py --write` rewrites every marked number from
-numbers()[KEY], and book/build.py does the same in the book it builds; tests/test_benchmarks.py fails when the committed
-page holds another number than the results give, or a marker names no known KEY.
+The benchmarks page is a notebook: its first cell glues every number under glue_name(KEY) (`trl.step` → `trl_step`)
+and its prose cell writes `{trl_step}` (agentrl_lib.notebook's glue and prose, as the chapters). In a Markdown page a
+number stands between two markers, `<!-- n:KEY -->2.1×<!-- /n -->`; the markers are HTML comments, so GitHub and the
+book show the number alone. `python benchmarks/report.py --write` rewrites every marked number from numbers()[KEY] (and
+re-executes the benchmarks page), and book/build.py does the same in the book it builds; tests/test_benchmarks.py
+fails when a committed page holds another number than the results give, or a marker names no known KEY.
 """
 from __future__ import annotations
 
@@ -296,6 +296,13 @@ def numbers() -> dict[str, str]:
     """Every marked number of the pages (module docstring) by KEY, as the page shows it (e.g. 'trl.step' → '2.1×')."""
     return {**rl_step_numbers(), **rollout_numbers(), **update_numbers(), **sweep_and_demo_numbers(), **env_numbers(),
             **make_test_numbers(), **first_run_numbers(), **alfworld_numbers(), **chapter_numbers()}
+
+
+def glue_name(key: str) -> str:
+    """The name book/benchmarks.md glues numbers()[KEY] under and its prose writes as `{name}`
+    (agentrl_lib.notebook.glue takes lower-case identifiers): every `.` and `-` of KEY an underscore, e.g. 'trl.step'
+    → 'trl_step'."""
+    return re.sub(r"[.-]", "_", key)
 
 
 def with_numbers(text: str, values: dict[str, str] | None = None) -> str:

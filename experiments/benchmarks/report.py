@@ -2,17 +2,21 @@
 write (the newest line of each), with the machine, date, commit and load each line records: no number is typed by hand.
 
     python benchmarks/report.py            # print the tables (Markdown)
-    python benchmarks/report.py --write    # replace book/benchmarks.md's block between the benchmarks markers,
-                                           # and the numbers its prose and the other pages
-                                           # mark (numbered_pages; page_numbers.py beside this module)
+    python benchmarks/report.py --write    # after a new benchmark line: re-execute the page (execute_page) and
+                                           # rewrite the numbers the other pages mark (numbered_pages;
+                                           # page_numbers.py beside this module)
 
-tests/test_benchmarks.py fails when the page's block differs from what this prints (re-run with --write after a new
-benchmark line); book/build.py also refreshes it in the book it builds.
+The page is a jupytext MyST notebook (book/benchmarks.md, paired with book/benchmarks.ipynb, whose outputs are
+committed and which the book shows as they are): under each results file's heading a cell displays
+`page_section(NAME)`, and its prose quotes page_numbers.numbers() through `glue`. tests/test_benchmarks.py fails when
+a committed output differs from what its cell computes now (nbval re-runs the page).
 """
 from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 from experiments import ROOT  # the checkout: experiments.checkout_root
@@ -27,7 +31,7 @@ from experiments.benchmarks.results_lines import (
 )
 
 PAGE = ROOT / "book" / "benchmarks.md"
-START, END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
+"""The benchmarks page: a jupytext MyST notebook, paired with book/benchmarks.ipynb (its outputs committed)."""
 
 
 def _ratio(a: float, b: float) -> str:
@@ -487,80 +491,98 @@ SECTIONS = [  # (results file, title, renderer, the script that writes it)
 ]
 
 
-def benchmark_tables(level: int = 2) -> str:
-    """Markdown: one titled table per results file present (SECTIONS order; update_speed: one per algorithm,
-    sweep_step: one per algorithm and set of settings compared, rl_step_vs_trl: one per agentrl π_old source,
-    rollout_speed: one per set of methods compared), each naming its machine and commit; titles are headings of
-    `level` (2: under the page's title)."""
+def section_tables(name: str) -> list[tuple[str, str]]:
+    """(heading, Markdown) of each table results/NAME.jsonl renders (a SECTIONS name), in order: update_speed one per
+    algorithm, sweep_step one per algorithm and set of settings compared, rl_step_vs_trl one per agentrl π_old source,
+    rollout_speed one per set of methods compared, demo_variants one over every variant; each heading SECTIONS' title
+    with the table's variant in parentheses, each table naming its machine and commit. [] when the file is absent or
+    empty; raises StopIteration for a name SECTIONS lacks."""
+    _, title, render, script = next(s for s in SECTIONS if s[0] == name)
+    # one table per algo / π_old / set of rollout methods compared
+    per = {"update_speed": "algo", "rl_step_vs_trl": "old_logprobs", "rollout_speed": "comparison",
+           "sweep_step": ("algo", "comparison"), "bf16_rollout": "kind", "rollout_profile": "generator",
+           "peak": "cpu", "env_step": "families_measured", "bench_update_memory": "label"}.get(name)
+    if name == "demo_variants":  # one table over every variant
+        rows = all_lines(name)  # the table keeps the newest of each variant and seed, and notes repeats
+        return [(title, f"`results/{name}.jsonl` (`{script}`). {render(rows)}")] if rows else []
     parts = []
-    for name, title, render, script in SECTIONS:
-        # one table per algo / π_old / set of rollout methods compared
-        per = {"update_speed": "algo", "rl_step_vs_trl": "old_logprobs", "rollout_speed": "comparison",
-               "sweep_step": ("algo", "comparison"), "bf16_rollout": "kind", "rollout_profile": "generator",
-               "peak": "cpu", "env_step": "families_measured", "bench_update_memory": "label"}.get(name)
-        if name == "demo_variants":  # one table over every variant
-            if rows := all_lines(name):  # the table keeps the newest of each variant and seed, and notes repeats
-                parts.append(f"{'#' * level} {title}\n\n`results/{name}.jsonl` (`{script}`). {render(rows)}")
-            continue
-        for r in newest_per(name, per):
-            variant = {"ppo": "PPO", "grpo": "GRPO", "rloo": "RLOO", "behaviour": "agentrl's π_old from the rollout",
-                       "batched,unshared": "each group's first context encoded once",
-                       "batched,concat": "the KV cache appended in place",
-                       "hf": "the KV cache appended in place",  # rollout_profile lines since 11-27 name their backend
-                       "weights": "why: the fine-tuning's weight changes in bf16",
-                       "hf-live": GENERATOR_WORDS["hf-live"]}.get(
-                r.get(per[0] if isinstance(per, tuple) else per) if per else None)
-            if name in ("peak", "env_step", "bench_update_memory"):
-                # one table per CPU model (peak: their bf16 hardware differs, AMX or not), per set of families measured
-                # (env_step: swe alone, it needs bwrap), per workload (update memory: the lengths stand for one)
-                variant = r.get(per)
-            if name == "sweep_step":  # one table per algorithm and set of settings compared
-                variant = "; ".join(x for x in [variant, *(label for s, label in (
-                    ("vllm", GENERATOR_WORDS["vllm"]), ("live", GENERATOR_WORDS["hf-live"]), ("lora", "LoRA"))
-                    if s in r.get("settings", [])),
-                    "paired over seeds" if seeded_per_repeat(r) else ""] if x)
-            heading = f"{title} ({variant})" if variant else title
-            parts.append(f"{'#' * level} {heading}\n\n`results/{name}.jsonl` (`benchmarks/{script}`). {render(r)}")
-    return "\n".join(parts)
+    for r in newest_per(name, per):
+        variant = {"ppo": "PPO", "grpo": "GRPO", "rloo": "RLOO", "behaviour": "agentrl's π_old from the rollout",
+                   "batched,unshared": "each group's first context encoded once",
+                   "batched,concat": "the KV cache appended in place",
+                   "hf": "the KV cache appended in place",  # rollout_profile lines since 11-27 name their backend
+                   "weights": "why: the fine-tuning's weight changes in bf16",
+                   "hf-live": GENERATOR_WORDS["hf-live"]}.get(
+            r.get(per[0] if isinstance(per, tuple) else per) if per else None)
+        if name in ("peak", "env_step", "bench_update_memory"):
+            # one table per CPU model (peak: their bf16 hardware differs, AMX or not), per set of families measured
+            # (env_step: swe alone, it needs bwrap), per workload (update memory: the lengths stand for one)
+            variant = r.get(per)
+        if name == "sweep_step":  # one table per algorithm and set of settings compared
+            variant = "; ".join(x for x in [variant, *(label for s, label in (
+                ("vllm", GENERATOR_WORDS["vllm"]), ("live", GENERATOR_WORDS["hf-live"]), ("lora", "LoRA"))
+                if s in r.get("settings", [])),
+                "paired over seeds" if seeded_per_repeat(r) else ""] if x)
+        heading = f"{title} ({variant})" if variant else title
+        parts.append((heading, f"`results/{name}.jsonl` (`benchmarks/{script}`). {render(r)}"))
+    return parts
 
 
-def page_block() -> str:
-    """The marked block of book/benchmarks.md: the markers around benchmark_tables()."""
-    return f"{START}\n{benchmark_tables()}{END}"
+def benchmark_tables(level: int = 2) -> str:
+    """Markdown: every table of section_tables, results file by results file in SECTIONS order, each under its
+    heading of `level` (what `python benchmarks/report.py` prints)."""
+    return "\n".join(f"{'#' * level} {heading}\n\n{body}" for name, *_ in SECTIONS
+                     for heading, body in section_tables(name))
 
 
-def with_tables(text: str, values: dict[str, str] | None = None) -> str:
-    """`text` with page_block() in place of its marked block and every number its prose marks rewritten from the
-    results (page_numbers.with_numbers, from `values` when given); raises ValueError without the block's markers or
-    for a number's unknown KEY."""
-    if START not in text or END not in text:
-        raise ValueError(f"no {START} ... {END} block: add the two markers where the tables go")
-    head, rest = text.split(START, 1)
-    return with_numbers(head + page_block() + rest.split(END, 1)[1], values)
+def page_section(name: str, level: int = 3) -> str:
+    """Markdown: the tables of results/NAME.jsonl as book/benchmarks.md shows them under its heading `## TITLE`
+    (SECTIONS' title): the first table without a heading when its heading is that title, every other one under its
+    own heading of `level` (a heading in a cell's output is a rubric in the book, not a section). A line saying which
+    command writes the file when it is absent."""
+    title, script = next((s[1], s[3]) for s in SECTIONS if s[0] == name)
+    parts = section_tables(name)
+    if not parts:
+        run = script if script.startswith("agentrl") else f"python benchmarks/{script}"
+        return f"No `results/{name}.jsonl` yet: `{run}` writes it.\n"
+    return "\n".join(body if i == 0 and heading == title else f"{'#' * level} {heading}\n\n{body}"
+                     for i, (heading, body) in enumerate(parts))
 
 
 def numbered_pages() -> list[Path]:
-    """README.md and the book pages besides book/benchmarks.md whose prose marks benchmark numbers (page_numbers.MARK):
-    the pages `--write` rewrites with page_numbers.with_numbers."""
+    """README.md and the book pages whose prose marks benchmark numbers (page_numbers.MARK): the pages `--write`
+    rewrites with page_numbers.with_numbers (book/benchmarks.md glues its numbers instead and marks none)."""
     return [p for p in (ROOT / "README.md", *sorted((ROOT / "book").glob("*.md")))
-            if p != PAGE and MARK.search(p.read_text())]
+            if MARK.search(p.read_text())]
+
+
+def execute_page() -> None:
+    """Pair book/benchmarks.md into book/benchmarks.ipynb (jupytext --sync) and execute the notebook in place, so
+    that its committed outputs show the tables and numbers of the results files now. Raises
+    subprocess.CalledProcessError when a cell fails."""
+    from experiments.book_build import execute
+
+    subprocess.run([sys.executable, "-m", "jupytext", "--sync", str(PAGE)], check=True)
+    execute(PAGE.with_suffix(".ipynb"), PAGE.with_suffix(".ipynb"))
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--write", action="store_true", help="replace book/benchmarks.md's block")
+    p.add_argument("--write", action="store_true",
+                   help="re-execute book/benchmarks.ipynb and rewrite the numbers the other pages mark")
     a = p.parse_args()
     if not a.write:
         print(benchmark_tables())
         return
     values = numbers()  # every results file read once for all the pages
-    for page, rewrite, what in ((PAGE, with_tables, "benchmark tables and the numbers of its prose"),
-                                *((p, with_numbers, "the benchmark numbers of its prose") for p in numbered_pages())):
+    for page in numbered_pages():
         try:
-            page.write_text(rewrite(page.read_text(), values))
+            page.write_text(with_numbers(page.read_text(), values))
         except ValueError as e:
             raise SystemExit(f"{page.relative_to(ROOT)}: {e}") from None
-        print(f"{page.relative_to(ROOT)}: {what} rewritten")
+        print(f"{page.relative_to(ROOT)}: the benchmark numbers of its prose rewritten")
+    execute_page()
+    print(f"{PAGE.with_suffix('.ipynb').relative_to(ROOT)}: re-executed (its tables and glued numbers)")
 
 
 if __name__ == "__main__":
