@@ -3,7 +3,8 @@ the same trajectories (both rollouts replaced by one recorded rollout, so both a
 one-file step gives the Trainer's loss at every minibatch update and the Trainer's updated weights, up to float
 rounding, for PPO (critic, GAE), GRPO and RLOO, and GRPO with the dual clip and Dr. GRPO's aggregation. Controls: a
 planted bug (the value loss dropped, a narrower clip range, RLOO's baseline swapped for GRPO's, Dr. GRPO's L_max
-left at the padded width, the dual clip dropped) is caught by the same comparison; a config the file leaves out is refused."""
+left at the padded width, the dual clip dropped) is caught by the same comparison; a config the file leaves out is
+refused."""
 from __future__ import annotations
 
 import copy
