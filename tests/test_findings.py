@@ -234,6 +234,46 @@ def test_a_difference_uses_the_seeds_both_cells_have_and_names_the_rest():
         "cannot tell yet (fewer than 2 seeds")
 
 
+def test_a_row_carries_the_numbers_its_text_is_rendered_from(monkeypatch):
+    """judge.Judged: a comparison's Δ and interval (fractions), each cell's seeds and mean, and the seeds ±15 pts
+    would need are the numbers of difference_of / seeds_needed, and the text says them as rendered; chapter_lessons
+    quotes the numbers. Controls: a Judged whose numbers disagree with its text is refused, naming the number; and a
+    planted Δ (set past the check) changes the lesson's sentence, so the sentence reads the number, not the text."""
+    import dataclasses
+
+    recs = _cells([0.8, 0.2, 0.6], [0.2, 0.8, 0.5])
+    held = judge.compare_judged(recs, "algo", "ppo", "grpo", {}, 1)
+    c = stats.difference_of({0: 0.8, 1: 0.2, 2: 0.6}, {0: 0.2, 1: 0.8, 2: 0.5}, paired=True)
+    assert (held.diff, held.ci, held.seeds) == (c.diff, c.ci, (3, 3)) and held.means == pytest.approx((0.8 / 1.5, 0.5))
+    assert held.seeds_needed == stats.seeds_needed(c.sd, True) > 3 and held.command is None
+    assert f"Δ {held.delta}" in held.ours and held.delta == f"{100 * c.diff:+.0f} pts [{100 * c.ci[0]:+.0f}, " \
+        f"{100 * c.ci[1]:+.0f}]" and f"needs ~{held.seeds_needed} seeds" in held.verdict
+    assert (held.ours, held.verdict) == judge.compare(recs, "algo", "ppo", "grpo", {}, 1)  # the same text
+    missing = lib._not_run("main")
+    assert missing.command == "python results/regenerate.py main" and f"(`{missing.command}`)" in missing.verdict
+
+    for wrong, name in ((dict(diff=held.diff + 0.05), "Δ"), (dict(ci=None), "Δ"), (dict(diff=None, ci=None), "Δ"),
+                        (dict(seeds=(4, 3)), "seeds"), (dict(seeds_needed=held.seeds_needed + 1), "seeds needed"),
+                        (dict(seeds_needed=None), "seeds needed"), (dict(means=(0.9, 0.5)), "means"),
+                        (dict(p=0.5), "p"), (dict(command="python results/regenerate.py main"), "command")):
+        with pytest.raises(ValueError, match=rf"numbers of {name}\b.*disagree"):
+            dataclasses.replace(held, **wrong)
+    with pytest.raises(ValueError, match="numbers of command"):
+        dataclasses.replace(missing, command=None)  # a verdict naming a command the row does not carry
+
+    row = lib.Verdict("A planted finding", "paper", "why", "05_stability", held,
+                      judge.compare_judged(recs, "algo", "ppo", "grpo", {}, 1, judge.AREA))
+    monkeypatch.setattr(lib, "verdicts", lambda chapter, results=None: [row])
+    said = lib.chapter_lessons("05_stability")
+    assert f"(Δ {held.delta}); about {held.seeds_needed} seeds a cell would resolve ±15 points" in said, said
+    planted = dataclasses.replace(held)
+    object.__setattr__(planted, "diff", held.diff + 0.5)  # past the check: only the number changes, not the text
+    object.__setattr__(planted, "seeds_needed", 99)
+    monkeypatch.setattr(lib, "verdicts", lambda chapter, results=None: [dataclasses.replace(row, held_out=planted)])
+    wrong = lib.chapter_lessons("05_stability")
+    assert f"Δ {held.delta}" not in wrong and f"Δ {planted.delta}" in wrong and "about 99 seeds" in wrong, wrong
+
+
 def _curve(success: list[float], std: list[float], seed: int = 0) -> dict:
     return {"seed": seed, "steps": [{"step": i + 1, "success_rate": s, "group_return_std": d}
                                     for i, (s, d) in enumerate(zip(success, std))]}
