@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import statistics
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -43,35 +42,57 @@ from .judge import (
     NEAR,
     NEAR_FLOOR,
     NOT_RUN,
+    RESOLVE,
     VERDICTS,
-    compare,
+    Judged,
+    compare_judged,
+    delta_text,
     echo_trap,
-    judge,
     residual_sd,
+    verdict_of,
 )
 from .records import load_results
 from .report import metric_value
 from .stats import bootstrap_diff_ci, difference_of, t_quantile
 
 REGENERATE = "python results/regenerate.py"
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """One row of a verdict table (all strings, Markdown-ready)."""
+    """One row of a verdict table: its Markdown-ready strings (finding, paper, ours, verdict, why, area,
+    area_verdict) and, in `held_out` and `curve_area` (judge.Judged), the numbers ours and the verdicts are rendered
+    from, for the readers that quote them (lessons, chapter_lessons)."""
 
     finding: str
     paper: str
-    ours: str
-    """Held-out success: each cell's mean over seeds, the difference with its interval."""
-    verdict: str
-    """The verdict on held-out success (the papers' metric)."""
     why: str
     """Why ours may differ from the paper's (scale, budget, game), whatever the verdict."""
     chapter: str
     """The notebook that teaches it, e.g. "02_reward"."""
-    area: str = "—"
-    """The same comparison on the learning-curve area (mean training success over steps), "—" where it does not
-    apply (one evaluation without training, or another set of games)."""
-    area_verdict: str = "—"
+    held_out: Judged
+    """Held-out success (the papers' metric): ours (each cell's mean over seeds, the difference with its interval),
+    the verdict, and their numbers (Δ in fractions, the seeds a cell, the seeds ±15 points would need, ...)."""
+    curve_area: Judged | None = None
+    """The same comparison on the learning-curve area (mean training success over steps); None where it does not
+    apply (one evaluation without training, or another set of games): the table shows "—"."""
+
+    @property
+    def ours(self) -> str:
+        return self.held_out.ours
+
+    @property
+    def verdict(self) -> str:
+        """The verdict on held-out success (the papers' metric)."""
+        return self.held_out.verdict
+
+    @property
+    def area(self) -> str:
+        return self.curve_area.ours if self.curve_area else "—"
+
+    @property
+    def area_verdict(self) -> str:
+        return self.curve_area.verdict if self.curve_area else "—"
 
 
 def _pct(x: float) -> str:
@@ -83,42 +104,48 @@ NOT_IN_RESULTS = "not in results/ yet"
 worktree writes into results/incoming/, and moves up when it is complete, with the chapter that reads it)."""
 
 
-def _not_run(part: str) -> tuple[str, str]:
-    return NOT_IN_RESULTS, f"{NOT_RUN} (`{REGENERATE} {part}`)"
+def _not_run(part: str, ours: str = NOT_IN_RESULTS) -> Judged:
+    """A row whose results are missing: `ours` says what is missing, the verdict the command that brings them."""
+    command = f"{REGENERATE} {part}"
+    return Judged(ours, f"{NOT_RUN} (`{command}`)", command=command)
 
 
 def compare_evaluations(evals: list[dict], a: dict, b: dict, expect_sign: int, names: tuple[str, str]
-                        ) -> tuple[str, str]:
-    """(ours, verdict) for the success rate of one evaluation (results/stage_evals.jsonl: a model without RL, one
-    run, so no seeds) minus another's, both chosen by their fields (`a`, `b`: e.g. {"stage": "base", "level":
-    "w2-o3-q4"}; the newest matching line is used). The interval is a bootstrap over GAMES (per-game outcomes,
-    resampled independently), the only spread one evaluation has; the text says so."""
+                        ) -> Judged:
+    """(ours, verdict) with their numbers (judge.Judged) for the success rate of one evaluation
+    (results/stage_evals.jsonl: a model without RL, one run, so no seeds) minus another's, both chosen by their
+    fields (`a`, `b`: e.g. {"stage": "base", "level": "w2-o3-q4"}; the newest matching line is used). The interval
+    is a bootstrap over GAMES (per-game outcomes, resampled independently), the only spread one evaluation has; the
+    text says so."""
     def pick(fields: dict) -> dict | None:
         hits = [e for e in evals if all(e.get(k) == v for k, v in fields.items())]
         return hits[-1] if hits else None
 
     ea, eb = pick(a), pick(b)
     if ea is None or eb is None:
-        return NOT_IN_RESULTS, f"{NOT_RUN} (`{REGENERATE} evals`)"
+        return _not_run("evals")
     wins = [[float(won) for _, won, _ in e["eval"]["per_game"]] for e in (ea, eb)]
-    ours = "; ".join(f"{n} {_pct(sum(w) / len(w))} ({len(w)} games)" for n, w in zip(names, wins))
-    diff = sum(wins[0]) / len(wins[0]) - sum(wins[1]) / len(wins[1])
+    means = (sum(wins[0]) / len(wins[0]), sum(wins[1]) / len(wins[1]))
+    ours = "; ".join(f"{n} {_pct(m)} ({len(w)} games)" for n, m, w in zip(names, means, wins))
+    diff = means[0] - means[1]
     ci = bootstrap_diff_ci(*wins)
     if ci is None:
-        return ours, f"{NOT_RUN} (fewer than 2 games)"
-    ours += f"; Δ {100 * diff:+.0f} pts [{100 * ci[0]:+.0f}, {100 * ci[1]:+.0f}] (interval over games: one model each)"
+        return Judged(ours, f"{NOT_RUN} (fewer than 2 games)", means=means)
+    ours += f"; Δ {delta_text(diff, ci)} (interval over games: one model each)"
     if not any(wins[0]) and not any(wins[1]):
-        return ours, f"{FLOOR} (both 0%): neither agrees nor disagrees"
-    if max(sum(w) / len(w) for w in wins) <= NEAR:
-        return ours, f"{NEAR_FLOOR} (both ≤ {_pct(NEAR)}): neither agrees nor disagrees"
-    if ci[0] > 0 or ci[1] < 0:
-        return ours, AGREES if (diff > 0) == (expect_sign > 0) else DISAGREES
-    return ours, f"{CANNOT_TELL} (one model each: more games, not seeds, would narrow it)"
+        verdict = f"{FLOOR} (both 0%): neither agrees nor disagrees"
+    elif max(means) <= NEAR:
+        verdict = f"{NEAR_FLOOR} (both ≤ {_pct(NEAR)}): neither agrees nor disagrees"
+    elif ci[0] > 0 or ci[1] < 0:
+        verdict = AGREES if (diff > 0) == (expect_sign > 0) else DISAGREES
+    else:
+        verdict = f"{CANNOT_TELL} (one model each: more games, not seeds, would narrow it)"
+    return Judged(ours, verdict, diff, ci, means=means)
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The findings. Each: (chapter, finding, paper, why ours may differ, check(results) -> (ours, verdict[, area ours,
-# area verdict]))
+# The findings. Each: (chapter, finding, paper, why ours may differ, check(results) -> held-out success's Judged, or
+# (held-out success's, the learning-curve area's))
 
 MAIN_WHY = ("135M model (paper 1.5B / 7B); 5-command cooking games; 400 episodes at lr 1e-5 (paper: actor 1e-6); "
             "52 of the 64 training games keep the ingredient in the fridge, and 18 of the 36 runs end on that habit, "
@@ -159,14 +186,13 @@ def _cost(records: list[dict], cells: int = 2, gpu_minutes: float | None = None)
 
 def _both(records: list[dict], axis: str, a: Any, b: Any, where: dict, sign: int, names=None, margin=None,
           metric: str = "eval.success_rate", area: bool = True, gpu_minutes: float | None = None,
-          effect: float | None = None) -> tuple[str, ...]:
-    """compare() on held-out `metric` and, with `area`, on the learning-curve area: (ours, verdict, area ours, area
-    verdict)."""
+          effect: float | None = None) -> Judged | tuple[Judged, Judged]:
+    """compare_judged() on held-out `metric` and, with `area`, on the learning-curve area: (held-out, area)."""
     cost = _cost(records, gpu_minutes=gpu_minutes)
-    held = compare(records, axis, a, b, where, sign, metric, names, margin, cost, effect)
+    held = compare_judged(records, axis, a, b, where, sign, metric, names, margin, cost, effect)
     if not area:
         return held
-    return (*held, *compare(records, axis, a, b, where, sign, AREA, names, margin, cost, effect))
+    return held, compare_judged(records, axis, a, b, where, sign, AREA, names, margin, cost, effect)
 
 
 def _main(axis, a, b, where, sign, margin=None, names=None, effect=None):
@@ -224,11 +250,11 @@ def _transfer(res):
         return _not_run("complexity")
     small = [r for r in recs if r["cell"].get("level") == "w2-o3-q4"]
     if not any(metric_value(r, "evals.w8.success_rate") is not None for r in small):
-        return "the w2-o3-q4 runs lack their w8-o12-q4 evaluation", f"{NOT_RUN} (`{REGENERATE} complexity`)"
+        return _not_run("complexity", "the w2-o3-q4 runs lack their w8-o12-q4 evaluation")
     moved = [{**r, "cell": {"trained at": "w2-o3-q4"}, "eval": r["evals"]["w8"]} for r in small if r.get("evals")]
     home = [{**r, "cell": {"trained at": "w8-o12-q4"}} for r in recs if r["cell"].get("level") == "w8-o12-q4"]
-    return compare(moved + home, "trained at", "w2-o3-q4", "w8-o12-q4", {}, 0,
-                   names=("trained at w2-o3-q4", "trained at w8-o12-q4"), cost=_cost(recs))
+    return compare_judged(moved + home, "trained at", "w2-o3-q4", "w8-o12-q4", {}, 0,
+                          names=("trained at w2-o3-q4", "trained at w8-o12-q4"), cost=_cost(recs))
 
 
 def _base_levels(res):
@@ -236,12 +262,17 @@ def _base_levels(res):
                                {"stage": "base", "level": "w8-o12-q4"}, 1, ("w2-o3-q4", "w8-o12-q4"))
 
 
+def _echo(records: list[dict], part: str) -> Judged:
+    """echo_trap's (ours, verdict) over `records` (counts of runs and seeds: no difference, no interval)."""
+    return Judged(*echo_trap(records)) if records else _not_run(part)
+
+
 def _echo_main(res):
-    return echo_trap(res["algo_reward"]) if res["algo_reward"] else _not_run("main")
+    return _echo(res["algo_reward"], "main")
 
 
 def _echo_bandit(res):  # the 25-step GRPO run beside the 10-step runs
-    return echo_trap(res["stability"] + res["stability_long"]) if res["stability"] else _not_run("stability")
+    return _echo(res["stability"] + res["stability_long"], "stability") if res["stability"] else _not_run("stability")
 
 
 def _swe(res):
@@ -339,7 +370,7 @@ def _counter_wins(res):
         return _not_run("main")
     places = game_places(recs[0]["config"]["train"]["eval_games"])
     if not places:
-        return "results/game_sets.json lacks the held-out games' places", f"{NOT_RUN} (`{REGENERATE} main`)"
+        return _not_run("main", "results/game_sets.json lacks the held-out games' places")
     got = {}
     for algo in ("ppo", "grpo", "rloo"):
         runs = [r for r in recs if r["cell"].get("algo") == algo]
@@ -348,8 +379,8 @@ def _counter_wins(res):
     p = fisher_exact([[kp, np_ - kp], [kg, ng - kg]]).pvalue
     ours = (", ".join(f"{a.upper() if a != 'ppo' else 'PPO'} {k} of {n}" for a, (k, n) in got.items())
             + f" runs won a counter game; PPO vs GRPO Fisher's exact p = {p:.3f}")
-    return ours, (AGREES if p < 0.05 and kp / np_ > kg / ng else DISAGREES if p < 0.05 else
-                  f"{CANNOT_TELL} (Fisher p = {p:.2f})")
+    return Judged(ours, (AGREES if p < 0.05 and kp / np_ > kg / ng else DISAGREES if p < 0.05 else
+                         f"{CANNOT_TELL} (Fisher p = {p:.2f})"), p=p)
 
 
 def _grpo_vs_start(res, sweep: str = "algo_reward"):
@@ -365,8 +396,8 @@ def _grpo_vs_start(res, sweep: str = "algo_reward"):
     flag, games = ("balanced_start", "cooking-bal-heldout") if balanced else ("main_start", "cooking-heldout")
     start = next((e for e in reversed(evals) if e.get(flag) and e.get("games") == games), None)
     if start is None:
-        return "the SFT start's held-out evaluation is not in results/stage_evals.jsonl", \
-            f"{NOT_RUN} (`{REGENERATE} {'balanced' if balanced else 'evals'}`)"
+        return _not_run("balanced" if balanced else "evals",
+                        "the SFT start's held-out evaluation is not in results/stage_evals.jsonl")
     s0 = start["eval"]["success_rate"]
     out = {}
     for kind in ("dense", "sparse"):
@@ -374,10 +405,13 @@ def _grpo_vs_start(res, sweep: str = "algo_reward"):
                     if r["cell"].get("algo") == "grpo" and r["cell"].get("reward.kind") == kind})
     grpo = dict(enumerate(out.values()))
     c = difference_of(grpo, {i: s0 for i in grpo}, paired=True)
-    ours = f"GRPO {_pct(sum(grpo.values()) / len(grpo))} (n={len(grpo)} runs); SFT start {_pct(s0)}"
-    if c is not None and c.ci:
-        ours += f"; Δ {100 * c.diff:+.0f} pts [{100 * c.ci[0]:+.0f}, {100 * c.ci[1]:+.0f}] (t over runs)"
-    return ours, judge(c, 0, None, True)
+    means = (sum(grpo.values()) / len(grpo), s0)
+    ours = f"GRPO {_pct(means[0])} (n={len(grpo)} runs); SFT start {_pct(s0)}"
+    shown = c is not None and c.ci is not None  # the Δ is said with its interval or not at all
+    if shown:
+        ours += f"; Δ {delta_text(c.diff, c.ci)} (t over runs)"
+    verdict, need = verdict_of(c, 0, None, True)
+    return Judged(ours, verdict, c.diff if shown else None, c.ci if shown else None, seeds_needed=need, means=means)
 
 
 def _sft_alone(res):
@@ -393,21 +427,22 @@ def _sft_alone(res):
                 and e.get("games") == "cooking-heldout" and e.get("seed", 0) == 0), None)
     rl = next((r for r in recs if r["cell"].get("sft.demos") == 36 and r["seed"] == 0), None)
     if sft is None or rl is None:
-        return "the 36-demonstration SFT model or its RL run is missing", f"{NOT_RUN} (`{REGENERATE} split`)"
+        return _not_run("split", "the 36-demonstration SFT model or its RL run is missing")
     a = {g: w for g, w, _ in sft["eval"]["per_game"]}
     b = {g: w for g, w, _ in rl["eval"]["per_game"]}
     only_a = sum(1 for g in a if a[g] and not b.get(g))
     only_b = sum(1 for g in b if b[g] and not a.get(g))
     p = binomtest(only_a, only_a + only_b, 0.5).pvalue if only_a + only_b else 1.0
-    ours = (f"SFT alone {_pct(sft['eval']['success_rate'])}; then {rl['cell'].get('rl.episodes', 40)} RL episodes "
-            f"{_pct(rl['eval']['success_rate'])} (seed 0, {len(a)} games); games won by SFT alone only {only_a}, "
+    means = (sft["eval"]["success_rate"], rl["eval"]["success_rate"])
+    ours = (f"SFT alone {_pct(means[0])}; then {rl['cell'].get('rl.episodes', 40)} RL episodes "
+            f"{_pct(means[1])} (seed 0, {len(a)} games); games won by SFT alone only {only_a}, "
             f"by SFT then RL only {only_b}; McNemar's exact p = {p:.3f}")
-    if p < 0.05:
-        return ours, AGREES if only_a > only_b else DISAGREES
-    return ours, f"{CANNOT_TELL} (McNemar p = {p:.2f}: one model each, seed 0)"
+    verdict = ((AGREES if only_a > only_b else DISAGREES) if p < 0.05 else
+               f"{CANNOT_TELL} (McNemar p = {p:.2f}: one model each, seed 0)")
+    return Judged(ours, verdict, means=means, p=p)
 
 
-FINDINGS: list[tuple[str, str, str, str, Callable[[dict], tuple[str, ...]]]] = [
+FINDINGS: list[tuple[str, str, str, str, Callable[[dict], Judged | tuple[Judged, Judged]]]] = [
     ("01_environment", "The base model's success falls as the world grows",
      "base 17% → 3% as worlds grow (1.5B)", "one evaluation per level (interval over games, not seeds); 135M base "
      "model, 64 held-out games per level", _base_levels),
@@ -444,7 +479,7 @@ FINDINGS: list[tuple[str, str, str, str, Callable[[dict], tuple[str, ...]]]] = [
      "interval inside ±15 pts", lambda res: _grpo_vs_start(res, "algo_reward_balanced")),
     ("03_policy", "Echo Trap on balanced games: the reward spread falls before the reward",
      "RAGEN: group reward std falls before reward, then collapse", "25 steps per run (RAGEN: 200)",
-     lambda res: echo_trap(res["algo_reward_balanced"]) if res["algo_reward_balanced"] else _not_run("balanced")),
+     lambda res: _echo(res["algo_reward_balanced"], "balanced")),
     ("03_policy", "PPO (critic, GAE) beats GRPO, dense reward, on the shortcut games",
      "PPO 88% vs GRPO ≈ base (1.5B, w2-o3-q4)",
      MAIN_WHY, _main("algo", "ppo", "grpo", {"reward.kind": "dense"}, 1, effect=0.70)),
@@ -518,9 +553,8 @@ def verdicts(chapter: str | None = None, results: dict[str, list[dict]] | None =
     rows = []
     for ch, finding, paper, why, check in chosen:
         got = check(res)
-        ours, verdict = got[:2]
-        area, area_verdict = got[2:4] if len(got) == 4 else ("—", "—")
-        rows.append(Verdict(finding, paper, ours, verdict, why, ch, area, area_verdict))
+        held, area = (got, None) if isinstance(got, Judged) else got
+        rows.append(Verdict(finding, paper, why, ch, held, area))
     return rows
 
 
@@ -550,8 +584,7 @@ def lessons(results: dict[str, list[dict]] | None = None) -> str:
     res = {name: res.get(name, []) for name in RESULTS_FILES}
     rows = verdicts(None, res)
     words = {w: sum(v.verdict.startswith(w) for v in rows) for w in VERDICTS}
-    waiting = sorted({m.group(1) for v in rows if v.verdict.startswith(NOT_RUN)
-                      for m in [re.search(r"\(`([^`]+)`\)", v.verdict)] if m})
+    waiting = sorted({v.held_out.command for v in rows if v.verdict.startswith(NOT_RUN) and v.held_out.command})
     out = [f"Of the {len(rows) - words[NOT_RUN]} findings tested, {words[AGREES]} agree with the papers, "
            f"{words[DISAGREES]} disagree, {words[CANNOT_TELL]} cannot be told at this scale and "
            f"{words[FLOOR] + words[NEAR_FLOOR]} sit on a floor where neither model won anything"
@@ -590,10 +623,6 @@ def lessons(results: dict[str, list[dict]] | None = None) -> str:
                    f"only fridge games and {habits['counter only']} only counter games, {habits['both']} won games "
                    f"of both places and {habits['none']} won nothing.")
     by = {v.finding: v for v in rows}
-
-    def delta(text: str) -> str:
-        return text.split("; Δ ")[1].split(" (")[0]
-
     told = []
     for games in ("balanced games", "shortcut games"):
         suffix = ", on balanced games" if games == "balanced games" else ", on the shortcut games"
@@ -601,54 +630,50 @@ def lessons(results: dict[str, list[dict]] | None = None) -> str:
         grpo = by.get("GRPO stays near its start" + suffix)
         if sparse and sparse.verdict in (AGREES, DISAGREES):
             told.append(f"with a sparse reward PPO {'beat' if sparse.verdict == AGREES else 'lost to'} GRPO on the "
-                        f"{games} ({delta(sparse.ours)})")
+                        f"{games} ({sparse.held_out.delta})")
         if grpo and grpo.verdict.startswith(AGREES):
-            told.append(f"GRPO ended near its SFT start on the {games} ({delta(grpo.ours)}), as the paper's "
+            told.append(f"GRPO ended near its SFT start on the {games} ({grpo.held_out.delta}), as the paper's "
                         "“GRPO ≈ base”")
     alone = by.get("SFT alone beats SFT then a little RL, in domain")
     if alone and alone.verdict == AGREES:
+        (sft, rl), p = alone.held_out.means, alone.held_out.p
         told.append(f"SFT on 36 demonstrations alone beat SFT then 40 RL episodes on the same games "
-                    f"({alone.ours.split('; ')[0].removeprefix('SFT alone ')} against "
-                    f"{alone.ours.split('; ')[1].split(' episodes ')[1].split(' ')[0]}, "
-                    f"{alone.ours.rsplit('; ', 1)[1]})")
+                    f"({_pct(sft)} against {_pct(rl)}, McNemar's exact p = {p:.3f})")
     if told:
         out.append("What does resolve: " + "; ".join(told) + ".")
     for games, suffix in (("balanced games", ", on balanced games"), ("shortcut games", ", on the shortcut games")):
         dense = by.get("Dense turn rewards help PPO" + suffix)
-        if dense and dense.area != "—" and dense.area_verdict.startswith((AGREES, DISAGREES)):
+        if dense and dense.curve_area and dense.area_verdict.startswith((AGREES, DISAGREES)):
             out.append(f"Dense turn rewards {'helped' if dense.area_verdict.startswith(AGREES) else 'did not help'} "
-                       f"PPO on the {games}: on the learning-curve area dense minus sparse is {delta(dense.area)}, "
+                       f"PPO on the {games}: on the learning-curve area dense minus sparse is "
+                       f"{dense.curve_area.delta}, "
                        "against the paper's +17 points of held-out success.")
     return " ".join(out)
-
-
-_DELTA = re.compile(r"Δ ([+-]?\d+ pts(?: \[[^\]]*\])?)")
-_NEEDS = re.compile(r"±(\d+) pts needs ~(\d+) seeds")
-_SEEDS = re.compile(r"\(n=(\d+)\)")
 
 
 def chapter_lessons(chapter: str, results: dict[str, list[dict]] | None = None) -> str:
     """What one chapter's runs teach, a sentence or two per finding, every number taken from its verdict row
     (verdicts(chapter, results)), for the chapter's closing section above its verdict table: which findings resolve
     and how (held-out success first, the papers' metric; else the learning-curve area), which cannot be told and how
-    many seeds a cell would tell them (judge.seeds_needed's estimate, quoted from the verdict), which sit on a floor
-    (neither side won anything) and which are not run yet; and, when the chapter's comparisons have few seeds, what
-    Student's t does to an interval over them (stats.t_quantile). Chapters 02 and 03 lead with lessons() instead,
-    the sweep-wide account. Raises ValueError for a chapter with no finding (as verdicts())."""
+    many seeds a cell would tell them (stats.seeds_needed's estimate as the verdict quotes it: Judged.seeds_needed),
+    which sit on a floor (neither side won anything) and which are not run yet; and, when the chapter's comparisons
+    have few seeds, what Student's t does to an interval over them (stats.t_quantile). Chapters 02 and 03 lead with
+    lessons() instead, the sweep-wide account. Raises ValueError for a chapter with no finding (as verdicts())."""
     rows = verdicts(chapter, results)
     sentences, few = [], []
     for v in rows:
         held, area = v.verdict, v.area_verdict
-        d_held, d_area = _DELTA.search(v.ours), _DELTA.search(v.area)
+        d_held = v.held_out.delta
+        d_area = v.curve_area.delta if v.curve_area else None
         name = f"*{v.finding}*"
         if held.startswith((AGREES, DISAGREES)):
             word = "agrees" if held.startswith(AGREES) else "disagrees"
-            how = f"held-out success, Δ {d_held.group(1)}" if d_held else "; ".join(v.ours.split("; ")[:2])
+            how = f"held-out success, Δ {d_held}" if d_held else "; ".join(v.ours.split("; ")[:2])
             sentences.append(f"{name} {word} with the paper ({how}).")
         elif area.startswith((AGREES, DISAGREES)) and d_area:
             word = "agrees" if area.startswith(AGREES) else "disagrees"
-            sentences.append(f"{name} {word} on the learning-curve area (Δ {d_area.group(1)}) while held-out "
-                             f"success cannot tell" + (f" (Δ {d_held.group(1)})." if d_held else "."))
+            sentences.append(f"{name} {word} on the learning-curve area (Δ {d_area}) while held-out "
+                             f"success cannot tell" + (f" (Δ {d_held})." if d_held else "."))
         elif held.startswith((FLOOR, NEAR_FLOOR)):
             won = "anything" if held.startswith(FLOOR) else "more than a game or two"
             sentences.append(f"{name} sits on a floor: neither side won {won}, so the comparison says nothing "
@@ -656,16 +681,17 @@ def chapter_lessons(chapter: str, results: dict[str, list[dict]] | None = None) 
         elif held.startswith(NOT_RUN):
             sentences.append(f"{name} is not run yet: {held.removeprefix(NOT_RUN).strip(' :()')}.")
         else:  # cannot tell at this scale
-            need, need_area = _NEEDS.search(held), _NEEDS.search(area)
-            said = ([f"Δ {d_held.group(1)}"] if d_held else []) + \
+            need = v.held_out.seeds_needed
+            need_area = v.curve_area.seeds_needed if v.curve_area else None
+            said = ([f"Δ {d_held}"] if d_held else []) + \
                 ([] if need else [held.removeprefix(CANNOT_TELL).strip(" ()")])
             tail = f" ({'; '.join(p for p in said if p)})" if any(said) else ""
             if need:
-                tail += f"; about {need.group(2)} seeds a cell would resolve ±{need.group(1)} points"
-                if need_area and int(need_area.group(2)) < int(need.group(2)):
-                    tail += f" (on the learning-curve area, about {need_area.group(2)})"
+                tail += f"; about {need} seeds a cell would resolve ±{100 * RESOLVE:.0f} points"
+                if need_area and need_area < need:
+                    tail += f" (on the learning-curve area, about {need_area})"
             sentences.append(f"{name} cannot be told at this scale{tail}.")
-            few += [int(n) for n in _SEEDS.findall(v.ours)]
+            few += [n for n in v.held_out.seeds if n]
     words = {w: sum(v.verdict.startswith(w) for v in rows) for w in VERDICTS}
     floor = words[FLOOR] + words[NEAR_FLOOR]
     head = (f"This chapter tests {len(rows)} of the papers' findings: {words[AGREES]} "

@@ -1,7 +1,9 @@
 """The verdict words and the comparisons behind them: a difference of two cells of a sweep on one outcome (held-out
 success, or the learning-curve area), judged against a paper's direction and effect size (`compare`, `judge`), and
 RAGEN's Echo Trap ordering tested over runs and seeds (`echo_order`, `echo_trap`). findings.py applies them to the
-papers' findings; the words and their rules are documented on the book's page *Sweeps and findings*.
+papers' findings; the words and their rules are documented on the book's page *Sweeps and findings*. A comparison's
+text comes with the numbers it is rendered from (`Judged`, from `compare_judged`), so its readers quote numbers and
+never parse text.
 
 The verdicts (VERDICTS): "agrees" / "disagrees" (the interval excludes 0, in / against the paper's direction; a
 directional finding whose interval contains 0 but stops short of the paper's effect also disagrees), "cannot tell at
@@ -15,6 +17,7 @@ Sources: R. Wang, P. Ammanabrolu, *A Practitioner's Guide to Multi-turn Agentic 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from .report import cell, metric_value, start_of
@@ -39,6 +42,62 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
+def delta_text(diff: float, ci: tuple[float, float] | None) -> str:
+    """A difference as a verdict row writes it after "Δ ": "+19 pts [+3, +34]" (points: 100 x the fractions `diff`
+    and `ci`, rounded), or "+19 pts" without an interval."""
+    return f"{100 * diff:+.0f} pts" + (f" [{100 * ci[0]:+.0f}, {100 * ci[1]:+.0f}]" if ci else "")
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One outcome of a finding judged (held-out success, or the learning-curve area): what a verdict row says of it,
+    `ours` and `verdict` (Markdown), and the numbers both are rendered from, so that a reader (findings.lessons,
+    findings.chapter_lessons) takes the numbers, never parses the text. Raises ValueError when a number and the text
+    disagree (a Δ, a seeds-needed figure, a command, a mean or a p the text does not say as rendered from it)."""
+
+    ours: str
+    """Our numbers: each side's mean, the difference with its interval (compare: `_ours`)."""
+    verdict: str
+    """The verdict (VERDICTS' words first)."""
+    diff: float | None = None
+    """Δ, mean(a) - mean(b) as a fraction of success (0.19: ours says "Δ +19 pts"); None where ours says no Δ."""
+    ci: tuple[float, float] | None = None
+    """Δ's 95% interval (fractions); None where ours gives none."""
+    seeds: tuple[int, ...] = ()
+    """How many seeds each cell has, a first (ours' "(n=3)"; 0 for a cell not run); () where the row is not over
+    seeds a cell (one evaluation's games, runs against one model, the Echo Trap's count)."""
+    seeds_needed: int | None = None
+    """The seeds (a cell, or paired) an interval of ±RESOLVE would need, where the verdict quotes it ("±15 pts needs
+    ~N seeds": judge via stats.seeds_needed); None where it quotes none (resolved, over 200, enough already)."""
+    means: tuple[float, float] | None = None
+    """Each side's success (fractions, a first) as ours says them; None where ours does not set two side by side."""
+    p: float | None = None
+    """The p-value of the row's exact test (Fisher's, McNemar's) as ours says it ("p = 0.006"); None without one."""
+    command: str | None = None
+    """The command that would bring the missing results where the verdict says so ("cannot tell yet (`python
+    results/regenerate.py main`)"); None otherwise."""
+
+    def __post_init__(self):
+        agree = {
+            "Δ": ("Δ " in self.ours) == (self.diff is not None)
+            and (self.diff is None or f"Δ {self.delta} (" in self.ours),  # then how it was computed
+            "seeds": all(f"(n={k})" in self.ours for k in self.seeds if k),
+            "seeds needed": ("needs ~" in self.verdict) == (self.seeds_needed is not None)
+            and (self.seeds_needed is None or f"needs ~{self.seeds_needed} seeds" in self.verdict),
+            "means": all(_pct(m) in self.ours for m in self.means or ()),
+            "p": self.p is None or f"p = {self.p:.3f}" in self.ours,
+            "command": ("(`" in self.verdict) == (self.command is not None)
+            and (self.command is None or f"(`{self.command}`)" in self.verdict)}
+        if not all(agree.values()):
+            raise ValueError(f"the numbers of {', '.join(k for k, ok in agree.items() if not ok)} disagree with the "
+                             f"text ({self.ours!r}; {self.verdict!r}): render both from the same numbers")
+
+    @property
+    def delta(self) -> str | None:
+        """Δ as ours writes it after "Δ " (delta_text: "+19 pts [+3, +34]"); None without a difference."""
+        return None if self.diff is None else delta_text(self.diff, self.ci)
+
+
 def curve_area(record: dict) -> float | None:
     """The learning curve's area of a sweep record: mean training success over its steps (record["steps"][i]
     ["success_rate"], fractions); None when no step has one."""
@@ -54,16 +113,24 @@ def judge(c: Comparison | None, expect_sign: int, margin: float | None = None, s
     needed, seeds run) -> what the missing seeds would cost, e.g. "about 6 CPU h more here", appended to the
     seeds-needed figure; `effect`: the paper's effect size (a fraction) of a directional finding: an interval that
     contains 0 and stops short of it rules the paper's effect out, and the verdict is "disagrees" (with why)."""
+    return verdict_of(c, expect_sign, margin, success, cost, effect)[0]
+
+
+def verdict_of(c: Comparison | None, expect_sign: int, margin: float | None = None, success: bool = True,
+               cost: Callable[[int, int], str] | None = None, effect: float | None = None) -> tuple[str, int | None]:
+    """(judge's verdict, the seeds it quotes as needed for ±RESOLVE: Judged.seeds_needed, None where it quotes
+    none); the arguments as judge's."""
     if c is None or (c.n < 2):
-        return f"{NOT_RUN} (fewer than 2 seeds{' common to both cells' if c is not None and c.paired else ''})"
+        return f"{NOT_RUN} (fewer than 2 seeds{' common to both cells' if c is not None and c.paired else ''})", None
     if success:
         values = [*c.a.values(), *c.b.values()]
         if max(values) == 0:
-            return f"{FLOOR} (both 0% in every seed): neither agrees nor disagrees"
+            return f"{FLOOR} (both 0% in every seed): neither agrees nor disagrees", None
         if max(values) <= NEAR:
-            return f"{NEAR_FLOOR} (both ≤ {_pct(NEAR)} in every seed): neither agrees nor disagrees"
+            return f"{NEAR_FLOOR} (both ≤ {_pct(NEAR)} in every seed): neither agrees nor disagrees", None
     need = seeds_needed(c.sd, c.paired)
     per = "" if c.paired else " a cell"
+    quoted = None  # the seeds the verdict says ±RESOLVE needs, where it says so
     if need is None:
         plan = "spread unknown: the seeds' differences were identical"
     elif need > 200:
@@ -72,23 +139,24 @@ def judge(c: Comparison | None, expect_sign: int, margin: float | None = None, s
         plan = f"{c.n} seeds resolve ±{100 * RESOLVE:.0f} pts already: a difference, if any, lies inside the interval"
     else:
         extra = cost(need, c.n) if cost else ""
+        quoted = need
         plan = f"±{100 * RESOLVE:.0f} pts needs ~{need} seeds{per}" + (f", {extra}" if extra else "")
     if c.ci is None:
-        return f"{CANNOT_TELL} ({plan})"
+        return f"{CANNOT_TELL} ({plan})", quoted
     lo, hi = c.ci
     m = RESOLVE if margin is None else margin
     if expect_sign == 0:
         if -m < lo and hi < m:
-            return f"{AGREES} (the interval lies within ±{100 * m:.0f} pts, the paper's effect size)"
+            return f"{AGREES} (the interval lies within ±{100 * m:.0f} pts, the paper's effect size)", None
         if lo > 0 or hi < 0:
-            return DISAGREES
-        return f"{CANNOT_TELL} (the interval reaches beyond ±{100 * m:.0f} pts; {plan})"
+            return DISAGREES, None
+        return f"{CANNOT_TELL} (the interval reaches beyond ±{100 * m:.0f} pts; {plan})", quoted
     if lo > 0 or hi < 0:
-        return AGREES if (c.diff > 0) == (expect_sign > 0) else DISAGREES
+        return AGREES if (c.diff > 0) == (expect_sign > 0) else DISAGREES, None
     if effect is not None and (hi < effect if expect_sign > 0 else lo > -effect):
         return (f"{DISAGREES} (no difference, and the interval rules out the paper's "
-                f"{100 * expect_sign * effect:+.0f} pts)")
-    return f"{CANNOT_TELL} ({plan})"
+                f"{100 * expect_sign * effect:+.0f} pts)"), None
+    return f"{CANNOT_TELL} ({plan})", quoted
 
 
 def _ours(c: Comparison | None, na: str, nb: str, sa: dict, sb: dict) -> str:
@@ -97,8 +165,7 @@ def _ours(c: Comparison | None, na: str, nb: str, sa: dict, sb: dict) -> str:
     if c is None:
         return text
     how = "paired over" if c.paired else "Welch,"
-    text += f"; Δ {100 * c.diff:+.0f} pts"
-    text += f" [{100 * c.ci[0]:+.0f}, {100 * c.ci[1]:+.0f}]" if c.ci else " (no interval)"
+    text += f"; Δ {delta_text(c.diff, c.ci)}" + ("" if c.ci else " (no interval)")
     text += f" ({how} {c.n} seeds" + ("" if c.paired else " a cell") + ")"
     if c.paired:
         left = [f"{n} seed {s}" for n, own, other in ((na, sa, sb), (nb, sb, sa)) for s in own if s not in other]
@@ -132,18 +199,32 @@ def compare(records: list[dict], axis: str, a: Any, b: Any, where: dict | None =
             cost: Callable[[int, int], str] | None = None, effect: float | None = None) -> tuple[str, str]:
     """(ours, verdict) for mean(a) - mean(b) of `metric` (a dotted record field, or AREA: the learning-curve area)
     between two values of `axis` within `where` ({axis: value} held fixed): paired by seed where the cells share
-    seeds (_shares_seeds), Welch's otherwise (difference_of); the verdict by `judge`.
+    seeds (_shares_seeds), Welch's otherwise (difference_of); the verdict by `judge`. compare_judged gives the
+    numbers with them.
 
     expect_sign: +1 where the paper found a > b, -1 where a < b, 0 where it found no difference (then `margin`, the
     paper's effect size, bounds an "agrees"; `effect`: the paper's effect of a directional finding, see judge).
     `names` label a and b in the text (default: the values).
     Raises ValueError (from report.cell) when `where` leaves an axis unnamed."""
+    got = compare_judged(records, axis, a, b, where, expect_sign, metric, names, margin, cost, effect)
+    return got.ours, got.verdict
+
+
+def compare_judged(records: list[dict], axis: str, a: Any, b: Any, where: dict | None = None, expect_sign: int = 1,
+                   metric: str = "eval.success_rate", names: tuple[str, str] | None = None,
+                   margin: float | None = None, cost: Callable[[int, int], str] | None = None,
+                   effect: float | None = None) -> Judged:
+    """compare's (ours, verdict) with the numbers they are rendered from (Judged: Δ and its interval, each cell's
+    seeds and mean, the seeds ±RESOLVE would need); the arguments and errors as compare's."""
     where = where or {}
     na, nb = names or (str(a), str(b))
     (sa, ra), (sb, rb) = (_outcomes(records, metric, {**where, axis: v}) for v in (a, b))
     c = difference_of(sa, sb, _shares_seeds(ra, rb), expect_sign) if sa and sb else None
     success = metric == AREA or metric.endswith("success_rate")
-    return _ours(c, na, nb, sa, sb), judge(c, expect_sign, margin, success, cost, effect)
+    verdict, need = verdict_of(c, expect_sign, margin, success, cost, effect)
+    means = (sum(sa.values()) / len(sa), sum(sb.values()) / len(sb)) if sa and sb else None
+    return Judged(_ours(c, na, nb, sa, sb), verdict, c.diff if c else None, c.ci if c else None,
+                  (len(sa), len(sb)), need, means)
 
 
 ECHO = {"floor_frac": 0.25, "window": 3, "drop": 0.2, "converged": 0.9}

@@ -234,6 +234,46 @@ def test_a_difference_uses_the_seeds_both_cells_have_and_names_the_rest():
         "cannot tell yet (fewer than 2 seeds")
 
 
+def test_a_row_carries_the_numbers_its_text_is_rendered_from(monkeypatch):
+    """judge.Judged: a comparison's Δ and interval (fractions), each cell's seeds and mean, and the seeds ±15 pts
+    would need are the numbers of difference_of / seeds_needed, and the text says them as rendered; chapter_lessons
+    quotes the numbers. Controls: a Judged whose numbers disagree with its text is refused, naming the number; and a
+    planted Δ (set past the check) changes the lesson's sentence, so the sentence reads the number, not the text."""
+    import dataclasses
+
+    recs = _cells([0.8, 0.2, 0.6], [0.2, 0.8, 0.5])
+    held = judge.compare_judged(recs, "algo", "ppo", "grpo", {}, 1)
+    c = stats.difference_of({0: 0.8, 1: 0.2, 2: 0.6}, {0: 0.2, 1: 0.8, 2: 0.5}, paired=True)
+    assert (held.diff, held.ci, held.seeds) == (c.diff, c.ci, (3, 3)) and held.means == pytest.approx((0.8 / 1.5, 0.5))
+    assert held.seeds_needed == stats.seeds_needed(c.sd, True) > 3 and held.command is None
+    assert f"Δ {held.delta}" in held.ours and held.delta == f"{100 * c.diff:+.0f} pts [{100 * c.ci[0]:+.0f}, " \
+        f"{100 * c.ci[1]:+.0f}]" and f"needs ~{held.seeds_needed} seeds" in held.verdict
+    assert (held.ours, held.verdict) == judge.compare(recs, "algo", "ppo", "grpo", {}, 1)  # the same text
+    missing = lib._not_run("main")
+    assert missing.command == "python results/regenerate.py main" and f"(`{missing.command}`)" in missing.verdict
+
+    for wrong, name in ((dict(diff=held.diff + 0.05), "Δ"), (dict(ci=None), "Δ"), (dict(diff=None, ci=None), "Δ"),
+                        (dict(seeds=(4, 3)), "seeds"), (dict(seeds_needed=held.seeds_needed + 1), "seeds needed"),
+                        (dict(seeds_needed=None), "seeds needed"), (dict(means=(0.9, 0.5)), "means"),
+                        (dict(p=0.5), "p"), (dict(command="python results/regenerate.py main"), "command")):
+        with pytest.raises(ValueError, match=rf"numbers of {name}\b.*disagree"):
+            dataclasses.replace(held, **wrong)
+    with pytest.raises(ValueError, match="numbers of command"):
+        dataclasses.replace(missing, command=None)  # a verdict naming a command the row does not carry
+
+    row = lib.Verdict("A planted finding", "paper", "why", "05_stability", held,
+                      judge.compare_judged(recs, "algo", "ppo", "grpo", {}, 1, judge.AREA))
+    monkeypatch.setattr(lib, "verdicts", lambda chapter, results=None: [row])
+    said = lib.chapter_lessons("05_stability")
+    assert f"(Δ {held.delta}); about {held.seeds_needed} seeds a cell would resolve ±15 points" in said, said
+    planted = dataclasses.replace(held)
+    object.__setattr__(planted, "diff", held.diff + 0.5)  # past the check: only the number changes, not the text
+    object.__setattr__(planted, "seeds_needed", 99)
+    monkeypatch.setattr(lib, "verdicts", lambda chapter, results=None: [dataclasses.replace(row, held_out=planted)])
+    wrong = lib.chapter_lessons("05_stability")
+    assert f"Δ {held.delta}" not in wrong and f"Δ {planted.delta}" in wrong and "about 99 seeds" in wrong, wrong
+
+
 def _curve(success: list[float], std: list[float], seed: int = 0) -> dict:
     return {"seed": seed, "steps": [{"step": i + 1, "success_rate": s, "group_return_std": d}
                                     for i, (s, d) in enumerate(zip(success, std))]}
@@ -395,14 +435,16 @@ def test_each_chapter_gets_its_own_rows_and_an_unknown_chapter_is_refused():
 @pytest.mark.parametrize("chapter", ["01_environment", "04_sft_then_rl", "05_stability", "06_swe"])
 def test_chapter_lessons_say_each_verdict_with_its_own_numbers(chapter):
     """A chapter's closing lessons name every finding once, count the verdicts as the rows give them, and quote each
-    row's own difference; control: with no results every finding is 'not run yet' and nothing agrees."""
-    import re
+    row's own difference and seeds needed (its numbers, Judged); control: with no results every finding is 'not run
+    yet' and nothing agrees."""
     rows, text = lib.verdicts(chapter), lib.chapter_lessons(chapter)
     for v in rows:
         assert text.count(f"*{v.finding}*") == 1, v.finding
         said = text.split(f"*{v.finding}*")[1].split(". *")[0]
-        if v.verdict.startswith(judge.CANNOT_TELL) and "Δ " in v.ours:
-            assert "Δ " + re.search(r"Δ ([^(]*?pts(?: \[[^\]]*\])?)", v.ours).group(1) in said, v.finding
+        if v.verdict.startswith(judge.CANNOT_TELL) and v.held_out.diff is not None:
+            assert f"Δ {judge.delta_text(v.held_out.diff, v.held_out.ci)}" in said, v.finding
+        if v.verdict.startswith(judge.CANNOT_TELL) and v.held_out.seeds_needed:
+            assert f"about {v.held_out.seeds_needed} seeds a cell" in said, v.finding
         word = next(w for w in judge.VERDICTS if v.verdict.startswith(w))
         expect = {judge.AGREES: "agrees", judge.DISAGREES: "disagrees", judge.CANNOT_TELL: "cannot",
                   judge.FLOOR: "floor", judge.NEAR_FLOOR: "floor", judge.NOT_RUN: "not run"}[word]
@@ -462,17 +504,21 @@ def test_base_model_row_bootstraps_over_games_of_one_evaluation():
         return {"stage": "base", "level": level, "eval": {"per_game": [[f"g{i}", w, 8] for i, w in enumerate(wins)]}}
 
     far = [ev("w2-o3-q4", [True] * 20 + [False] * 44), ev("w8-o12-q4", [False] * 64)]
-    ours, verdict = lib.compare_evaluations(far, {"stage": "base", "level": "w2-o3-q4"},
-                                            {"stage": "base", "level": "w8-o12-q4"}, 1, ("w2", "w8"))
+    got = lib.compare_evaluations(far, {"stage": "base", "level": "w2-o3-q4"},
+                                  {"stage": "base", "level": "w8-o12-q4"}, 1, ("w2", "w8"))
+    ours, verdict = got.ours, got.verdict
     assert ours.startswith("w2 ") and numbers(ours)[:5] == [31, 64, 0, 64, 31] and verdict == "agrees"  # Δ +31
+    assert got.means == (20 / 64, 0.0) and got.diff == 20 / 64 and got.ci == stats.bootstrap_diff_ci(
+        [1.0] * 20 + [0.0] * 44, [0.0] * 64) and got.seeds == ()  # the numbers: games, not seeds
     near = [ev("w2-o3-q4", [True] * 2 + [False] * 62), ev("w8-o12-q4", [True] + [False] * 63)]
-    assert says(lib.compare_evaluations(near, {"level": "w2-o3-q4"}, {"level": "w8-o12-q4"}, 1, ("w2", "w8"))[1],
+    assert says(lib.compare_evaluations(near, {"level": "w2-o3-q4"}, {"level": "w8-o12-q4"}, 1, ("w2", "w8")).verdict,
                 judge.NEAR_FLOOR, 10)
     close = [ev("w2-o3-q4", [True] * 20 + [False] * 44), ev("w8-o12-q4", [True] * 16 + [False] * 48)]
-    close_verdict = lib.compare_evaluations(close, {"level": "w2-o3-q4"}, {"level": "w8-o12-q4"}, 1, ("w2", "w8"))[1]
+    close_verdict = lib.compare_evaluations(close, {"level": "w2-o3-q4"}, {"level": "w8-o12-q4"}, 1,
+                                            ("w2", "w8")).verdict
     assert says(close_verdict, judge.CANNOT_TELL) and "one model each" in close_verdict
     floor = [ev("w2-o3-q4", [False] * 64), ev("w8-o12-q4", [False] * 64)]  # nothing won: the verdict says why
-    assert says(lib.compare_evaluations(floor, {"level": "w2-o3-q4"}, {"level": "w8-o12-q4"}, 1, ("w2", "w8"))[1],
+    assert says(lib.compare_evaluations(floor, {"level": "w2-o3-q4"}, {"level": "w8-o12-q4"}, 1, ("w2", "w8")).verdict,
                 judge.FLOOR, 0)
 
 
@@ -502,29 +548,34 @@ def test_the_resolved_rows_compute_their_tests():
 
     import unittest.mock as mock
 
+    from scipy.stats import binomtest, fisher_exact
+
     with mock.patch.object(lib, "game_places", lambda games: places):
         recs = [run("ppo", s, 3) for s in range(8)] + [run("grpo", s, 0) for s in range(8)] + [run("rloo", 0, 1)]
-        ours, verdict = lib._counter_wins({"algo_reward": recs})
-        assert ours.startswith("PPO 8 of 8, GRPO 0 of 8, RLOO 1 of 1") and verdict == "agrees"
+        got = lib._counter_wins({"algo_reward": recs})
+        assert got.ours.startswith("PPO 8 of 8, GRPO 0 of 8, RLOO 1 of 1") and got.verdict == "agrees"
+        assert got.p == pytest.approx(fisher_exact([[8, 0], [0, 8]]).pvalue)  # the p the text says
         even = [run("ppo", s, s % 2) for s in range(8)] + [run("grpo", s, s % 2) for s in range(8)]
-        assert lib._counter_wins({"algo_reward": even})[1].startswith("cannot tell")  # control: equal shares
+        assert lib._counter_wins({"algo_reward": even}).verdict.startswith("cannot tell")  # control: equal shares
 
     start = {"main_start": True, "games": "cooking-heldout", "eval": {"success_rate": 0.5}}
     grpo = [{"cell": {"algo": "grpo", "reward.kind": k}, "seed": s, "eval": {"success_rate": 0.5 + 0.01 * s}}
             for k in ("dense", "sparse") for s in range(3)]
-    assert lib._grpo_vs_start({"algo_reward": grpo, "stage_evals": [start]})[1].startswith("agrees")
+    got = lib._grpo_vs_start({"algo_reward": grpo, "stage_evals": [start]})
+    assert got.verdict.startswith("agrees") and got.diff == pytest.approx(0.01) and got.means[1] == 0.5
     moved = [{**r, "eval": {"success_rate": 0.9 + 0.01 * r["seed"]}} for r in grpo]
-    assert lib._grpo_vs_start({"algo_reward": moved, "stage_evals": [start]})[1] == "disagrees"
+    assert lib._grpo_vs_start({"algo_reward": moved, "stage_evals": [start]}).verdict == "disagrees"
 
     games = [f"g{i}" for i in range(20)]
     sft = {"stage": "sft", "demos": 36, "games": "cooking-heldout", "seed": 0,
            "eval": {"success_rate": 0.9, "per_game": [[g, i < 18, 5] for i, g in enumerate(games)]}}
     rl = {"cell": {"sft.demos": 36, "rl.episodes": 40}, "seed": 0,
           "eval": {"success_rate": 0.4, "per_game": [[g, i < 8, 5] for i, g in enumerate(games)]}}
-    ours, verdict = lib._sft_alone({"sft_rl_split": [rl], "stage_evals": [sft]})
-    assert "by SFT alone only 10, by SFT then RL only 0" in ours and verdict == "agrees"
+    got = lib._sft_alone({"sft_rl_split": [rl], "stage_evals": [sft]})
+    assert "by SFT alone only 10, by SFT then RL only 0" in got.ours and got.verdict == "agrees"
+    assert got.means == (0.9, 0.4) and got.p == pytest.approx(binomtest(10, 10, 0.5).pvalue)  # what lessons() quotes
     same = {**rl, "eval": {"success_rate": 0.9, "per_game": sft["eval"]["per_game"]}}
-    assert lib._sft_alone({"sft_rl_split": [same], "stage_evals": [sft]})[1].startswith("cannot tell")
+    assert lib._sft_alone({"sft_rl_split": [same], "stage_evals": [sft]}).verdict.startswith("cannot tell")
 
 
 def test_balanced_status_reads_the_running_sweeps_files(tmp_path, monkeypatch):
@@ -577,8 +628,8 @@ def test_balanced_rows_read_the_balanced_sweep_only():
     main_start = {"main_start": True, "games": "cooking-heldout", "eval": {"success_rate": 0.5}}
     bal_start = {"balanced_start": True, "games": "cooking-bal-heldout", "eval": {"success_rate": 0.9}}
     res = {"algo_reward_balanced": grpo, "stage_evals": [main_start, bal_start]}
-    assert lib._grpo_vs_start(res, "algo_reward_balanced")[1] == "disagrees"  # 0.5 against the balanced 0.9
-    assert lib._grpo_vs_start({**res, "stage_evals": [main_start]}, "algo_reward_balanced")[0].startswith(
+    assert lib._grpo_vs_start(res, "algo_reward_balanced").verdict == "disagrees"  # 0.5 against the balanced 0.9
+    assert lib._grpo_vs_start({**res, "stage_evals": [main_start]}, "algo_reward_balanced").ours.startswith(
         "the SFT start's held-out evaluation is not in")  # control: the shortcut start is not the balanced one
 
 
