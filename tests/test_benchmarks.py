@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -834,6 +835,43 @@ def test_bench_make_test_times_the_phases_of_a_fresh_clone(tmp_path, fail):
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True, text=True).stdout.strip()
     assert res["commit"] == res["source_commit"] == head  # the tested clone's commit, not the bench's checkout
     assert "===== test" in (tmp_path / "log.txt").read_text()
+
+
+FAKE_QUICK_RUN = """venv:
+\t@echo venv
+test-fast:
+\t@echo '..... [100%]'; echo '41 passed, 900 deselected in 2.10s'
+\t@echo 'session wall time 3 s (0.1 min), CPU time 2 s, on Test CPU, 2 cores, load average 0.1 at the start'
+\t@exit $(FAIL)
+"""
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("fail", [0, 1])
+def test_bench_test_fast_times_each_run_against_the_budget(tmp_path, fail, monkeypatch):
+    """The bench on a stand-in checkout whose `make test-fast` prints pytest's summary and conftest's session line:
+    each repeat's wall time, pytest's counts, the session's wall and CPU seconds, and the budget read from its
+    tests/conftest.py; a failing run (the negative control) is recorded as ok false with a non-zero exit."""
+    root = tmp_path / "checkout"
+    (root / "tests").mkdir(parents=True)
+    (root / "Makefile").write_text(FAKE_QUICK_RUN.replace("$(FAIL)", str(fail)))
+    (root / "tests" / "conftest.py").write_text("QUICK_RUN_BUDGET_S = 77\n")
+    out = tmp_path / "test_fast.jsonl"
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_test_fast.py"), "--root", str(root),
+                        "--repeats", "2", "--log", str(tmp_path / "log.txt"), "--out", str(out)],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert (p.returncode != 0) is bool(fail), p.stdout + p.stderr
+    res = json.loads(out.read_text())
+    assert res["budget_seconds"] == 77 and len(res["repeats"]) == 2 and res["ok"] is (not fail)
+    for r in res["repeats"]:
+        assert r["pytest"] == {"passed": 41, "deselected": 900, "seconds": 2.1}
+        assert (r["session_wall_seconds"], r["cpu_seconds"], r["ok"]) == (3, 2, not fail)
+    assert res["wall_seconds_median"] == round(statistics.median(r["wall_seconds"] for r in res["repeats"]), 1)
+    assert res["cpu_seconds_median"] == 2 and res["config"]["repeats"] == 2
+    numbers = load_bench("page_numbers")
+    monkeypatch.setattr(numbers, "all_lines", lambda name: [res] if name == "test_fast" else [])
+    got = numbers.test_fast_numbers()
+    assert got["fast.pytest"] == "41 passed" and got["fast.budget"] == "1 min 17 s" and got["fast.repeats"] == "2"
 
 
 @pytest.mark.slow

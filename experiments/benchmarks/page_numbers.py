@@ -214,6 +214,20 @@ def make_test_numbers() -> dict[str, str]:
     return out
 
 
+def test_fast_numbers() -> dict[str, str]:
+    """results/test_fast.jsonl (benchmarks/bench_test_fast.py), its newest line: `make test-fast`'s median wall time
+    over its repeats, its counts, the budget and the machine (book/install.md)."""
+    lines = all_lines("test_fast")
+    if not lines:
+        return {}
+    r = lines[-1]
+    return {"fast.wall": _min_s(r["wall_seconds_median"]), "fast.cpu": _min_s(r["cpu_seconds_median"]),
+            "fast.pytest": _counts(r["pytest"]), "fast.repeats": f"{len(r['repeats'])}",
+            "fast.budget": _min_s(r["budget_seconds"]), "fast.date": r["date"][:10],
+            "fast.cpu_model": f"{r['cpus']} cores ({r['cpu']})",
+            "fast.load": f"{max(x['load_before'] for x in r['repeats']):.1f}"}
+
+
 def first_run_numbers() -> dict[str, str]:
     """results/first_run.jsonl (benchmarks/bench_first_run.py), its newest line: what a first demo spends once,
     converting the embedded model and making its games, medians over fresh caches (book/demo.md)."""
@@ -295,7 +309,8 @@ def chapter_numbers() -> dict[str, str]:
 def numbers() -> dict[str, str]:
     """Every marked number of the pages (module docstring) by KEY, as the page shows it (e.g. 'trl.step' → '2.1×')."""
     return {**rl_step_numbers(), **rollout_numbers(), **update_numbers(), **sweep_and_demo_numbers(), **env_numbers(),
-            **make_test_numbers(), **first_run_numbers(), **alfworld_numbers(), **chapter_numbers()}
+            **make_test_numbers(), **test_fast_numbers(), **first_run_numbers(), **alfworld_numbers(),
+            **chapter_numbers()}
 
 
 def glue_name(key: str) -> str:
