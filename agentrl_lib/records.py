@@ -77,15 +77,11 @@ def upgrade_record(record: dict) -> dict:
     reward.kind env) is the cell `reward.kind=pass_ratio` of the same base config, and chapters and findings read
     the same runs under the one selector. Returns `record` itself when there is nothing to upgrade, else a copy."""
     cell, config = record.get("cell"), record.get("config")
-    if not (isinstance(cell, dict) and set(cell) & set(FOLDED_AXES)) and not (
-            isinstance(config, dict) and isinstance(config.get("env"), dict) and "swe_reward" in config["env"]):
+    folded = fold_swe_reward(config) if isinstance(config, dict) else config
+    if folded is config and not (isinstance(cell, dict) and set(cell) & set(FOLDED_AXES)):
         return record
-    out = dict(record)
-    if isinstance(cell, dict):
-        out["cell"] = {FOLDED_AXES.get(k, k): v for k, v in cell.items()}
-    if isinstance(config, dict):
-        out["config"] = fold_swe_reward(config)
-    return out
+    cell = {FOLDED_AXES.get(k, k): v for k, v in cell.items()} if isinstance(cell, dict) else cell
+    return {**record, "cell": cell, "config": folded}
 
 
 class ResultsFileError(ValueError):
