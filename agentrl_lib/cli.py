@@ -27,7 +27,7 @@ import sys
 
 from . import commands
 from .commands import MAKE_GAMES_N_MAX
-from .config import ALGO_PRESETS, MIXED_PRECISIONS, SECTIONS, ConfigError, ModelConfig
+from .config import ALGO_PRESETS, MIXED_PRECISIONS, SECTIONS, ConfigError, ModelConfig, swe_reward_gone
 from .flags import SFT_SECTIONS, add_config_flags, choices_for, field_docs, join_negative_numbers
 
 
@@ -55,8 +55,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="alfworld: index the official games under $ALFWORLD_DATA (alfworld-download) into --out")
     g.add_argument("--level", type=int, choices=[1, 2, 3], help="swe: problem statement level (1, the default, names "
                    "file, function, failing tests; 2 the failing tests' output; 3 an issue-style text)")
-    g.add_argument("--swe-reward", choices=["relative", "pass_ratio", "resolved"],
-                   help="swe: the set's reward kind (default relative: pass ratio above the unpatched baseline)")
     g.add_argument("--packages", help="swe: comma-separated source packages (toolz, mpmath, boltons; default all)")
     g.add_argument("--force", action="store_true", help="regenerate even if a cached identical set exists")
     g.set_defaults(func=commands.cmd_make_games)
@@ -74,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", help="write the result JSON here (e.g. eval.json)")
     e.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (>= 0; 0 = greedy)")
     e.add_argument("--batch-size", type=int, default=8, help="episodes played at once (>= 1; 8 on a CPU)")
+    e.add_argument("--reward", default="", metavar="KIND",
+                   help="swe: the reward kind each submission is scored by (the evaluation's mean_score_frac): "
+                        "pass_ratio (the default), resolved or relative; pass the run's reward.kind")
     add_config_flags(e, "model", only=("generator",), defaults=True)
     add_config_flags(e, "train", only=("max_new_tokens", "seed"), defaults=True,
                      title="generation (the train section's budget per turn: pass the run's, e.g. 160 for swe; "
@@ -205,9 +206,28 @@ def error_line(cmd: str, e: BaseException) -> str:
     return f"agentrl {cmd}: error: {' '.join(message.split())}"
 
 
+def retired_flag(argv: list[str]) -> str:
+    """The error line for a flag that is gone, '' when `argv` names none: --swe-reward, folded into --reward
+    (config.swe_reward_gone), says what to write instead where argparse would print its usage and 'unrecognized
+    arguments'."""
+    for i, arg in enumerate(argv):
+        if arg == "--swe-reward" or arg.startswith("--swe-reward="):
+            value = arg.partition("=")[2] or (argv[i + 1] if i + 1 < len(argv) else "")
+            value = "" if value.startswith("-") else value
+            cmd = argv[0] if argv else ""
+            gone = swe_reward_gone(value)
+            if cmd == "make-games":
+                gone += "; a swe task set has no reward kind: make it without --swe-reward"
+            return f"agentrl {cmd}: error: {gone}"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     argv = sys.argv[1:] if argv is None else list(argv)
+    if gone := retired_flag(argv):
+        print(gone, file=sys.stderr)
+        return 2
     a = build_parser().parse_args(join_negative_numbers(argv))
     a.argv = argv  # `agentrl sweep` prints the command that resumes it
     previous = _exit_on_sigterm()

@@ -18,7 +18,7 @@ MAKE_GAMES_N_MAX = 100_000
 """`agentrl make-games --n` upper bound: more games take hours to generate (Sokoban's BFS, TextWorld's compiler) and
 give a manifest of hundreds of MB; split a bigger set over several --seed ranges."""
 FAMILY_FLAGS = ("challenge", "challenge_args", "world_size", "nb_objects", "quest_length", "split", "task_types",
-                "official", "level", "swe_reward", "packages", "force")
+                "official", "level", "packages", "force")
 """`agentrl make-games` flags passed to the family's game maker when it takes a keyword parameter of that name."""
 _TEXTWORLD_CUSTOM = ("world_size", "nb_objects", "quest_length")
 
@@ -127,8 +127,9 @@ def cmd_eval(a) -> None:
     check_generator(getattr(a, "model.generator"))
     games = load_game_set(env_cfg.games)
     env_cfg.validate()
+    _check_eval_reward(a.reward, games.family)
     check_pool_size(min(a.batch_size, len(games)), env_cfg.process_pool, "--batch-size")
-    pool = open_pool(env_cfg, min(a.batch_size, len(games)), games)  # every game checked before the model loads
+    pool = open_pool(env_cfg, min(a.batch_size, len(games)), games, a.reward)  # every game checked before the model
     try:
         model, tok = load_policy(a.model, a.device, a.dtype)
         res = evaluate(model, tok, games, max_turns=env_cfg.max_turns, temperature=a.temperature,
@@ -151,6 +152,19 @@ def cmd_eval(a) -> None:
         print(f"wrote {a.out}")
     reasons = res["env_error_reasons"] or [""]
     check_env_errors(res["env_errors"], res["n_games"], env_cfg.max_env_error_frac, reasons[0], "evaluation")
+
+
+def _check_eval_reward(kind: str, family_name: str) -> None:
+    """`agentrl eval --reward KIND` names the kind a family that computes its reward itself scores each episode by
+    (EnvFamily.reward_kinds: swe); refused, in one line, for a kind that family does not compute and for a family
+    whose score is the game's own."""
+    from .envs import get_family
+
+    family = get_family(family_name)
+    if kind and kind not in family.reward_kinds:
+        takes = (f"{family.name} games take {', '.join(family.reward_kinds)}" if family.reward_kinds else
+                 f"{family.name} games are scored by the game's own score; drop it")
+        raise ConfigError(f"--reward {kind} does not apply to evaluating {family.name} games: {takes}")
 
 
 def cmd_sft(a) -> None:
@@ -221,9 +235,7 @@ def _check_train_inputs(a, cfg: RunConfig):
     """What `train` would otherwise find out only after training: the registry names, the held-out games
     (train.eval_games), --out, the device / dtype and a model path that does not exist. Returns the loaded eval
     GameSet, or None."""
-    from .envs import get_family
     from .envs.base import load_game_set
-    from .envs.pool import check_family_options
     from .envs.process_pool import check_pool_size
     from .generation import check_generator
     from .hardware import pick_device
@@ -233,11 +245,11 @@ def _check_train_inputs(a, cfg: RunConfig):
     from .rundir import check_not_sft_output, check_unambiguous_model
     from .tracking import check_tracker_output
 
-    run_parts(cfg)  # the config file's registry names (estimator and group size, backend, stop kinds)
+    run_parts(cfg)  # the registry names (reward kind among the games' family's, estimator and group size, backend, ...)
     check_out_path("--out", a.out, is_dir=True)
     check_tracker_output(cfg.train.report_to, a.out)  # e.g. RUN/tensorboard, before the model loads
     check_pool_size(cfg.train.games_per_step * cfg.algo.group_size, cfg.env.process_pool)
-    check_family_options(cfg.env, get_family(load_game_set(cfg.env.games).family))  # e.g. --swe-reward on textworld
+    load_game_set(cfg.env.games)  # the training games load (run_parts checked reward.kind against their family)
     pick_dtype(cfg.model.dtype, pick_device(cfg.model.device))
     check_generator(cfg.model.generator)
     if not a.resume:

@@ -36,7 +36,6 @@ from .config_values import (
     OLD_LOGPROBS,
     REPORT_TO,
     SEED_MAX,
-    SWE_REWARDS,
     TIS_MODES,
     ConfigError,
     check_context_room,
@@ -46,10 +45,11 @@ from .config_values import (
 __all__ = [  # the names other modules import from here, wherever they are defined
     "ACTION_FORMATS", "ALGO_PRESETS", "CHOICES", "DEVICE_PATTERN", "DTYPES", "EPISODES_PER_STEP_MAX",
     "LORA_ALPHA_MAX", "LOSS_AGGS", "MAX_NEW_TOKENS_MAX",
-    "MAX_TURNS_MAX", "MIXED_PRECISIONS", "OLD_LOGPROBS", "REPORT_TO", "SECTIONS", "SEED_MAX", "SWE_REWARDS",
-    "TIS_MODES", "AlgoConfig", "ConfigError", "DuplicateKeyError", "EnvConfig", "ModelConfig", "RewardConfig",
+    "MAX_TURNS_MAX", "MIXED_PRECISIONS", "OLD_LOGPROBS", "REPORT_TO", "SECTIONS", "SEED_MAX", "TIS_MODES",
+    "AlgoConfig", "ConfigError", "DuplicateKeyError", "EnvConfig", "ModelConfig", "RewardConfig",
     "YAMLBoundError", "load_yaml",
-    "RunConfig", "SFTConfig", "TrainConfig", "check_context_room", "parse_field", "upgrade_legacy_keys",
+    "RunConfig", "SFTConfig", "TrainConfig", "check_context_room", "fold_swe_reward", "parse_field", "swe_reward_gone",
+    "upgrade_legacy_keys",
 ]
 
 
@@ -94,6 +94,8 @@ class RunConfig:
             raise ConfigError(f"config must be a mapping of sections {[f.name for f in fields(cls)]}, "
                               f"got {type(data).__name__}")
         data = upgrade_legacy_keys(data)
+        if isinstance(data.get("env"), dict) and "swe_reward" in data["env"]:
+            raise ConfigError(swe_reward_gone(data["env"]["swe_reward"]))
         kinds = {f.name: f.default_factory for f in fields(cls)}  # type: ignore[misc]
         unknown = set(data) - set(kinds)
         if unknown:
@@ -234,6 +236,43 @@ def upgrade_legacy_keys(data: dict[str, Any]) -> dict[str, Any]:
                               f"{algo[key]!r}; drop algo.name")
         algo[key] = value
     return {**data, "algo": algo}
+
+
+SWE_KINDS_TEXT = "pass_ratio (the Practitioner's Guide's), resolved (SWE-Gym's, binary) or relative"
+"""The reward kinds of swe games, in words (envs.swe.REWARD_KINDS), for the messages below."""
+
+
+def swe_reward_gone(value: Any = "") -> str:
+    """The one line that answers a config key env.swe_reward or a flag --swe-reward (the swe family's second reward
+    selector, folded into reward.kind): what to write instead."""
+    instead = (f"reward.kind: {value} (--reward {value})" if isinstance(value, str) and value else
+               f"reward.kind (--reward) {SWE_KINDS_TEXT}")
+    return ("env.swe_reward (--swe-reward) is gone: swe games take their reward kind from reward.kind, the one "
+            f"reward selector of every family; write {instead} and drop env.swe_reward (swe kinds: "
+            f"{SWE_KINDS_TEXT})")
+
+
+def fold_swe_reward(data: dict[str, Any]) -> dict[str, Any]:
+    """A config dict stored while swe games had a second reward selector, env.swe_reward (records of
+    results/swe.jsonl, a run dir's config.yaml), with it folded into reward.kind; read by records.upgrade_record and
+    rundir before RunConfig.from_dict, which refuses the key in a config a user writes (swe_reward_gone).
+
+    A set env.swe_reward K implies swe games (other families refused it). Under reward.kind env the run trained on
+    the env's reward as given, K: reward.kind K now does exactly that. Under sparse it trained on 1 when resolved,
+    whatever K (the env's score, which evaluations report, was K's): reward.kind resolved trains on the same rewards
+    (tests/test_swe.py proves both equalities on real submissions). Under any other kind, or with K unset (''), the
+    key is dropped and reward.kind kept. Returns a new dict (or `data` itself when there is nothing to fold)."""
+    env = data.get("env")
+    if not isinstance(env, dict) or "swe_reward" not in env:
+        return data
+    env = dict(env)
+    value = env.pop("swe_reward")
+    reward = dict(data["reward"]) if isinstance(data.get("reward"), dict) else {}
+    if value and reward.get("kind", "dense") == "env":
+        reward["kind"] = value
+    elif value and reward.get("kind", "dense") == "sparse":
+        reward["kind"] = "resolved"
+    return {**data, "env": env, "reward": reward}
 
 
 SECTIONS = {f.name: f.default_factory for f in fields(RunConfig)}  # type: ignore[misc]

@@ -14,7 +14,6 @@ from .config_values import (
     ConfigError,
     LossAgg,
     OldLogprobs,
-    SweReward,
     TisMode,
     check_closed,
 )
@@ -77,12 +76,6 @@ class EnvConfig:
     env as is (so a plain 'Left || Up' is two moves for those envs). There is no cap per episode: max_turns × this
     bounds an episode's actions (and those envs end an episode at 100 moves). RAGEN's max_actions_per_traj (10, with
     5 turns × 5) is a tighter budget; max_turns × max_actions_per_turn = 10 (e.g. 5 × 2) gives the same total."""
-    swe_reward: SweReward = ""
-    """swe games only: the reward kind of this run, '' (the task set's kind, `make-games swe --swe-reward`), 'relative'
-    (the pass ratio above the unpatched baseline: a no-op earns 0), 'pass_ratio' (passing / listed tests: the
-    Practitioner's Guide's) or 'resolved' (1 if every listed test passes, else 0), e.g. --swe-reward resolved. All
-    three are logged per episode whatever the kind; with reward.kind = sparse the run trains on 'resolved' anyway."""
-
     def validate(self) -> None:
         check_closed("env", self)
         if not (isinstance(self.max_actions_per_turn, int) and self.max_actions_per_turn >= 1):
@@ -106,7 +99,10 @@ class RewardConfig:
     """A key of rewards.REWARD_KINDS: 'sparse' (1 on the last turn if won, else 0), 'dense' (each turn's score
     increment / max score: a won game sums to 1), 'env' (each turn's reward exactly as the environment gives it:
     RAGEN's rewards for bandit's random payout, Sokoban's −0.1 per move / ±1 / +10; unscaled, so a won game need not
-    out-score a lost one), or one you registered."""
+    out-score a lost one), or one you registered; or a kind the games' family computes itself
+    (EnvFamily.reward_kinds), which such a family takes alone: swe's 'pass_ratio' (passing / listed tests, the
+    Practitioner's Guide's), 'resolved' (1 if every listed test passes, SWE-Gym's) or 'relative' (the pass ratio
+    above the unpatched baseline: a no-op earns 0), e.g. --reward pass_ratio."""
     format_penalty: float = 0.1
     """Subtracted from a turn's reward when the action is not admissible/understood, in reward units, in [0, 1]
     (RAGEN uses 0.1; 0 disables it)."""

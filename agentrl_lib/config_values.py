@@ -18,8 +18,6 @@ from typing import Literal, get_args
 
 ActionFormat = Literal["plain", "ragen"]
 """env.action_format: how a reply becomes an action (prompts.ACTION_FORMATS acts on these)."""
-SweReward = Literal["", "relative", "pass_ratio", "resolved"]
-"""env.swe_reward: '' (the task set's kind) or a reward kind of envs.swe (envs.swe.REWARD_KINDS)."""
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 """model.dtype."""
 TisMode = Literal["auto", "on", "off"]
@@ -35,8 +33,6 @@ MixedPrecision = Literal["no", "bf16"]
 
 ACTION_FORMATS: tuple[str, ...] = get_args(ActionFormat)
 """EnvConfig.action_format values."""
-SWE_REWARDS: tuple[str, ...] = get_args(SweReward)[1:]
-"""EnvConfig.swe_reward's values besides '' (envs.swe.REWARD_KINDS)."""
 DTYPES: tuple[str, ...] = get_args(Dtype)
 """model.dtype's values."""
 TIS_MODES: tuple[str, ...] = get_args(TisMode)
@@ -51,7 +47,6 @@ MIXED_PRECISIONS: tuple[str, ...] = get_args(MixedPrecision)
 """Values of train.mixed_precision and sft.mixed_precision."""
 CLOSED_HINTS = {
     "env.action_format": "'ragen' is <think>...</think><answer>a1 || a2</answer>",
-    "env.swe_reward": "'' is the task set's kind; e.g. --swe-reward resolved",
     "train.mixed_precision": "bf16 needs a GPU or a CPU with avx512_bf16 / amx_bf16",
 }
 """A sentence the closed-set error adds for a field (`section.field` → text), where the values alone do not say

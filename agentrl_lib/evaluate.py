@@ -21,7 +21,7 @@ from .rollout import rollout
 
 def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: float = 0.0, batch_size: int = 8,
              max_new_tokens: int = 24, env: EnvConfig | None = None, pool: EnvPool | None = None,
-             generator: str = "hf-live", progress: bool = True, seed: int | None = None) -> dict:
+             generator: str = "hf-live", progress: bool = True, seed: int | None = None, reward_kind: str = "") -> dict:
     """Play every game in `games` once, `batch_size` episodes at a time.
 
     `env` (default EnvConfig()) says how the games are shown and run, as in training: pass the run's config, since a
@@ -33,7 +33,9 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
     command, a swe reply with a patch needs ~160, configs/swe.yaml; `agentrl eval --max-new-tokens`). `generator`
     names the generation backend (generation.GENERATORS; a run's is model.generator). `seed`: with temperature > 0,
     the sampling is seeded with it (torch's RNG forked: the caller's RNG is left as it was), so a sampled evaluation
-    is reproducible (`agentrl eval --seed`, default 0); None samples from the caller's RNG stream.
+    is reproducible (`agentrl eval --seed`, default 0); None samples from the caller's RNG stream. `reward_kind`: for
+    a family whose env computes its reward itself (EnvFamily.reward_kinds: swe), the kind each episode's score is
+    (mean_score_frac; a run's is reward.kind, `agentrl eval --reward`); other families ignore it.
 
     Returns a dict: success_rate, mean_turns, invalid_rate (share of turns whose action was not admissible),
     mean_score_frac (score / max_score), env_errors (episodes that ended in an env error: not loaded, crashed, hung;
@@ -50,7 +52,7 @@ def evaluate(model, tokenizer, games: GameSet, max_turns: int = 8, temperature: 
     env = env or EnvConfig()
     own_pool = pool is None
     if pool is None:
-        pool = open_pool(env, min(batch_size, len(games)), games)
+        pool = open_pool(env, min(batch_size, len(games)), games, reward_kind)
     chat = ChatFormat(tokenizer)
     rows, t0, tokens, gen_s = [], time.perf_counter(), 0, 0.0
     bar = tqdm(total=len(games), desc="eval", disable=not progress)

@@ -276,7 +276,7 @@ def _echo_bandit(res):  # the 25-step GRPO run beside the 10-step runs
 
 
 def _swe(res):
-    return (_both(res["swe"], "env.swe_reward", "pass_ratio", "resolved", {}, 1, effect=0.18) if res["swe"] else
+    return (_both(res["swe"], "reward.kind", "pass_ratio", "resolved", {}, 1, effect=0.18) if res["swe"] else
             _not_run("swe"))
 
 

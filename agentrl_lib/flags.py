@@ -54,13 +54,15 @@ class ConfigFlag:
 def choices_for(key: str) -> tuple[str, ...] | None:
     """The values the field `key` ('section.field') accepts on the command line and in a sweep grid, or None for an
     open field: config.CHOICES (the Literal-typed fields), and for reward.kind / algo.advantage / algo.loss_mode /
-    model.generator the keys of rewards.REWARD_KINDS / advantages.ESTIMATORS / losses.POLICY_LOSSES /
-    generation.GENERATORS at call time (so a registered kind, estimator, loss or backend is a valid choice; the config
-    itself does not import the registries: parts.run_parts checks a config file's names)."""
-    if key == "reward.kind":
+    model.generator the keys of rewards.REWARD_KINDS (with the families' own kinds, envs.family_reward_kinds) /
+    advantages.ESTIMATORS / losses.POLICY_LOSSES / generation.GENERATORS at call time (so a registered kind,
+    estimator, loss or backend is a valid choice; the config itself does not import the registries: parts.run_parts
+    checks a config file's names)."""
+    if key == "reward.kind":  # and the kinds a family computes itself (swe's): run_parts checks them per family
+        from .envs import family_reward_kinds
         from .rewards import REWARD_KINDS
 
-        return tuple(REWARD_KINDS)
+        return (*REWARD_KINDS, *family_reward_kinds())
     if key == "algo.loss_mode":
         from .losses import POLICY_LOSSES
 

@@ -26,6 +26,7 @@ import torch
 
 from .advantages import broadcast_to_tokens, gae, grpo_advantages, rloo_advantages, whiten
 from .config import RunConfig
+from .envs import get_family
 from .envs.pool import EnvPool
 from .envs.protocol import GameSet
 from .generation import Generator
@@ -87,7 +88,9 @@ def rl_step(policy, value_head: ValueHead | None, optimizer: torch.optim.Optimiz
     trajs = [t for t in trajs if t.usable]  # plumbing: an episode cut by an env fault is not the policy's doing
 
     # ALGO: 2. turn rewards on each turn's last token; returns R_i = Σ_k r_ik (3., StarPO-S's filter: left out)
-    rewards = [turn_rewards(cfg.reward.kind, t.env_rewards, t.max_score, t.won, t.valid, cfg.reward.format_penalty)
+    env_kinds = get_family(game_set.family).reward_kinds  # swe: the env computes the run's kind
+    rewards = [turn_rewards(cfg.reward.kind, t.env_rewards, t.max_score, t.won, t.valid, cfg.reward.format_penalty,
+                            env_kinds)
                for t in trajs]
     returns = torch.tensor([sum(r) for r in rewards], dtype=torch.float32)
     group_ids = torch.tensor([t.group for t in trajs])

@@ -29,8 +29,7 @@ NAMES = {"success_rate": "success rate", "return_mean": "mean return", "return_s
 """The glossary's name of a metrics key, as an axis shows it (the key itself when absent here)."""
 
 CELL_NAMES = {"sft.demos": "demonstrations d", "algo": "algorithm", "reward.kind": "reward",
-              "algo.advantage": "advantage estimator", "algo.keep_top_std": "StarPO-S: groups kept",
-              "env.swe_reward": "reward"}
+              "algo.advantage": "advantage estimator", "algo.keep_top_std": "StarPO-S: groups kept"}
 """How a sweep's cell axis reads on a figure (legend titles, x labels)."""
 
 PREFIXES = {"eval": "held-out", "final": "last-step"}

@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from .config import ALGO_PRESETS, SECTIONS, RunConfig
+from .config import ALGO_PRESETS, SECTIONS, RunConfig, fold_swe_reward
 from .fsio import atomic_write_text
 from .rundir import read_metrics
 
@@ -64,6 +64,24 @@ SAME_DRAWS = {"model.generator": {"hf-live": "hf"}}
 """Config values that compute the same run: LiveRowsGenerator ('hf-live') draws the very tokens transformers'
 `generate` ('hf') draws, up to float rounding (tests/test_generation_live.py, bench_sweep_step.py's exactness check),
 so base_key counts them as one value: records made with 'hf' before 'hf-live' became the default stay done."""
+
+
+FOLDED_AXES = {"env.swe_reward": "reward.kind"}
+"""Cell keys of records made before a setting was folded into another → the key that holds it now (upgrade_record):
+swe games' second reward selector, env.swe_reward, is reward.kind (config.fold_swe_reward)."""
+
+
+def upgrade_record(record: dict) -> dict:
+    """A sweep record as the library reads it now: its cell's FOLDED_AXES keys renamed and its config folded
+    (config.fold_swe_reward), so a record of results/swe.jsonl made with `env.swe_reward=pass_ratio` (and
+    reward.kind env) is the cell `reward.kind=pass_ratio` of the same base config, and chapters and findings read
+    the same runs under the one selector. Returns `record` itself when there is nothing to upgrade, else a copy."""
+    cell, config = record.get("cell"), record.get("config")
+    folded = fold_swe_reward(config) if isinstance(config, dict) else config
+    if folded is config and not (isinstance(cell, dict) and set(cell) & set(FOLDED_AXES)):
+        return record
+    cell = {FOLDED_AXES.get(k, k): v for k, v in cell.items()} if isinstance(cell, dict) else cell
+    return {**record, "cell": cell, "config": folded}
 
 
 class ResultsFileError(ValueError):
@@ -167,9 +185,12 @@ def load_records(path: str | Path, warn: Callable[[str], None] | None = None) ->
     e.g. a benchmark's result in a file named like a sweep's — is refused: nothing in the sweep writes one, so the
     file was changed by hand or belongs to another program, and a sweep must not append to it.
 
+    Records made before a setting was folded into another are read as records of the setting that holds it now
+    (upgrade_record: e.g. env.swe_reward → reward.kind).
+
     Raises: ResultsFileError naming the file and line.
     """
-    return _read_lines(Path(path), "a sweep record", _is_record, warn)
+    return [upgrade_record(r) for r in _read_lines(Path(path), "a sweep record", _is_record, warn)]
 
 
 def unique_records(records: list[dict], source: str = "", warn: Callable[[str], None] | None = None) -> list[dict]:

@@ -2,7 +2,9 @@
 environment's own), a format penalty for invalid actions, and their placement on the token that ends each turn.
 
 A new kind is a function `fn(increments, max_score, won) -> one float per turn` (the outcome part, before the format
-penalty) and one line, `REWARD_KINDS["mine"] = fn` (book/extending.md); `--reward mine` is then valid.
+penalty) and one line, `REWARD_KINDS["mine"] = fn` (book/extending.md); `--reward mine` is then valid. A family whose
+env computes its reward itself names its kinds in EnvFamily.reward_kinds (swe: pass_ratio, resolved, relative):
+`get_reward(kind, family.reward_kinds)` finds them, and the run's envs compute the kind it names.
 
 Introduced in notebooks/00_quickstart.md §3.
 """
@@ -77,20 +79,27 @@ REWARD_KINDS: dict[str, Callable[[list[float], float, bool], list[float]]] = {
 increments, the game's max score, whether it was won) before the format penalty; looked up by get_reward."""
 
 
-def get_reward(kind: str) -> Callable[[list[float], float, bool], list[float]]:
-    """REWARD_KINDS[kind], checked where it is looked up (parts.run_parts, turn_rewards).
+def get_reward(kind: str, env_kinds: tuple[str, ...] = ()) -> Callable[[list[float], float, bool], list[float]]:
+    """REWARD_KINDS[kind], or, for a kind of `env_kinds` (the games' EnvFamily.reward_kinds, e.g. swe's pass_ratio),
+    env_turn_rewards: the env computes that kind itself (it is built with reward=kind, EnvFamily.env_kwargs), so its
+    rewards are taken as given. Checked where it is looked up (parts.run_parts, turn_rewards).
 
-    Raises: ConfigError listing the registered kinds and how to add one."""
+    Raises: ConfigError listing the kinds these games take and how to add one."""
+    if kind in env_kinds:
+        return env_turn_rewards
     if kind not in REWARD_KINDS:
-        raise ConfigError(f"reward.kind must be one of {sorted(REWARD_KINDS)} (got {kind!r}); register a new kind in "
-                          "rewards.REWARD_KINDS")
+        valid = sorted(REWARD_KINDS) + list(env_kinds)
+        raise ConfigError(f"reward.kind must be one of {valid} (got {kind!r}); a family's own kinds "
+                          "(EnvFamily.reward_kinds, e.g. swe's pass_ratio, resolved, relative) need that family's "
+                          "games (env.games); register a new kind in rewards.REWARD_KINDS")
     return REWARD_KINDS[kind]
 
 
 def turn_rewards(kind: str, increments: list[float], max_score: float, won: bool, valid: list[bool],
-                 format_penalty: float = 0.0) -> list[float]:
-    """Rewards of each turn: REWARD_KINDS[kind] (sparse, dense or the env's own: kind 'env', `increments` as given,
-    RAGEN's rewards), minus `format_penalty` on each turn whose action was not admissible.
+                 format_penalty: float = 0.0, env_kinds: tuple[str, ...] = ()) -> list[float]:
+    """Rewards of each turn: get_reward(kind, env_kinds) (sparse, dense or the env's own: kind 'env' or one of the
+    games' family's kinds `env_kinds`, `increments` as given), minus `format_penalty` on each turn whose action was
+    not admissible.
 
     The penalty comes on top of the outcome reward (RAGEN's −0.1 per invalid answer), so a won episode with many
     invalid turns can total less than a non-won one with none: on a real cooking game (max score 3) a win in 3 valid
@@ -103,7 +112,7 @@ def turn_rewards(kind: str, increments: list[float], max_score: float, won: bool
     """
     if len(valid) != len(increments):
         raise ValueError(f"valid has {len(valid)} entries for {len(increments)} turns")
-    rewards = get_reward(kind)(increments, max_score, won)
+    rewards = get_reward(kind, env_kinds)(increments, max_score, won)
     return [r - (format_penalty if not ok else 0.0) for r, ok in zip(rewards, valid)]
 
 

@@ -76,7 +76,7 @@ def run_rl(config: RunConfig, run_dir: str | Path, init: str | None = None,
         cfg = trainer.cfg
         res = evaluate(trainer.policy, trainer.tok, eval_games, max_turns=cfg.env.max_turns,
                        temperature=cfg.train.eval_temperature, max_new_tokens=cfg.train.max_new_tokens, env=cfg.env,
-                       generator=cfg.model.generator, progress=progress)
+                       reward_kind=cfg.reward.kind, generator=cfg.model.generator, progress=progress)
         eval_path = run_dir / "eval.json"
         save_eval(res, eval_path)
     return {"rows": rows, "eval": res, "run_dir": str(run_dir), "config": str(run_dir / "config.yaml"),

@@ -36,7 +36,7 @@ import yaml
 from filelock import FileLock, Timeout
 
 from .checkpoint import CheckpointError, complete_checkpoints, list_checkpoints
-from .config import ConfigError, RunConfig, load_yaml, upgrade_legacy_keys
+from .config import ConfigError, RunConfig, fold_swe_reward, load_yaml, upgrade_legacy_keys
 from .fsio import atomic_write_text, is_disk_full
 
 log = logging.getLogger(__name__)
@@ -193,6 +193,7 @@ def _load_complete(path: Path, reference: dict | None) -> RunConfig:
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} is empty or not a mapping")
     data = upgrade_legacy_keys(data)  # a run written before algo.name became algo.advantage
+    data = fold_swe_reward(data)  # a run written while swe games had env.swe_reward beside reward.kind
     missing = [s for s in ref if not isinstance(data.get(s), dict)]
     if reference is not None:
         missing += [f"{s}.{k}" for s in ref if isinstance(data.get(s), dict) for k in ref[s] if k not in data[s]]

@@ -255,8 +255,8 @@ def plan_sweep(base: RunConfig, grid: dict[str, list], seeds: list[int], runs_di
 
 def evaluate_extra(run_dir: Path, config: RunConfig, games: str, max_turns: int | None = None) -> dict:
     """Evaluate a finished run's policy (its newest checkpoint) on another game set `games`, as run_rl evaluates
-    the held-out set (the run's env config, eval temperature, tokens per turn, generator) with `max_turns` (default
-    the run's env.max_turns; harder games may need more)."""
+    the held-out set (the run's env config and reward kind, eval temperature, tokens per turn, generator) with
+    `max_turns` (default the run's env.max_turns; harder games may need more)."""
     from .envs.base import load_game_set
     from .evaluate import evaluate
     from .models import load_policy
@@ -265,7 +265,8 @@ def evaluate_extra(run_dir: Path, config: RunConfig, games: str, max_turns: int 
     try:
         return evaluate(policy, tok, load_game_set(games), max_turns=max_turns or config.env.max_turns,
                         temperature=config.train.eval_temperature, max_new_tokens=config.train.max_new_tokens,
-                        env=config.env, generator=config.model.generator, progress=False)
+                        env=config.env, reward_kind=config.reward.kind, generator=config.model.generator,
+                        progress=False)
     finally:
         del policy
 

@@ -6,7 +6,7 @@ a critic exists iff that estimator needs one (PPO's 'gae'). Trainer.step, stage 
     for step in 1..N:
         1. trajectories = rollout(generator, games × G)   # batched multi-turn episodes, π_behaviour log-probs;
                                                           # episodes cut by an env fault are dropped
-        2. r_turn = turn_rewards(sparse | dense) − format penalty, on each turn's end token;  R = Σ_turns r_turn
+        2. r_turn = turn_rewards(reward.kind) − format penalty, on each turn's end token;  R = Σ_turns r_turn
         3. keep the groups with the largest return spread (StarPO-S; all by default)
         4. π_old, V_old, π_ref = forward passes over the kept trajectories (no grad)
         5. A, V_target = estimator(r, R, groups, V_old)   # GAE [ppo] | group-normalised R [grpo] | R − LOO mean [rloo]
@@ -96,9 +96,11 @@ class Trainer:
     def __init__(self, config: RunConfig, run_dir: str | Path, init: str | None = None, resume: bool = False,
                  pool: EnvPool | None = None, progress: bool = True):
         config.validate()
-        run_parts(config)  # its registry names (estimator, backend, stop kinds): checked before any lock, pool or model
         games = load_game_set(config.env.games)  # its manifest: the family's checks come before any lock or model
-        get_family(games.family).check_reward(config.reward.kind)  # e.g. swe refuses dense (EnvFamily.refused_rewards)
+        self.family = get_family(games.family)
+        # its registry names (reward kind, estimator, backend, stop kinds), the reward kind among those the games'
+        # family takes (e.g. swe refuses dense, EnvFamily.check_reward): checked before any lock, pool or model
+        run_parts(config, self.family)
         run_dir = Path(run_dir)
         # plumbing: data parallelism (distributed.py; a SingleProcess stand-in without a launcher): rank 0 alone writes
         self.dp = data_parallel(config.model.device)
@@ -112,13 +114,13 @@ class Trainer:
         self.games: GameSet = games
         n_episodes = config.train.games_per_step * config.algo.group_size // self.dp.world_size  # this process's
         if pool is None:  # plumbing: the run's envs; every game is checked through them before the model loads
-            pool = open_pool(config.env, n_episodes, self.games)
+            pool = open_pool(config.env, n_episodes, self.games, config.reward.kind)  # swe: envs compute the kind
         self.ckpt_root, self.metrics_path = self.run_dir / "checkpoints", self.run_dir / "metrics.jsonl"
         self.step_in_progress = None
         self.detector = CollapseDetector()  # Echo-Trap alerts over the metrics rows (diagnostics.py)
         self.divergence = DivergenceGuard(config.train.max_nonfinite_steps)  # NaN/inf steps in a row
         self.tracker = open_tracker(config.train.report_to, run_dir, self.is_main)  # plumbing: tracking.py
-        parts = run_parts(config)  # of the config in effect (a resume's saved one, with the flags it may change)
+        parts = run_parts(config, self.family)  # of the config in effect (a resume's saved one, flags applied)
         self.estimator, self.stop_kinds = parts.estimator, parts.stop_kinds
         # the policy, critic, KL reference, rollout backend, optimizer and precision (trainer_parts.py)
         p = build_trainer_parts(config, parts, self.ckpt_root, resume, run_dir)
@@ -211,8 +213,8 @@ class Trainer:
             return step_row(step, trajs, seconds={"step_seconds": time.perf_counter() - t0})
 
         # ALGO: 2. turn rewards on turn-end tokens; trajectory returns
-        rewards = [turn_rewards(cfg.reward.kind, t.env_rewards, t.max_score, t.won, t.valid, cfg.reward.format_penalty)
-                   for t in ran]
+        rewards = [turn_rewards(cfg.reward.kind, t.env_rewards, t.max_score, t.won, t.valid, cfg.reward.format_penalty,
+                                self.family.reward_kinds) for t in ran]
         returns = torch.tensor([sum(r) for r in rewards], dtype=torch.float32)
         gids = torch.tensor([t.group for t in ran])
 

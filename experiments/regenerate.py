@@ -864,7 +864,8 @@ SWE_GAMES = {"swe-train": make_games_flags(PLANS["swe"]["train_games"]),
 SWE_SFT = PLANS["swe"]["sft"]
 SWE_SEEDS = PLANS["swe"]["seeds"]
 SWE_REWARDS = PLANS["swe"]["rewards"]
-"""The grid: env.swe_reward, each seed's kinds before the next seed."""
+"""The grid: reward.kind (swe's own kinds; env.swe_reward in records made before issue 50), each seed's kinds before
+the next seed."""
 SWE_LEVEL_SEEDS = PLANS["swe"]["level_seeds"]
 """Seeds whose RL runs are also evaluated at the levels after the first (--also-eval)."""
 SWE_COST = {"task": 2.0, "set": 10.0, "demo": 15.0, "start": 60.0, "eval_turn": 11.0, "rl_turn": 12.0}
@@ -902,7 +903,7 @@ def swe_minutes(name: str, cmd: list[str]) -> tuple[float, str]:
     out, seed = Path(_flag(cmd, "--out")), int(_flag(cmd, "--seeds"))
     kind = _flag(cmd, "--grid").split("=", 1)[1]
     records = read_lines(out)
-    if any(r.get("seed") == seed and (r.get("cell") or {}).get("env.swe_reward") == kind for r in records):
+    if any(r.get("seed") == seed and (r.get("cell") or {}).get("reward.kind") == kind for r in records):
         return 0.0, "recorded"
     cpu = sorted(r["wall_seconds"] for r in records if r.get("device") == "cpu" and r.get("wall_seconds"))
     if cpu:
@@ -938,15 +939,14 @@ def swe_stage_eval(model: str, games_name: str, stage: str, level: int) -> list[
                                                              "level": level, **st}))
     return [(f"eval-{name}", [*AGENTRL, "eval", "--model", model, "--games", f"games/{games_name}", "--max-turns",
                               str(st["max_turns"]), "--max-new-tokens", str(st["max_new_tokens"]), "--dtype",
-                              "float32", "--out", str(out)])]
+                              "float32", "--reward", "pass_ratio", "--out", str(out)])]
 
 
 def swe_part(n_jobs: int) -> list[str]:
     """The swe part: games, the SFT model, the base and SFT evaluations per level, then the sweep (seed-major: each
     seed's two reward kinds before the next seed). Returns the names of the commands that failed."""
     first = len(PLAN)
-    made = [(f"games-{g}", [*AGENTRL, "make-games", "swe", "--out", f"games/{g}", *flags, "--packages", SWE_PACKAGES,
-                            "--swe-reward", "pass_ratio"])
+    made = [(f"games-{g}", [*AGENTRL, "make-games", "swe", "--out", f"games/{g}", *flags, "--packages", SWE_PACKAGES])
             for g, flags in SWE_GAMES.items() if not (ROOT / "games" / g / "manifest.json").exists()]
     failed = swe_run(made, n_jobs)
     init = sft_dir("swe-train", SWE_SFT["demos"], SWE_SFT["epochs"], SWE_SFT["seed"])
@@ -954,7 +954,7 @@ def swe_part(n_jobs: int) -> list[str]:
                           max_turns=swe_settings()["max_turns"]), n_jobs)
     evals = [j for stage, model in (("base", "embedded"), ("sft", init)) for lvl in SWE_LEVELS
              for j in swe_stage_eval(model, f"swe-heldout-l{lvl}", stage, lvl)]
-    runs = [sweep(SWE_CONFIG, str(RESULTS / "swe.jsonl"), [f"env.swe_reward={kind}"], s, init,
+    runs = [sweep(SWE_CONFIG, str(RESULTS / "swe.jsonl"), [f"reward.kind={kind}"], s, init,
                   *(["--also-eval", *(f"l{lvl}=games/swe-heldout-l{lvl}" for lvl in SWE_LEVELS[1:])]
                     if s in SWE_LEVEL_SEEDS else []))
             for s in SWE_SEEDS for kind in SWE_REWARDS]

@@ -169,7 +169,7 @@ PLAN_KEYS: dict[str, dict[str, Check]] = {
             "train_games": fields(n=integer, seed=integer, level=integer),
             "heldout_games": fields(n=integer, seed=integer, split=text),
             "sft": fields(demos=integer, epochs=number, seed=integer), "seeds": SEEDS,
-            "rewards": list_of(text, "a list of env.swe_reward values", tuple), "level_seeds": SEEDS},
+            "rewards": list_of(text, "a list of reward.kind values of swe games", tuple), "level_seeds": SEEDS},
     "balanced": {"config": config_file, "sft_candidates": CANDIDATES, "cells": CELLS, "pilot_seeds": SEEDS,
                  "max_seeds": integer, "later_cells": CELLS},
 }

@@ -410,10 +410,10 @@ ROWS = [
          ("--model mixed", "ambiguous", "step_000002", "mixed/checkpoints/step_000002", "mixed/policy"),
          _absent("eval.json"), (_mixed_dir,)),
     # --- issue 52, item 10: family-only flags, walkthrough length
-    Case("eval-swe-reward-on-bandit", EVAL + ["--games", "{bandit}", "--swe-reward", "resolved"], 2,
-         ("--swe-reward (env.swe_reward)", "bandit games", "swe games")),
-    Case("train-swe-reward-on-textworld", ["train", "--games", "{tw}", "--out", "out", "--swe-reward", "resolved"], 2,
-         ("--swe-reward (env.swe_reward)", "textworld games", "swe games"),
+    Case("eval-reward-on-bandit", EVAL + ["--games", "{bandit}", "--reward", "resolved"], 2,
+         ("--reward resolved", "bandit games", "game's own score")),
+    Case("train-swe-kind-on-textworld", ["train", "--games", "{tw}", "--out", "out", "--reward", "resolved"], 2,
+         ("reward.kind must be one of", "got 'resolved'", "swe's"),
          _no_run_config),
     Case("games-walkthrough-3000000", EVAL + ["--games", "long"], 2,
          ("'long'", '3000000 commands', '10000'), setup=(_long_walkthrough,)),
@@ -647,10 +647,10 @@ def test_control_without_the_walkthrough_bound_the_manifest_loads(ws, monkeypatc
 
 
 @pytest.mark.trains
-def test_control_without_the_family_check_swe_reward_is_ignored_on_bandit(ws):
-    """Without check_family_options, a bandit env is built with --swe-reward dropped in silence (env_kwargs keeps
-    only the options the family declares)."""
+def test_control_without_the_eval_check_a_swe_kind_is_ignored_on_bandit(ws):
+    """Without commands._check_eval_reward, a bandit env is built with --reward resolved dropped in silence
+    (env_kwargs passes a kind only to a family that computes it)."""
     from agentrl_lib.config import EnvConfig
 
-    kwargs = get_family("bandit").env_kwargs(EnvConfig(games=ws["bandit"], swe_reward="resolved"))
-    assert "reward" not in kwargs and "swe_reward" not in kwargs
+    kwargs = get_family("bandit").env_kwargs(EnvConfig(games=ws["bandit"]), "resolved")
+    assert "reward" not in kwargs

@@ -414,18 +414,20 @@ def test_scores_are_cached_exactly(tasks_dir, tmp_path):
 
 # ---------------------------------------------------------------------------------------------------- run settings
 
-def test_swe_reward_setting_and_the_step_watchdog():
-    """EnvConfig.swe_reward reaches the env (validated); the pool's watchdog leaves a command its full 30 s."""
-    from agentrl_lib.config import ConfigError, EnvConfig
+def test_reward_kind_reaches_the_env_and_the_step_watchdog():
+    """reward.kind, when it is one of swe's own kinds, reaches the env (EnvFamily.env_kwargs); a generic kind does
+    not, and the env's default is pass_ratio; the pool's watchdog leaves a command its full 30 s."""
+    from agentrl_lib.config import EnvConfig
     from agentrl_lib.envs import get_family
+    from agentrl_lib.envs.swe import REWARD_KINDS
 
     fam = get_family("swe")
-    with pytest.raises(ConfigError, match="swe_reward"):
-        EnvConfig(swe_reward="binary").validate()
-    EnvConfig(swe_reward="resolved").validate()
-    kw = fam.env_kwargs(EnvConfig(swe_reward="resolved"))
-    assert kw["reward"] == "resolved" and fam.env_kwargs(EnvConfig()).get("reward") == ""
-    assert _env(reward="").reward is None  # '' = the task set's kind
+    assert fam.reward_kinds == REWARD_KINDS == ("pass_ratio", "resolved", "relative")
+    kw = fam.env_kwargs(EnvConfig(), "resolved")
+    assert kw["reward"] == "resolved" and "reward" not in fam.env_kwargs(EnvConfig(), "dense")
+    assert _env(reward="").reward == "pass_ratio"  # the env's default: the paper's kind
+    with pytest.raises(ValueError, match="pass_ratio"):
+        _env(reward="binary")
     assert fam.watchdog_s(30.0) == kw["step_timeout_s"] == 70.0 and fam.watchdog_s(200.0) == 200.0
     assert get_family("bandit").watchdog_s(30.0) == 30.0  # other families keep the configured value
     env = _env(**kw)
@@ -435,6 +437,97 @@ def test_swe_reward_setting_and_the_step_watchdog():
         env.close()
     # control: the first pass's arithmetic under the configured 30 s gave a command 12.5 s
     assert _env(step_timeout_s=30.0).wall_s == 12.5
+
+
+def _play(pool, game, replies) -> tuple[list[float], list[bool], bool]:
+    """Slot 0 of `pool` plays `replies`, then submits: (each turn's env reward, each turn's validity, won), what
+    rollout() records of an episode (Trajectory.env_rewards, valid, won)."""
+    pool.reset([0], [game.path])
+    incs, valid = [], []
+    for reply in [*replies, BLOCK.format("submit")]:
+        (res,) = pool.step([0], [reply])
+        incs.append(res.reward)
+        valid.append(res.info.valid)
+        if res.done:
+            return incs, valid, res.info.won
+    raise AssertionError("the submission did not end the episode")
+
+
+def _submissions(game) -> dict[str, list[str]]:
+    """Real submissions to `game`: the gold walkthrough, a no-op, an invalid turn then a no-op, a broken module."""
+    module = _task(game)["files"][0]
+    return {"gold": list(game.walkthrough[:-1]), "no-op": [], "invalid then no-op": ["just words"],
+            "broken": [BLOCK.format(f"echo 'def (' >> {module}")]}
+
+
+def _new_returns(games, kind: str) -> dict[str, list[float]]:
+    """Each submission's turn rewards under reward.kind `kind` as a run computes them now: the envs from open_pool
+    with the run's kind (Trainer), the rewards from turn_rewards with the family's kinds (Trainer.step)."""
+    from agentrl_lib.config import EnvConfig
+    from agentrl_lib.envs import get_family
+    from agentrl_lib.envs.pool import open_pool
+    from agentrl_lib.rewards import turn_rewards
+
+    fam = get_family("swe")
+    pool = open_pool(EnvConfig(games=str(games.root), process_pool=False, check_games=False), 1, games, kind)
+    try:
+        out = {}
+        for name, replies in _submissions(games.games[0]).items():
+            incs, valid, won = _play(pool, games.games[0], replies)
+            out[name] = turn_rewards(kind, incs, 1.0, won, valid, 0.1, fam.reward_kinds)
+        return out
+    finally:
+        pool.close()
+
+
+def _old_returns(games, swe_reward: str, kind: str) -> dict[str, list[float]]:
+    """The same under the second selector this replaces: the env built with reward=env.swe_reward (what
+    open_pool did with EnvConfig.swe_reward) and the generic reward.kind `kind` (env or sparse)."""
+    from agentrl_lib.envs.pool import SerialPool
+    from agentrl_lib.envs.swe import STEP_TIMEOUT_S
+    from agentrl_lib.rewards import turn_rewards
+
+    pool = SerialPool(1, family="swe", timeout_s=STEP_TIMEOUT_S, reward=swe_reward, log=False)
+    try:
+        out = {}
+        for name, replies in _submissions(games.games[0]).items():
+            incs, valid, won = _play(pool, games.games[0], replies)
+            out[name] = turn_rewards(kind, incs, 1.0, won, valid, 0.1)
+        return out
+    finally:
+        pool.close()
+
+
+@pytest.mark.subprocess
+def test_each_reward_kind_trains_on_what_the_setting_it_replaces_trained_on(tasks_dir, monkeypatch):
+    """The equivalence behind folding env.swe_reward into reward.kind (config.fold_swe_reward), on real submissions
+    (gold, no-op, an invalid turn then a no-op, a broken module), turn by turn with the format penalty: reward.kind
+    K (K = pass_ratio, resolved, relative) gives exactly the turn rewards of the old reward.kind env with
+    env.swe_reward K, and reward.kind resolved exactly those of the old reward.kind sparse under every
+    env.swe_reward. The no-op tells the kinds apart (its pass ratio is the PASS_TO_PASS share, its resolved 0).
+    Negative control: a run whose envs do not get the kind (env_kwargs dropping it, the planted bug) trains with
+    reward.kind resolved on the pass ratio, and the comparison catches it."""
+    from agentrl_lib.envs import EnvFamily
+    from agentrl_lib.envs.swe import REWARD_KINDS
+
+    games = tasks_dir.first(1)
+    new = {k: _new_returns(games, k) for k in REWARD_KINDS}
+    for k in REWARD_KINDS:
+        old_env = _old_returns(games, k, "env")
+        assert new[k] == old_env, k
+        assert new["resolved"] == _old_returns(games, k, "sparse"), k
+    t = _task(games.games[0])
+    share = len(t["PASS_TO_PASS"]) / (len(t["FAIL_TO_PASS"]) + len(t["PASS_TO_PASS"]))
+    assert share > 0.0 and new["pass_ratio"]["no-op"][-1] == pytest.approx(share)
+    assert new["resolved"]["no-op"][-1] == 0.0
+    assert new["pass_ratio"]["gold"][-1] == new["resolved"]["gold"][-1] == 1.0
+    assert new["resolved"]["invalid then no-op"] == [-0.1, 0.0]  # the format penalty on the invalid turn
+    # negative control: the planted bug, the env built without the run's kind (its default, pass_ratio)
+    kwargs = EnvFamily.env_kwargs
+    monkeypatch.setattr(EnvFamily, "env_kwargs", lambda self, cfg=None, reward_kind="", **kw: kwargs(self, cfg, **kw))
+    planted = _new_returns(games, "resolved")
+    assert planted["no-op"][-1] == pytest.approx(share)  # trained on the pass ratio...
+    assert planted != _old_returns(games, "resolved", "sparse")  # ...which the comparison above would catch
 
 
 def _copy_set(tasks_dir, dest: Path, n: int) -> Path:
@@ -505,8 +598,10 @@ def test_sft_on_swe_walkthroughs_with_a_tiny_model(tasks_dir, tiny_model_dir, to
 
 @pytest.mark.trains
 def test_one_grpo_step_on_two_swe_tasks_with_a_tiny_model(tasks_dir, tiny_model_dir, tmp_path):
-    """`agentrl train` with GRPO, 2 tasks x group 2, --swe-reward resolved: one step completes, the run's reward
-    kind is the flag's (episodes.jsonl), not the set's."""
+    """`agentrl train` with GRPO, 2 tasks x group 2, --reward resolved: one step completes, its envs computed the
+    run's kind (episodes.jsonl), and it trained on it: nothing resolved, so every return is at most 0 (the format
+    penalty alone). Control: the same episodes' pass ratios (episodes.jsonl logs all kinds) are above 0, so a run
+    that trained on the pass ratio instead would fail the bound."""
     import yaml
 
     from agentrl_lib.cli import main
@@ -515,13 +610,15 @@ def test_one_grpo_step_on_two_swe_tasks_with_a_tiny_model(tasks_dir, tiny_model_
     run = tmp_path / "run"
     assert main(["train", "--algo", "grpo", "--games", str(games), "--model", tiny_model_dir, "--out", str(run),
                  "--steps", "1", "--group-size", "2", "--games-per-step", "2", "--max-turns", "2",
-                 "--max-new-tokens", "16", "--swe-reward", "resolved", "--reward", "env", "--no-check-games",
-                 "--device", "cpu"]) == 0
+                 "--max-new-tokens", "16", "--reward", "resolved", "--no-check-games", "--device", "cpu"]) == 0
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1]
-    assert yaml.safe_load((run / "config.yaml").read_text())["env"]["swe_reward"] == "resolved"
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["reward"]["kind"] == "resolved" and "swe_reward" not in saved["env"]
     eps = [json.loads(x) for x in (games / "episodes.jsonl").read_text().splitlines()]
     assert len(eps) == 4 and {e["reward_kind"] for e in eps} == {"resolved"}
+    assert not any(e["resolved"] for e in eps) and rows[0]["return_mean"] <= 0.0
+    assert sum(e["pass_ratio"] for e in eps) / 4 - 0.1 * 2 > 0.0  # control: pass-ratio returns exceed the bound
 
 
 # ---------------------------------------------------------------------------------------------------- forgeries

@@ -62,32 +62,54 @@ class EnvFamily:
     step_timeout_s: float = 0.0
     """The shortest watchdog per env call this family's steps need, seconds (0: none beyond EnvConfig.step_timeout_s).
     swe: 70 (a 30 s command, then an auto-submit's 30 s test run). A run's pool uses `watchdog_s`."""
+    reward_kinds: tuple[str, ...] = ()
+    """reward.kind values that name a reward this family's env computes itself, e.g. swe's pass_ratio, resolved and
+    relative (SWE-Gym / SWE-smith's "resolved", the Practitioner's Guide's pass ratio). A run naming one builds its
+    envs with `make_env(reward=KIND)` (env_kwargs) and trains on that reward as the env gives it
+    (rewards.get_reward). A family with kinds of its own takes only those: `check_reward` refuses any other kind."""
     refused_rewards: dict[str, str] = field(default_factory=dict)
     """reward.kind values that training on this family's games refuses → why, and what to use instead (one line;
-    `check_reward`). swe: dense, whose win cap inverts the order of pass ratios."""
+    `check_reward`). swe: dense, whose win cap inverts the order of pass ratios; sparse and env, which its own kinds
+    name exactly."""
 
     def check_reward(self, kind: str, where: str = "") -> None:
-        """Refuse reward.kind `kind` for a run on this family's games (refused_rewards); checked by the trainer and
-        the sweep before any model loads or env starts. `where` prefixes the message (e.g. "grid cell ...: ").
+        """Refuse reward.kind `kind` for a run on this family's games: a kind of refused_rewards, or, for a family
+        with kinds of its own (reward_kinds), any other kind. Checked by the trainer, `agentrl train` and the sweep
+        before any model loads or env starts. `where` prefixes the message (e.g. "cell ...: ").
 
         Raises: ConfigError, one line: the kind, the family, why, and the kinds to use instead."""
+        takes = f"; {self.name} games take --reward {_or(self.reward_kinds)}" if self.reward_kinds else ""
         if kind in self.refused_rewards:
             raise ConfigError(f"{where}reward.kind {kind} (--reward {kind}) does not suit {self.name} games: "
-                              f"{self.refused_rewards[kind]}")
+                              f"{self.refused_rewards[kind]}{takes}")
+        if self.reward_kinds and kind not in self.reward_kinds:
+            raise ConfigError(f"{where}reward.kind {kind} (--reward {kind}) does not suit {self.name} games, whose "
+                              f"env computes the reward{takes}")
 
     def watchdog_s(self, configured: float) -> float:
         """The pool's watchdog per env call for a configured EnvConfig.step_timeout_s: the larger of the two (the
         env bounds its own commands; the watchdog only catches a hung env, so it must not cut a legal step)."""
         return max(float(configured), self.step_timeout_s)
 
-    def env_kwargs(self, env_cfg: Any = None, **settings: Any) -> dict[str, Any]:
+    def env_kwargs(self, env_cfg: Any = None, reward_kind: str = "", **settings: Any) -> dict[str, Any]:
         """Keyword arguments for `make_env` from an EnvConfig (and/or `settings`, by EnvConfig field name): the
-        options this family declares; None (unset) keeps the env's default. Other options are ignored."""
+        options this family declares; None (unset) keeps the env's default. Other options are ignored. A
+        `reward_kind` (the run's reward.kind) of this family's reward_kinds becomes `reward=reward_kind`; any other
+        kind concerns the trainer only (check_reward refuses the ones this family does not take)."""
         values = {name: getattr(env_cfg, name) for name in self.options if hasattr(env_cfg, name)}
         values.update({k: v for k, v in settings.items() if k in self.options})
         if values.get("step_timeout_s") is not None:  # the env sizes its limits to the watchdog the pool uses
             values["step_timeout_s"] = self.watchdog_s(values["step_timeout_s"])
-        return {self.options[name]: v for name, v in values.items() if v is not None}
+        kwargs = {self.options[name]: v for name, v in values.items() if v is not None}
+        if reward_kind in self.reward_kinds:
+            kwargs["reward"] = reward_kind
+        return kwargs
+
+
+def _or(names) -> str:
+    """'a, b or c'."""
+    names = list(names)
+    return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
 
 
 class UnknownFamilyError(ValueError):
@@ -126,6 +148,15 @@ def get_family(name: str) -> EnvFamily:
         return FAMILIES[name]
     except (KeyError, TypeError):
         raise UnknownFamilyError(f"unknown environment family {name!r}; known: {', '.join(family_names())}") from None
+
+
+def family_reward_kinds() -> tuple[str, ...]:
+    """The reward.kind values the families compute themselves (EnvFamily.reward_kinds of every family, the built-in
+    ones imported: ~0.1 s), in family order: besides rewards.REWARD_KINDS, what --reward and a sweep grid offer."""
+    kinds: dict[str, None] = {}
+    for name in family_names():
+        kinds.update(dict.fromkeys(get_family(name).reward_kinds))
+    return tuple(kinds)
 
 
 def make_env(family: str, **options: Any) -> Env:

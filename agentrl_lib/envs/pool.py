@@ -158,40 +158,23 @@ class SerialPool:
         self.close()
 
 
-FAMILY_ONLY_OPTIONS = {"swe_reward": ("--swe-reward", "swe")}
-"""EnvConfig fields that only some families take (EnvFamily.options) → (their flag, the families that take them): set
-for a family that does not take them, they would be ignored in silence (issue 52: --swe-reward on TextWorld games)."""
-
-
-def check_family_options(env_cfg, family: EnvFamily) -> None:
-    """Refuse an EnvConfig option of FAMILY_ONLY_OPTIONS that is set while `family` does not take it. Raises
-    config.ConfigError naming the flag and the family."""
-    from ..config import ConfigError
-
-    for name, (flag, takers) in FAMILY_ONLY_OPTIONS.items():
-        if getattr(env_cfg, name, None) and name not in family.options:
-            raise ConfigError(f"{flag} (env.{name}) does not apply to {family.name} games (only to {takers} games); "
-                              "drop it")
-
-
-def open_pool(env_cfg, size: int, games) -> EnvPool:
+def open_pool(env_cfg, size: int, games, reward_kind: str = "") -> EnvPool:
     """The env pool a run uses (trainer, evaluation, CLI), built from an EnvConfig (`process_pool`,
     `step_timeout_s` (raised to what the family's steps need: EnvFamily.watchdog_s), `check_games`, and the options
-    the games' family takes, EnvFamily.options, e.g. TextWorld's `show_inventory`), with every game of `games` (a
-    GameSet) checked through it first
-    (`check_game_set`; cached).
+    the games' family takes, EnvFamily.options, e.g. TextWorld's `show_inventory`) and the run's reward.kind
+    `reward_kind` (passed to envs whose family computes that kind itself: swe, EnvFamily.env_kwargs), with every game
+    of `games` (a GameSet) checked through it first (`check_game_set`; cached).
 
     Raises: GameSetError when a game fails the check (the pool is closed then); UnknownFamilyError for a family
     that is not registered."""
     from .base import check_game_set
 
     family = get_family(games.family)
-    check_family_options(env_cfg, family)
     check_pool_size(size, env_cfg.process_pool, "the env slots (train: --games-per-step x --group-size; eval: "
                                                 "--batch-size)")
     kind = ProcessPool if env_cfg.process_pool else SerialPool
     timeout_s = family.watchdog_s(env_cfg.step_timeout_s)
-    pool = kind(size, family=family, timeout_s=timeout_s, **family.env_kwargs(env_cfg))
+    pool = kind(size, family=family, timeout_s=timeout_s, **family.env_kwargs(env_cfg, reward_kind))
     if env_cfg.check_games:
         try:
             check_game_set(games, pool, turn_limit=env_cfg.max_turns if "max_turns" in family.options else None)

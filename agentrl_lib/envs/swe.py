@@ -11,17 +11,21 @@ gold patch, the test lists) and repo/ (the buggy repository). An episode:
                       swe_tasks.mask_run_details), the middle elided past `max_output_chars`
     submit            the command `submit` (or the turn limit, `max_turns`: auto-submit) ends the episode: the agent's
                       diff is applied to a fresh copy with the task's tests restored and the tests run
-                      (swe_tasks.score_submission); reward = the set's reward kind, info.won = resolved
+                      (swe_tasks.score_submission); reward = the run's reward kind, info.won = resolved
 
-Reward kinds (swe_tasks.reward_kinds): "pass_ratio" (the Practitioner's Guide), "resolved" (binary, SkyRL) and
-"relative" (the pass ratio above the unpatched baseline: a no-op or test-deleting submission earns 0; the default).
-The kind is the task set's (`make-games swe --swe-reward KIND`), unless the run names one (EnvConfig.swe_reward,
-`agentrl train/eval --swe-reward KIND`, passed to the env as `reward=`). All three
-are written for every submission to <games dir>/episodes.jsonl. With reward.kind = sparse a run trains on
-`resolved` whatever the set's kind; with env, on the set's kind as given (configs/swe.yaml). Not with dense: its win
-cap (rewards.dense_turn_rewards) rescales a non-won episode's total to 1 - m/2, m its smallest positive step, and a
-submission is the episode's one step, so a pass ratio p > 2/3 becomes 1 - p/2, which falls as p rises: training
-refuses it (REFUSED_REWARDS, EnvFamily.check_reward: one ConfigError line before any model loads).
+Reward kinds (REWARD_KINDS, swe_tasks.reward_kinds): "pass_ratio" (the fraction of FAIL_TO_PASS + PASS_TO_PASS tests
+that pass: the Practitioner's Guide's), "resolved" (1 iff every one passes: SWE-Gym's and SWE-smith's success,
+SkyRL's binary reward) and "relative" (the pass ratio above the unpatched baseline: a no-op or test-deleting
+submission earns 0). The run picks one with reward.kind, the selector of every family (`--reward pass_ratio`,
+configs/swe.yaml): the family declares them (EnvFamily.reward_kinds), so the run's envs are built with
+`reward=KIND` and the trainer takes their rewards as given (rewards.get_reward). The env's default, without a kind,
+is pass_ratio (`agentrl eval` without --reward). All three are written for every submission to
+<games dir>/episodes.jsonl. The generic kinds are refused in one line before any model loads (REFUSED_REWARDS,
+EnvFamily.check_reward): sparse and env, which the family's own kinds name exactly (sparse is resolved: 1 on the
+submission iff won; env is the env's reward as given), and dense, whose win cap (rewards.dense_turn_rewards) rescales
+a non-won episode's total to 1 - m/2, m its smallest positive step: a submission is the episode's one step, so a pass
+ratio p > 2/3 becomes 1 - p/2, which falls as p rises. Before issue 50 the kind was a second selector,
+env.swe_reward / --swe-reward (and a task set's own kind); config.fold_swe_reward reads the records made then.
 
 A reply without a fenced block is an invalid turn (info.valid False: reward.format_penalty applies) and costs a turn.
 Env faults (the sandbox or a copy fails) raise, so the pool ends that episode as an env error, never rewarded.
@@ -40,7 +44,6 @@ import shutil
 import time
 from pathlib import Path
 
-from ..config import SWE_REWARDS
 from . import EnvFamily, register_family
 from .base import GameLoadError, reuse_game_set, write_manifest
 from .protocol import GameRecord, GameSet, StepInfo, StepResult
@@ -49,9 +52,9 @@ from .swe_tasks import mask_run_details, pytest_site, score_submission
 
 log = logging.getLogger(__name__)
 
-REWARD_KINDS = SWE_REWARDS
-"""The env's reward kinds (swe_tasks.reward_kinds; config.SWE_REWARDS, EnvConfig.swe_reward); the first is the
-default."""
+REWARD_KINDS = ("pass_ratio", "resolved", "relative")
+"""The env's reward kinds (swe_tasks.reward_kinds), the reward.kind values a run on swe games takes
+(EnvFamily.reward_kinds); the first is the env's default."""
 LEVELS = (1, 2, 3)
 """Difficulty levels of the problem statement (swe_tasks module docstring)."""
 COMMAND_TIMEOUT_S = 30.0
@@ -111,8 +114,9 @@ class SweEnv:
 
     Args:
         max_turns: turns before auto-submit (EnvConfig.max_turns; the paper's 8). Use the run's max_turns.
-        reward: a REWARD_KINDS entry, or None / "" for the task set's kind (manifest param "reward");
-            EnvConfig.swe_reward (`agentrl train --swe-reward resolved`).
+        reward: a REWARD_KINDS entry, the reward of each submission (StepResult.reward, info.score); None / "" for
+            the first, pass_ratio. A run passes its reward.kind (EnvFamily.env_kwargs: `agentrl train --reward
+            resolved`).
         command_timeout_s: wall-clock limit of one command, seconds.
         step_timeout_s: the pool's watchdog per step (EnvFamily.watchdog_s of EnvConfig.step_timeout_s, at least
             STEP_TIMEOUT_S in a run): when given, a command and the test run of an auto-submit each get at most
@@ -125,8 +129,8 @@ class SweEnv:
 
     def __init__(self, max_turns: int = 8, reward: str | None = None, command_timeout_s: float = COMMAND_TIMEOUT_S,
                  step_timeout_s: float | None = None, max_output_chars: int = 2000, log: bool = True):
-        reward = reward or None
-        if reward is not None and reward not in REWARD_KINDS:
+        reward = reward or REWARD_KINDS[0]
+        if reward not in REWARD_KINDS:
             raise ValueError(f"swe reward must be one of {REWARD_KINDS} (got {reward!r})")
         if max_turns < 1 or max_output_chars < 100 or command_timeout_s <= 0:
             raise ValueError("swe env: max_turns >= 1, max_output_chars >= 100 and command_timeout_s > 0 are needed")
@@ -156,7 +160,7 @@ class SweEnv:
         self._clean()
         self.game = game
         self.task, self.base, params = _load_task(game)
-        self.kind = self.reward or params.get("reward", REWARD_KINDS[0])
+        self.kind = self.reward
         self.level = str(params.get("level", 1))
         self.work = bounded_workdir("agentrl-swe-ep-") / "repo"  # a size-capped tmpfs where one can be mounted
         shutil.copytree(self.base, self.work, symlinks=True)
@@ -262,25 +266,24 @@ def task_files(path: str) -> list[Path]:
 
 
 def make_swe_games(out, n: int, seed: int = 0, force: bool = False, split: str = "train", level: int = 1,
-                   swe_reward: str = "relative", packages: str = "") -> GameSet:
+                   packages: str = "") -> GameSet:
     """Make `n` validated swe tasks (swe_tasks.generate_tasks) in `out`: tasks/<instance_id>/{task.json, repo/}
-    and manifest.json (walkthrough = `walkthrough(task)`; params n, seed, split, level, reward + generation stats).
+    and manifest.json (walkthrough = `walkthrough(task)`; params n, seed, split, level, packages + generation
+    stats). A set has no reward kind: the run's reward.kind picks it (sets made before issue 50 carry a param
+    "reward", which nothing reads).
 
     Args:
         split: "train" / "valid_seen" (train functions) or "valid_unseen" (held-out functions; swe_tasks.SPLITS).
         level: the problem statement's difficulty level (LEVELS): 1 names file, function and failing tests;
             2 shows the failing tests' output; 3 an issue-style text.
-        swe_reward: the set's reward kind (REWARD_KINDS).
         packages: comma-separated source packages (swe_tasks.SOURCES: toolz, mpmath, boltons); "" = all of them.
-    Raises: ValueError for a bad level / reward / split / package; sandbox.SandboxUnavailable (no sandbox here);
+    Raises: ValueError for a bad level / split / package; sandbox.SandboxUnavailable (no sandbox here);
         swe_tasks.TaskGenerationError (a source package missing or at another version)."""
     from .base import load_game_set
     from .swe_tasks import SOURCES, SPLITS, generate_tasks, max_tasks
 
     if level not in LEVELS:
         raise ValueError(f"swe --level must be one of {LEVELS} (got {level!r})")
-    if swe_reward not in REWARD_KINDS:
-        raise ValueError(f"swe --swe-reward must be one of {REWARD_KINDS} (got {swe_reward!r})")
     if split not in SPLITS:
         raise ValueError(f"swe --split must be one of {SPLITS} (got {split!r})")
     names = tuple(p.strip() for p in (packages or ",".join(SOURCES)).split(",") if p.strip())
@@ -288,7 +291,7 @@ def make_swe_games(out, n: int, seed: int = 0, force: bool = False, split: str =
         raise ValueError(f"swe --packages: unknown {unknown}; known: {', '.join(SOURCES)}")
     require_sandbox()
     out = Path(out)
-    params = {"n": n, "seed": seed, "split": split, "level": level, "reward": swe_reward, "packages": ",".join(names)}
+    params = {"n": n, "seed": seed, "split": split, "level": level, "packages": ",".join(names)}
     if (old := reuse_game_set(out, "swe", params, force)) is not None:
         return old
     if n > (most := max_tasks(split, names)):
@@ -310,14 +313,16 @@ def make_swe_games(out, n: int, seed: int = 0, force: bool = False, split: str =
     return load_game_set(out)
 
 
-REFUSED_REWARDS = {"dense": "its win cap rescales a submission's pass ratio p > 2/3 that did not resolve the task to "
-                             "1 - p/2, so a no-op scores above a partial fix; use --reward env (the submission's "
-                             f"reward, env.swe_reward: {', '.join(REWARD_KINDS)}; configs/swe.yaml) or --reward sparse "
-                             "(1 when resolved)"}
-"""reward.kind values a run on swe games refuses, with why (EnvFamily.refused_rewards; module docstring)."""
+REFUSED_REWARDS = {
+    "dense": "its win cap rescales a submission's pass ratio p > 2/3 that did not resolve the task to 1 - p/2, so a "
+             "no-op scores above a partial fix",
+    "sparse": "on swe games it is exactly resolved (1 on the submission iff every listed test passes): name it so",
+    "env": "the env's reward is the kind the run names: name it",
+}
+"""Generic reward.kind values a run on swe games refuses, with why (EnvFamily.refused_rewards; module docstring);
+any other kind but REWARD_KINDS is refused too (EnvFamily.check_reward)."""
 
 register_family(EnvFamily(name="swe", make_env=SweEnv, make_games=make_swe_games, system_prompt=SYSTEM_PROMPT,
-                          options={"max_turns": "max_turns", "step_timeout_s": "step_timeout_s",
-                                   "swe_reward": "reward"},
+                          options={"max_turns": "max_turns", "step_timeout_s": "step_timeout_s"},
                           game_id="file", game_files=task_files, reply_as_action=True, step_timeout_s=STEP_TIMEOUT_S,
-                          refused_rewards=REFUSED_REWARDS))
+                          reward_kinds=REWARD_KINDS, refused_rewards=REFUSED_REWARDS))
