@@ -103,7 +103,7 @@ def scripted(monkeypatch):
 
     from helpers import ParityEnv
 
-    def pool(env_cfg, size, games):
+    def pool(env_cfg, size, games, reward_kind=""):
         return SerialPool(size, factory=ParityEnv)
 
     monkeypatch.setattr(trainer_mod, "open_pool", pool)

@@ -468,7 +468,7 @@ def test_one_rl_step_per_preset_through_run_rl(preset, tiny_model_dir, tmp_path,
         (root / f"g{i}.txt").write_text("scripted")
         recs.append(GameRecord(path=str(root / f"g{i}.txt"), name=f"g{i}", seed=i, max_score=1, walkthrough=["look"]))
     write_manifest(root, "textworld", recs, {"scripted": True})
-    monkeypatch.setattr(trainer_mod, "open_pool", lambda env, n, games: SerialPool(n, factory=CoinEnv))
+    monkeypatch.setattr(trainer_mod, "open_pool", lambda env, n, games, *kind: SerialPool(n, factory=CoinEnv))
     seen, agg = [], []
     real_loss = update_mod.policy_loss  # the update (update.minibatch_loss) calls losses.policy_loss
     monkeypatch.setattr(update_mod, "policy_loss", lambda lp, old, adv, mask, algo, w, max_tokens, *a, **k: agg.append(

@@ -218,7 +218,7 @@ FAULT_SCRIPT = textwrap.dedent("""
     from agentrl_lib.envs.pool import SerialPool
     from helpers import ParityEnv
 
-    trainer_mod.open_pool = lambda env_cfg, size, games: SerialPool(size, factory=ParityEnv)
+    trainer_mod.open_pool = lambda env_cfg, size, games, *kind: SerialPool(size, factory=ParityEnv)
     # a suite started as a background job (`make test &`) hands its children SIGINT ignored, and Python then installs
     # no KeyboardInterrupt handler: restore the one an interactive Ctrl-C meets
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -255,7 +255,7 @@ def fault_flags(parity_games, tiny_model_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def uninterrupted(fault_flags, tmp_path_factory):
     mp = pytest.MonkeyPatch()
-    mp.setattr(trainer_mod, "open_pool", lambda env_cfg, size, games: SerialPool(size, factory=ParityEnv))
+    mp.setattr(trainer_mod, "open_pool", lambda env_cfg, size, *_: SerialPool(size, factory=ParityEnv))
     ref = tmp_path_factory.mktemp("ref") / "run"
     assert main(["train", "--out", str(ref), *fault_flags]) == 0
     mp.undo()

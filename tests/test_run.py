@@ -17,7 +17,7 @@ from helpers import ParityEnv, scripted_games
 @pytest.fixture
 def scripted(monkeypatch):
     """Training and evaluation play the scripted ParityEnv instead of TextWorld."""
-    pool = lambda env_cfg, size, games: SerialPool(size, factory=ParityEnv)  # noqa: E731
+    pool = lambda env_cfg, size, games, *kind: SerialPool(size, factory=ParityEnv)  # noqa: E731
     monkeypatch.setattr(trainer_mod, "open_pool", pool)
     monkeypatch.setattr(evaluate_mod, "open_pool", pool)
 

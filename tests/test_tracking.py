@@ -20,7 +20,7 @@ event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.ev
 
 @pytest.fixture
 def scripted(monkeypatch):
-    monkeypatch.setattr(trainer_mod, "open_pool", lambda env_cfg, size, games: SerialPool(size, factory=ParityEnv))
+    monkeypatch.setattr(trainer_mod, "open_pool", lambda env_cfg, size, *_: SerialPool(size, factory=ParityEnv))
 
 
 def _config(games, report_to: str, steps: int = 2) -> RunConfig:

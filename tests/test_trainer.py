@@ -188,7 +188,7 @@ def test_end_of_training_eval_uses_eval_temperature_and_the_observation_options(
         return {"success_rate": 0.0, "mean_turns": 0.0, "invalid_rate": 0.0, "n_games": 1, "per_game": []}
 
     monkeypatch.setattr(evaluate_mod, "evaluate", fake_evaluate)
-    monkeypatch.setattr("agentrl_lib.trainer.open_pool", lambda env_cfg, n, games: SerialPool(n, factory=CoinEnv))
+    monkeypatch.setattr("agentrl_lib.trainer.open_pool", lambda env_cfg, n, *_: SerialPool(n, factory=CoinEnv))
     games = coin_games(tmp_path / "g")
     cfg = make_cfg(games, algo="rloo", group_size=2, games_per_step=1)
     cfg.train.eval_temperature, cfg.train.eval_games = 0.3, games
